@@ -1,0 +1,138 @@
+"""The parameter space of a compact policy: what the LLM may propose, and how a proposal is made legal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Projection:
+    """
+    A proposal made legal by :meth:`ParameterSpace.project`.
+
+    :param params: The projected parameter vector (float64).
+    :param notes: One human-readable line per value that was changed (clipped or rounded), for the logs.
+    """
+
+    params: np.ndarray
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class InvalidParameters(ValueError):
+    """A proposal that cannot be made legal (wrong count, not finite, not in the action set)."""
+
+
+@dataclass(frozen=True)
+class ParameterSpace:
+    """
+    The flat parameter vector of a policy as the LLM sees it.
+
+    Continuous spaces (linear policies) have a range ``[low, high]`` and a precision in decimals;
+    a discrete space (tabular policies) has a finite set of allowed integer values.
+
+    :param size: Number of parameters.
+    :param low: Lower bound of every parameter (continuous spaces).
+    :param high: Upper bound of every parameter (continuous spaces).
+    :param decimals: Number of decimals kept after rounding (continuous spaces).
+    :param values: The allowed values (discrete spaces), e.g. ``(0, 1, 2, 3)`` for four actions.
+    """
+
+    size: int
+    low: float = -6.0
+    high: float = 6.0
+    decimals: int = 1
+    values: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"A parameter space needs at least one parameter, got size={self.size}")
+        if self.values is not None:
+            if len(self.values) == 0:
+                raise ValueError("A discrete parameter space needs at least one allowed value")
+            return
+        if not (np.isfinite(self.low) and np.isfinite(self.high)):
+            raise ValueError(f"Parameter bounds must be finite, got ({self.low}, {self.high})")
+        if not self.low < self.high:
+            raise ValueError(f"Parameter bounds are empty or reversed: low={self.low} must be < high={self.high}")
+        if self.decimals < 0:
+            raise ValueError(f"decimals must be >= 0, got {self.decimals}")
+
+    @property
+    def is_discrete(self) -> bool:
+        """Whether the parameters are chosen from a finite set of values (tabular policies)."""
+        return self.values is not None
+
+    def project(self, values: np.ndarray | list[float]) -> Projection:
+        """
+        Make a proposal legal: check the count and finiteness, then clip to the bounds and round to the
+        precision (continuous), or check membership in the value set (discrete).
+
+        :param values: The proposed vector.
+        :return: The legal vector and a note for every value that was changed.
+        :raises InvalidParameters: when the proposal cannot be made legal.
+        """
+        vec = np.asarray(values, dtype=np.float64).reshape(-1)
+        if vec.size != self.size:
+            raise InvalidParameters(f"expected exactly {self.size} values, got {vec.size}")
+        bad = np.flatnonzero(~np.isfinite(vec))
+        if bad.size:
+            raise InvalidParameters(f"params[{bad[0]}] is not a finite number ({vec[bad[0]]})")
+        if self.values is not None:
+            allowed = np.asarray(self.values, dtype=np.float64)
+            outside = [i for i, v in enumerate(vec) if not np.any(v == allowed)]
+            if outside:
+                i = outside[0]
+                raise InvalidParameters(f"params[{i}] = {short_number(vec[i])} is not one of the allowed values {list(self.values)}")
+            return Projection(vec.copy())
+        clipped = np.clip(vec, self.low, self.high)
+        rounded = np.round(clipped, self.decimals)
+        notes = []
+        for i in np.flatnonzero(rounded != vec):
+            how = "clipped and rounded" if clipped[i] != vec[i] else "rounded"
+            notes.append(f"params[{i}]: {vec[i]!r} {how} to {short_number(rounded[i])}")
+        # -0.0 is shown as 0.0 and compares equal to it; normalise so saved vectors read well
+        rounded[rounded == 0.0] = 0.0
+        return Projection(rounded, tuple(notes))
+
+    def sample(self, rng: np.random.Generator, std: float = 3.0) -> np.ndarray:
+        """
+        A random candidate: N(0, std) per parameter, clipped and rounded (continuous), or uniform over
+        the value set (discrete).
+        """
+        if self.values is not None:
+            return rng.choice(np.asarray(self.values, dtype=np.float64), size=self.size)
+        return self.project(rng.normal(0.0, std, size=self.size)).params
+
+    def perturb(self, center: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+        """
+        A random neighbour of ``center``: Gaussian noise of standard deviation ``scale`` (continuous),
+        or one state's action changed to another allowed value (discrete).
+        """
+        if self.values is not None:
+            out = np.array(center, dtype=np.float64, copy=True)
+            i = int(rng.integers(self.size))
+            others = [v for v in self.values if v != out[i]] or list(self.values)
+            out[i] = float(rng.choice(others))
+            return out
+        return self.project(np.asarray(center, dtype=np.float64) + rng.normal(0.0, scale, size=self.size)).params
+
+    def format(self, params: np.ndarray) -> str:
+        """Format a vector in the reply format, ``params[0]: v, params[1]: v, ...``."""
+        return ", ".join(f"params[{i}]: {self.format_value(v)}" for i, v in enumerate(params))
+
+    def format_value(self, value: float) -> str:
+        """Format one value at the space's precision."""
+        if self.values is not None:
+            return str(int(value))
+        return f"{value:.{self.decimals}f}"
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-serialisable description."""
+        return {"size": self.size, "low": self.low, "high": self.high, "decimals": self.decimals, "values": self.values}
+
+
+def short_number(value: float) -> str:
+    """Format a number compactly for messages (no trailing zeros)."""
+    return f"{value:.6g}"

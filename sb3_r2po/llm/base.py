@@ -1,0 +1,81 @@
+"""The LLM seam: what R2PO needs from a language model, and nothing more."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, runtime_checkable
+
+Message = dict[str, str]
+"""An OpenAI-style chat message, ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
+
+
+@dataclass
+class ChatReply:
+    """
+    One reply of a chat model.
+
+    :param text: The answer text (for harmony models, the final channel when the backend extracted it,
+        otherwise the raw text; R2PO's parser handles both).
+    :param prompt_tokens: Prompt tokens, when the backend reports them.
+    :param completion_tokens: Completion tokens, when the backend reports them.
+    :param seconds: Wall-clock latency of the call.
+    """
+
+    text: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    """
+    A chat model R2PO can call. Implement ``chat``; ``chat_batch`` is optional (see :func:`chat_batch`).
+
+    Backends must be stateless between calls: R2PO re-renders the whole context in every prompt.
+    """
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply: ...
+
+
+class LLMBackendError(RuntimeError):
+    """A backend could not produce a reply (server unreachable after retries, model missing, ...)."""
+
+
+class CallableBackend:
+    """
+    Adapt a plain callable ``(messages) -> str`` to :class:`ChatBackend`.
+
+    :param fn: The callable. It receives a list of chat messages and returns the reply text.
+    """
+
+    def __init__(self, fn: Callable[[list[Message]], str]) -> None:
+        if not callable(fn):
+            raise TypeError(f"Expected a callable (messages) -> str, got {type(fn).__name__}")
+        self.fn = fn
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        start = time.perf_counter()
+        text = self.fn([dict(m) for m in messages])
+        if not isinstance(text, str):
+            raise TypeError(f"The llm callable must return a str, got {type(text).__name__}")
+        return ChatReply(text=text, seconds=time.perf_counter() - start)
+
+    def __repr__(self) -> str:
+        return f"CallableBackend({getattr(self.fn, '__name__', type(self.fn).__name__)})"
+
+
+def chat_batch(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+    """
+    Ask several independent conversations at once: one batch when the backend implements
+    ``chat_batch``, otherwise one call after another.
+    """
+    batched = getattr(backend, "chat_batch", None)
+    if callable(batched):
+        return list(batched(conversations, temperature=temperature))
+    return [backend.chat(messages, temperature=temperature) for messages in conversations]

@@ -1,0 +1,81 @@
+"""Task descriptions shown to the LLM: a registry for known environments, generated text for any other.
+
+A description is data, not prose in code: one line per observation dimension (or one line describing
+the state index for ``Discrete`` observations), one line per action (``Discrete``) or action dimension
+(``Box``), the reward and how an episode ends. Tests compare these counts with the env's spaces, so a
+description cannot drift from the environment silently. How the flat parameters map onto the policy is
+rendered from the policy itself, not written here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gymnasium import spaces
+
+
+@dataclass(frozen=True)
+class TaskDescription:
+    """
+    What the LLM is told about an environment.
+
+    :param summary: One or two sentences: the goal.
+    :param observations: One line per observation dimension (``Box``), or a single line describing the
+        state index (``Discrete``).
+    :param actions: One line per discrete action, or per action dimension for ``Box`` actions.
+    :param reward: How reward is given.
+    :param episode_end: When an episode ends.
+    """
+
+    summary: str
+    observations: tuple[str, ...]
+    actions: tuple[str, ...]
+    reward: str
+    episode_end: str
+
+
+TASK_DESCRIPTIONS: dict[str, TaskDescription] = {}
+"""Registered descriptions by gymnasium env id (e.g. ``"CartPole-v1"``)."""
+
+
+def register_task_description(env_id: str, description: TaskDescription) -> None:
+    """Register (or replace) the description of ``env_id``."""
+    TASK_DESCRIPTIONS[env_id] = description
+
+
+def _fmt(x: float) -> str:
+    return "-inf" if x == -np.inf else "inf" if x == np.inf else f"{x:.3g}"
+
+
+def generic_task_description(observation_space: spaces.Space, action_space: spaces.Space) -> TaskDescription:
+    """A description generated from the spaces alone, for environments without a registered one."""
+    if isinstance(observation_space, spaces.Box):
+        low, high = observation_space.low.reshape(-1), observation_space.high.reshape(-1)
+        observations = tuple(f"s[{i}]: range [{_fmt(lo)}, {_fmt(hi)}]" for i, (lo, hi) in enumerate(zip(low, high)))
+    elif isinstance(observation_space, spaces.Discrete):
+        observations = (f"the state is an integer index in 0..{int(observation_space.n) - 1}",)
+    else:
+        observations = (str(observation_space),)
+    if isinstance(action_space, spaces.Discrete):
+        start = int(action_space.start)
+        actions = tuple(f"action {start + i}" for i in range(int(action_space.n)))
+    elif isinstance(action_space, spaces.Box):
+        low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)
+        actions = tuple(f"a[{j}]: continuous, range [{_fmt(lo)}, {_fmt(hi)}]" for j, (lo, hi) in enumerate(zip(low, high)))
+    else:
+        actions = (str(action_space),)
+    return TaskDescription(
+        summary="An unknown control task: maximise the total reward of an episode.",
+        observations=observations,
+        actions=actions,
+        reward="the environment's reward; higher total reward per episode is better",
+        episode_end="when the environment signals termination or the episode length cap is reached",
+    )
+
+
+def describe_task(env_id: str | None, observation_space: spaces.Space, action_space: spaces.Space) -> TaskDescription:
+    """The registered description of ``env_id``, or one generated from the spaces."""
+    if env_id is not None and env_id in TASK_DESCRIPTIONS:
+        return TASK_DESCRIPTIONS[env_id]
+    return generic_task_description(observation_space, action_space)
