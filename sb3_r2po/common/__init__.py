@@ -1,0 +1,1 @@
+"""Building blocks shared by the algorithm: parameter spaces, rollouts, evidence, parsing, asking the LLM."""

@@ -1,0 +1,103 @@
+"""Ask an LLM for a parameter vector: call, parse, and re-ask with the error stated when the reply is unusable.
+
+The reply is only ever parsed (see :mod:`sb3_r2po.common.parsing`). Backend failures (a server that
+stays down after its own retries) are not parse failures: they propagate as
+:class:`~sb3_r2po.llm.base.LLMBackendError` so that the caller stops cleanly with its state intact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.parsing import parse_params
+from sb3_r2po.llm.base import ChatBackend, Message
+
+MAX_ECHOED_REPLY_CHARS = 2000
+"""A re-ask quotes at most this much of the unusable reply back to the model."""
+
+
+@dataclass
+class LLMCall:
+    """
+    One call to the LLM, as logged.
+
+    :param role: ``"search"`` or ``"critic"``.
+    :param messages: The messages sent.
+    :param reply: The reply text.
+    :param error: Why the reply could not be used, or ``None``.
+    """
+
+    role: str
+    messages: list[Message]
+    reply: str
+    error: str | None
+    seconds: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+@dataclass
+class Answer:
+    """
+    The outcome of :func:`ask_for_params`.
+
+    :param params: The legal vector, or ``None`` when every attempt failed.
+    :param calls: Every call made, in order.
+    :param notes: Values that were clipped or rounded in the accepted reply.
+    """
+
+    params: np.ndarray | None
+    calls: list[LLMCall] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failures(self) -> list[str]:
+        """The reasons of the unusable replies."""
+        return [call.error for call in self.calls if call.error is not None]
+
+
+def ask_for_params(
+    backend: ChatBackend,
+    messages: Sequence[Message],
+    space: ParameterSpace,
+    *,
+    role: str,
+    retry_message: Callable[[str], Message],
+    check: Callable[[np.ndarray], str | None] = lambda params: None,
+    temperature: float = 0.0,
+    max_retries: int = 1,
+) -> Answer:
+    """
+    Ask for a vector, re-asking up to ``max_retries`` times with the reason of the failure.
+
+    :param backend: The chat backend.
+    :param messages: The prompt.
+    :param space: The parameter space the reply must fit.
+    :param role: ``"search"`` or ``"critic"`` (for the logs).
+    :param retry_message: Builds the follow-up user message from a failure reason.
+    :param check: Extra validation of a parsed vector (e.g. "already in the history"); returns an error or ``None``.
+    :param temperature: Sampling temperature passed to the backend.
+    :param max_retries: Number of re-asks after the first unusable reply.
+    """
+    conversation = [dict(m) for m in messages]
+    answer = Answer(params=None)
+    for _ in range(1 + max(0, max_retries)):
+        reply = backend.chat(conversation, temperature=temperature)
+        result = parse_params(reply.text, space)
+        error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
+        answer.calls.append(
+            LLMCall(role, conversation, reply.text, error, reply.seconds, reply.prompt_tokens, reply.completion_tokens)
+        )
+        if error is None:
+            answer.params, answer.notes = result.params, result.notes
+            return answer
+        conversation = [
+            *conversation,
+            {"role": "assistant", "content": reply.text[:MAX_ECHOED_REPLY_CHARS]},
+            retry_message(error),
+        ]
+    return answer

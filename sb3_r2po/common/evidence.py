@@ -1,0 +1,195 @@
+"""The calibrated evidence package: what the Critic-LLM sees of a candidate's K episodes.
+
+Aggregate statistics say what happens *usually*; one median trajectory shows *how* it happens; the
+revision rule (when ``tau_c`` is set) tells the Critic not to break a policy that already works.
+Showing the worst rollout instead invites the Critic to "fix" a rare failure (salience bias).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sb3_r2po.common.rollouts import Episode
+
+
+@dataclass(frozen=True)
+class EpisodeStatistics:
+    """
+    Aggregate statistics of K episodes.
+
+    :param n_episodes: K.
+    :param successes: Episodes whose return reached the target (``None`` without a target).
+    :param failures: ``n_episodes - successes`` (``None`` without a target).
+    """
+
+    n_episodes: int
+    mean_return: float
+    std_return: float
+    min_return: float
+    max_return: float
+    mean_length: float
+    min_length: int
+    max_length: int
+    successes: int | None
+    failures: int | None
+    endings: dict[str, int]
+
+
+def success_tolerance(target: float) -> float:
+    """Returns within this distance below the target count as reaching it (floating-point sums)."""
+    return 1e-6 * max(1.0, abs(target))
+
+
+def summarize(episodes: Sequence[Episode], target: float | None = None) -> EpisodeStatistics:
+    """Aggregate statistics of ``episodes``; a success is a return >= ``target`` (minus a tiny tolerance)."""
+    if not episodes:
+        raise ValueError("Cannot summarize zero episodes")
+    returns = np.array([ep.total_return for ep in episodes], dtype=np.float64)
+    lengths = np.array([ep.length for ep in episodes], dtype=np.int64)
+    successes = None if target is None else int(np.sum(returns >= target - success_tolerance(target)))
+    endings: dict[str, int] = {}
+    for ep in episodes:
+        endings[ep.end] = endings.get(ep.end, 0) + 1
+    return EpisodeStatistics(
+        n_episodes=len(episodes),
+        mean_return=float(returns.mean()),
+        std_return=float(returns.std()),
+        min_return=float(returns.min()),
+        max_return=float(returns.max()),
+        mean_length=float(lengths.mean()),
+        min_length=int(lengths.min()),
+        max_length=int(lengths.max()),
+        successes=successes,
+        failures=None if successes is None else len(episodes) - successes,
+        endings=endings,
+    )
+
+
+def closest_index(returns: Sequence[float], value: float) -> int:
+    """Index of the return closest to ``value``; ties go to the lowest index."""
+    distances = np.abs(np.asarray(returns, dtype=np.float64) - value)
+    return int(np.argmin(distances))  # argmin returns the first of equal minima
+
+
+def median_index(returns: Sequence[float]) -> int:
+    """The episode whose return is closest to the median of the returns (ties to the lowest index)."""
+    return closest_index(returns, float(np.median(returns)))
+
+
+def mean_closest_index(returns: Sequence[float]) -> int:
+    """The episode whose return is closest to the mean of the returns (ties to the lowest index)."""
+    return closest_index(returns, float(np.mean(returns)))
+
+
+def sig(x: float, digits: int = 3) -> str:
+    """A number to ``digits`` significant figures, compactly (``0.0123``, ``-1.5``, ``500``, ``nan``)."""
+    if not np.isfinite(x):
+        return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+    text = f"{x:.{digits}g}"
+    return "0" if text in ("-0", "0") else text
+
+
+def _vector(x: np.ndarray, digits: int) -> str:
+    flat = np.asarray(x, dtype=np.float64).reshape(-1)
+    if flat.size == 1:
+        return sig(float(flat[0]), digits)
+    return "[" + ", ".join(sig(float(v), digits) for v in flat) + "]"
+
+
+@dataclass(frozen=True)
+class RenderedTrajectory:
+    """
+    A trajectory as prompt lines.
+
+    :param lines: One line per shown step (``t: s -> a``, plus ``r`` when rewards vary), then a marker for
+        omitted steps if any, then the end line with the final observation.
+    :param omitted: Number of steps left out (0 when the whole episode is shown).
+    """
+
+    lines: tuple[str, ...]
+    omitted: int
+
+
+def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int = 3) -> RenderedTrajectory:
+    """
+    Render an episode compactly: one line per step ``t: s -> a`` (the next line's ``s`` is this step's
+    next observation), rewards shown per step only when they vary, the head and tail kept when the
+    episode is longer than ``max_steps`` with a marker for the omitted middle, and an end line saying
+    how the episode ended and the final observation.
+
+    :param episode: The episode.
+    :param max_steps: Most steps shown (half from the start, half from the end); ``None`` shows all.
+    :param digits: Significant figures.
+    """
+    n = episode.length
+    rewards = np.asarray(episode.rewards, dtype=np.float64)
+    constant_reward = n > 0 and bool(np.all(rewards == rewards[0]))
+    if max_steps is None or n <= max_steps:
+        shown = [range(n)]
+    else:
+        head = max(1, max_steps // 2)
+        tail = max(0, max_steps - head)
+        shown = [range(head), range(n - tail, n)]
+    lines: list[str] = []
+    if constant_reward:
+        lines.append(f"(reward {sig(float(rewards[0]), digits)} at every step)")
+    for part_index, part in enumerate(shown):
+        if part_index == 1:
+            lines.append(f"... {part.start - shown[0].stop} steps omitted ...")
+        for t in part:
+            line = f"t={t}: s={_vector(episode.observations[t], digits)} -> a={_vector(episode.actions[t], digits)}"
+            if not constant_reward:
+                line += f", r={sig(float(rewards[t]), digits)}"
+            lines.append(line)
+    ending = {"terminated": "terminated", "truncated": "truncated by the time limit", "capped": "stopped at the step cap"}
+    lines.append(f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(episode.observations[-1], digits)}")
+    omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
+    return RenderedTrajectory(tuple(lines), omitted)
+
+
+@dataclass(frozen=True)
+class EvidencePackage:
+    """
+    Everything the Critic is shown about a candidate's K episodes.
+
+    :param statistics: Aggregate statistics (``None`` when a variant hides them).
+    :param trajectories: Named rendered trajectories, e.g. ``{"median": ...}``.
+    :param trajectory_returns: The return of each shown trajectory, by name.
+    :param tau_c: Revision-rule threshold (``None``: no rule).
+    :param above_tau_c: Whether the candidate's mean return reaches ``tau_c``.
+    """
+
+    statistics: EpisodeStatistics | None
+    trajectories: dict[str, RenderedTrajectory]
+    trajectory_returns: dict[str, float]
+    tau_c: float | None
+    above_tau_c: bool
+
+
+def build_evidence(
+    episodes: Sequence[Episode],
+    target: float | None,
+    tau_c: float | None,
+    max_steps: int | None = 40,
+) -> EvidencePackage:
+    """
+    R2PO's evidence package: statistics, the median trajectory and (when ``tau_c`` is set) the rule.
+
+    :param episodes: The K episodes of the candidate.
+    :param target: The target return (defines success); may be ``None``.
+    :param tau_c: Revision-rule threshold; ``None`` disables the rule.
+    :param max_steps: Step budget of the rendered trajectory.
+    """
+    stats = summarize(episodes, target)
+    returns = [ep.total_return for ep in episodes]
+    med = episodes[median_index(returns)]
+    return EvidencePackage(
+        statistics=stats,
+        trajectories={"median": render_trajectory(med, max_steps)},
+        trajectory_returns={"median": med.total_return},
+        tau_c=tau_c,
+        above_tau_c=tau_c is not None and stats.mean_return >= tau_c,
+    )

@@ -1,0 +1,111 @@
+"""``ExampleLLM``: a deterministic stand-in for a language model. It is NOT an LLM.
+
+It reads R2PO's prompts the way a model would (plain text in, reply text out) and answers with a seeded
+local search: the Search role perturbs the best vector of the history by about the step size, the
+Critic role makes a small edit to the candidate, or keeps it unchanged when the revision rule says the
+candidate is already good. Its replies use R2PO's reply format, so tests, docs and the quickstart run the
+whole loop (prompts, parsing, retries, keep-best) without a model. Its answer is a pure function of
+``seed`` and the messages, so runs are reproducible and replayable.
+
+Results obtained with it say nothing about what an LLM achieves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from sb3_r2po.llm.base import ChatReply, Message
+
+_HISTORY = re.compile(r"^(params\[0\][^\n;]*); mean return: (\S+)", re.M)
+_CANDIDATE = re.compile(r"## Candidate under review\n(params\[0\][^\n;]*); mean return: (\S+)")
+_VALUE = re.compile(r"params\[\d+\]: (\S+?)(?:,|$)")
+_SIZE = re.compile(r"There are (\d+) parameters")
+_RANGE = re.compile(r"a number in \[(\S+), (\S+)\] written with (\d+) decimal")
+_CHOICES = re.compile(r"must be one of the values ([\d, -]+)\.")
+_STEP = re.compile(r"(?:by about|at most) (\S+?) (?:each|per parameter)")
+
+
+def _vector(line: str) -> np.ndarray:
+    return np.array([float(v) for v in _VALUE.findall(line)], dtype=np.float64)
+
+
+class ExampleLLM:
+    """
+    A seeded local search that speaks R2PO's prompt and reply format. Not a language model.
+
+    :param seed: Seed of the search; the reply is a deterministic function of the seed and the messages.
+    :param explore: Probability that a Search reply samples a fresh random vector instead of refining the best.
+    """
+
+    def __init__(self, seed: int = 0, explore: float = 0.1) -> None:
+        self.seed = int(seed)
+        self.explore = float(explore)
+
+    def _rng(self, messages: Sequence[Message]) -> np.random.Generator:
+        digest = hashlib.sha256(json.dumps([self.seed, list(messages)], sort_keys=True).encode()).digest()
+        return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        start = time.perf_counter()
+        prompt = "\n".join(m["content"] for m in messages if m["role"] == "user")
+        rng = self._rng(messages)
+        size = int(_SIZE.search(prompt).group(1)) if _SIZE.search(prompt) else 1
+        step_match = _STEP.search(prompt)
+        step = float(step_match.group(1)) if step_match else 1.0
+        choices_match = _CHOICES.search(prompt)
+        choices = [int(c) for c in choices_match.group(1).split(",")] if choices_match else None
+        range_match = _RANGE.search(prompt)
+        low, high, decimals = (float(range_match.group(1)), float(range_match.group(2)), int(range_match.group(3))) if range_match else (-6.0, 6.0, 1)
+
+        candidate = _CANDIDATE.search(prompt)
+        if candidate is not None:
+            theta = _vector(candidate.group(1))
+            if "is at or above this threshold" in prompt:
+                note = "The candidate meets the revision threshold: keeping it unchanged."
+            else:
+                theta = self._edit(theta, rng, step / 2, choices, n_changes=max(1, size // 4))
+                note = "Small edit of the candidate."
+        else:
+            history = [(_vector(line), float(ret)) for line, ret in _HISTORY.findall(prompt)]
+            history = [(v, r) for v, r in history if v.size == size]
+            if not history or rng.random() < self.explore:
+                theta = self._random(rng, size, choices)
+                note = "Exploring a random vector."
+            else:
+                best = max(history, key=lambda item: item[1])[0]
+                theta = self._edit(best, rng, step, choices, n_changes=size)
+                note = "Refining the best vector so far."
+
+        if choices is None:
+            theta = np.round(np.clip(theta, low, high), decimals)
+            values = ", ".join(f"params[{i}]: {v:.{decimals}f}" for i, v in enumerate(theta))
+        else:
+            values = ", ".join(f"params[{i}]: {int(v)}" for i, v in enumerate(theta))
+        text = f"ExampleLLM (seeded local search, not a language model). {note}\n{values}"
+        return ChatReply(text=text, seconds=time.perf_counter() - start)
+
+    @staticmethod
+    def _random(rng: np.random.Generator, size: int, choices: list[int] | None) -> np.ndarray:
+        if choices is not None:
+            return rng.choice(np.array(choices, dtype=np.float64), size=size)
+        return rng.normal(0.0, 3.0, size=size)
+
+    @staticmethod
+    def _edit(theta: np.ndarray, rng: np.random.Generator, scale: float, choices: list[int] | None, n_changes: int) -> np.ndarray:
+        out = theta.copy()
+        if choices is not None:
+            i = int(rng.integers(out.size))
+            out[i] = float(rng.choice([c for c in choices if c != out[i]] or choices))
+            return out
+        idx = rng.choice(out.size, size=min(n_changes, out.size), replace=False)
+        out[idx] += rng.normal(0.0, scale, size=idx.size)
+        return out
+
+    def __repr__(self) -> str:
+        return f"ExampleLLM(seed={self.seed})"

@@ -1,0 +1,125 @@
+"""Render the Search, Critic and retry prompts from the Jinja2 templates in ``templates/``.
+
+Values (task descriptions, replies quoted back in a retry) are inserted as data: Jinja2 never
+evaluates template syntax that appears inside a value, so neither an env description nor an LLM reply
+can inject template code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+
+from sb3_r2po.common.evidence import EvidencePackage, sig
+from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.llm.base import Message
+from sb3_r2po.prompts.tasks import TaskDescription
+
+TRAJECTORY_TITLES = {
+    "median": "Median episode: the episode whose return is closest to the median return",
+    "mean": "Representative episode: the episode whose return is closest to the mean return",
+    "worst": "Worst episode",
+    "best": "Best episode",
+    "last": "Representative episode of the last candidate",
+}
+
+
+@dataclass(frozen=True)
+class HistoryLine:
+    """One history entry as shown in a prompt."""
+
+    params: str
+    mean_return: float
+    n_episodes: int
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """
+    What every prompt shows.
+
+    :param task: The task description (``None`` hides it, as ProPS does).
+    :param layout: Lines describing how the flat parameters map onto the policy.
+    :param space: The parameter space.
+    :param target: Target mean return (``None``: not shown).
+    :param history: The history, oldest first.
+    :param iteration: The current iteration (1-based).
+    :param total_iterations: The planned number of iterations, when known.
+    :param step_size: The suggested step size per parameter.
+    :param best: Best mean return so far.
+    """
+
+    task: TaskDescription | None
+    layout: tuple[str, ...]
+    space: ParameterSpace
+    target: float | None
+    history: tuple[HistoryLine, ...]
+    iteration: int
+    total_iterations: int | None
+    step_size: float
+    best: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PromptBuilder:
+    """Renders chat messages from the package's templates (or from ``template_dir`` when given)."""
+
+    def __init__(self, template_dir: str | None = None) -> None:
+        loader: jinja2.BaseLoader
+        if template_dir is None:
+            loader = jinja2.PackageLoader("sb3_r2po", "prompts/templates")
+        else:
+            loader = jinja2.FileSystemLoader(template_dir)
+        self.env = jinja2.Environment(
+            loader=loader,
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
+
+    def _render(self, name: str, **values: Any) -> str:
+        return self.env.get_template(name).render(**values).strip() + "\n"
+
+    @staticmethod
+    def _example(space: ParameterSpace) -> str:
+        if space.size <= 3:
+            return ", ".join(f"params[{i}]: <value>" for i in range(space.size))
+        return f"params[0]: <value>, params[1]: <value>, ..., params[{space.size - 1}]: <value>"
+
+    def _common(self, ctx: PromptContext) -> dict[str, Any]:
+        return dict(
+            task=ctx.task,
+            layout=ctx.layout,
+            space=ctx.space,
+            target=ctx.target,
+            history=ctx.history,
+            iteration=ctx.iteration,
+            total_iterations=ctx.total_iterations,
+            step_size=ctx.step_size,
+            best=ctx.best,
+            example=self._example(ctx.space),
+            trajectory_titles=TRAJECTORY_TITLES,
+            **ctx.extra,
+        )
+
+    def search(self, ctx: PromptContext) -> list[Message]:
+        """The Search-LLM's messages: propose a new vector from the history."""
+        return [
+            {"role": "system", "content": self._render("search_system.j2")},
+            {"role": "user", "content": self._render("search_user.j2", **self._common(ctx))},
+        ]
+
+    def critic(self, ctx: PromptContext, candidate: HistoryLine, evidence: EvidencePackage) -> list[Message]:
+        """The Critic-LLM's messages: revise ``candidate`` given its evidence package."""
+        return [
+            {"role": "system", "content": self._render("critic_system.j2")},
+            {"role": "user", "content": self._render("critic_user.j2", candidate=candidate, evidence=evidence, **self._common(ctx))},
+        ]
+
+    def retry(self, reason: str, space: ParameterSpace) -> Message:
+        """The follow-up message after an unusable reply, stating what was wrong."""
+        return {"role": "user", "content": self._render("retry.j2", reason=reason, space=space, example=self._example(space))}

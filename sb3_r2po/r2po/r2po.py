@@ -1,0 +1,514 @@
+"""R2PO: Reflective Prompted Policy Optimization as a Stable-Baselines3 algorithm.
+
+One iteration (``../shared/R2PO_METHOD.md``, section 1)::
+
+    theta_init = Search-LLM(history)                  # 1. propose from the history
+    init       = evaluate(theta_init, K episodes)     # 2. roll out
+    evidence   = statistics + median trajectory + rule  # 3. calibrated evidence
+    theta_rev  = Critic-LLM(theta_init, evidence)     # 4. revise
+    rev        = evaluate(theta_rev, K episodes)      # 5. roll out (skipped if unchanged)
+    kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision
+    history.append(kept)                              # 7. only the kept candidate enters the history
+
+Not to be confused with "R²PO, Residual Rollout Policy Optimization" (arXiv 2601.11960), an unrelated
+LLM-reasoning method with the same acronym.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.utils import safe_mean
+
+from sb3_r2po.common.asking import Answer, ask_for_params
+from sb3_r2po.common.evidence import build_evidence
+from sb3_r2po.common.rollouts import RolloutResult, run_episodes
+from sb3_r2po.llm.base import ChatBackend
+from sb3_r2po.llm.resolve import check_llm_spec, make_backend
+from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
+from sb3_r2po.prompts.tasks import describe_task
+from sb3_r2po.r2po.policies import CompactPolicy, LinearPolicy, TabularPolicy
+
+SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
+
+LLMSpec = str | ChatBackend | Callable[[list[dict[str, str]]], str]
+
+TAU_C_MARGIN = 0.05
+"""When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
+
+TEXT_ONLY = ("stdout", "log", "json", "csv")
+"""Logger formats that must not receive prompts, replies or histograms (TensorBoard only)."""
+
+
+class R2PO(BaseAlgorithm):
+    """
+    Reflective Prompted Policy Optimization: an LLM proposes (Search) and revises (Critic) the parameters
+    of a linear or tabular policy from evaluated rollouts; keep-best selection decides.
+
+    Paper: "Reflective Prompted Policy Optimization: Trajectory-Grounded Revision and Salience Bias"
+    (arXiv 2605.08315), building on ProPS (arXiv 2511.21928).
+
+    :param policy: ``"MlpLinear"`` / ``"LinearPolicy"`` (Box observations) or ``"Tabular"`` / ``"TabularPolicy"``
+        (Discrete observations), or a :class:`CompactPolicy` subclass.
+    :param env: The environment (a gymnasium id, an env or a VecEnv).
+    :param llm: The LLM: a string (see :mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable
+        ``(messages) -> str``. Nothing is loaded or contacted before the first ``learn()``; the backend is never saved.
+    :param n_eval_episodes: K, the episodes per evaluated candidate.
+    :param warmup_episodes: Random candidates evaluated for one episode each before the first iteration.
+    :param target_return: The target mean return shown to the LLM; defaults to the env spec's ``reward_threshold``.
+    :param tau_c: Revision-rule threshold; defaults to ``target - 0.05 * |target|`` when a target is known.
+    :param step_size: The suggested change per parameter.
+    :param param_bounds: Range of every parameter of a linear policy.
+    :param param_decimals: Precision of every parameter of a linear policy.
+    :param temperature: Sampling temperature passed to the LLM.
+    :param max_episodes: Episode budget of the whole run, warm-up included (``None``: unlimited). The paper's
+        budget is ``max_episodes=4000``.
+    :param max_episode_steps: Length cap of an evaluation episode for envs without a time limit of their own.
+    :param max_trajectory_steps: Most steps of a trajectory shown to the Critic (head and tail kept).
+    :param max_llm_retries: Re-asks after an unusable reply before falling back.
+    :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
+    :param policy_kwargs: Extra arguments of the policy.
+    :param stats_window_size: Window of the ``rollout/`` statistics.
+    :param tensorboard_log: TensorBoard log directory.
+    :param seed: Seed of the warm-up, the fallbacks and the environment.
+    :param verbose: 0 silent, 1 info, 2 debug.
+    :param device: Torch device of the policy (the policy is tiny; ``"cpu"`` is right).
+    :param _init_setup_model: Whether to build the policy at construction.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpLinear": LinearPolicy,
+        "LinearPolicy": LinearPolicy,
+        "Tabular": TabularPolicy,
+        "TabularPolicy": TabularPolicy,
+    }
+    policy: CompactPolicy
+
+    def __init__(
+        self,
+        policy: str | type[CompactPolicy],
+        env: GymEnv | str,
+        llm: LLMSpec | None = "openai/gpt-oss-20b",
+        n_eval_episodes: int = 20,
+        warmup_episodes: int = 20,
+        target_return: float | None = None,
+        tau_c: float | None = None,
+        step_size: float = 1.0,
+        param_bounds: tuple[float, float] = (-6.0, 6.0),
+        param_decimals: int = 1,
+        temperature: float = 0.0,
+        max_episodes: int | None = None,
+        max_episode_steps: int = 1000,
+        max_trajectory_steps: int | None = 40,
+        max_llm_retries: int = 1,
+        prompt_template_dir: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        seed: int | None = None,
+        verbose: int = 0,
+        device: th.device | str = "cpu",
+        _init_setup_model: bool = True,
+    ) -> None:
+        super().__init__(
+            policy,
+            env,
+            learning_rate=0.0,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            device=device,
+            supported_action_spaces=(spaces.Box, spaces.Discrete),
+            support_multi_env=True,
+            seed=seed,
+        )
+        if n_eval_episodes < 1:
+            raise ValueError(f"n_eval_episodes must be >= 1, got {n_eval_episodes}")
+        if warmup_episodes < 0:
+            raise ValueError(f"warmup_episodes must be >= 0, got {warmup_episodes}")
+        if max_episodes is not None and max_episodes < 1:
+            raise ValueError(f"max_episodes must be >= 1 or None, got {max_episodes}")
+        if max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        if not float(param_bounds[0]) < float(param_bounds[1]):
+            raise ValueError(f"param_bounds are empty or reversed: {param_bounds}")
+        if step_size <= 0:
+            raise ValueError(f"step_size must be > 0, got {step_size}")
+        if llm is not None:
+            check_llm_spec(llm)
+
+        self.llm = llm
+        self.n_eval_episodes = n_eval_episodes
+        self.warmup_episodes = warmup_episodes
+        self.target_return = target_return
+        self.tau_c = tau_c
+        self.step_size = step_size
+        self.param_bounds = (float(param_bounds[0]), float(param_bounds[1]))
+        self.param_decimals = param_decimals
+        self.temperature = temperature
+        self.max_episodes = max_episodes
+        self.max_episode_steps = max_episode_steps
+        self.max_trajectory_steps = max_trajectory_steps
+        self.max_llm_retries = max_llm_retries
+        self.prompt_template_dir = prompt_template_dir
+
+        self.history: list[dict[str, Any]] = []
+        self.iteration = 0
+        self.llm_stats: dict[str, float] = {
+            "calls": 0,
+            "parse_failures": 0,
+            "fallbacks": 0,
+            "seconds": 0.0,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+        }
+        self.env_id, self.reward_threshold, self.env_time_limit = self._read_env_spec()
+        self._rng = np.random.default_rng(seed)
+        self._backend: ChatBackend | None = None
+        self._prompts: PromptBuilder | None = None
+        self._last_exchanges: dict[str, tuple[str, str]] = {}
+
+        if _init_setup_model:
+            self._setup_model()
+
+    # ------------------------------------------------------------------ setup
+
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        policy_kwargs = {"param_bounds": self.param_bounds, "param_decimals": self.param_decimals, **self.policy_kwargs}
+        self.policy = self.policy_class(self.observation_space, self.action_space, **policy_kwargs)  # type: ignore[assignment]
+        self.policy = self.policy.to(self.device)
+        if not isinstance(self.policy, CompactPolicy):
+            raise TypeError(f"R2PO needs a CompactPolicy (linear or tabular), got {type(self.policy).__name__}")
+        best = self.best_record()
+        if best is not None:
+            self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+
+    def _read_env_spec(self) -> tuple[str | None, float | None, int | None]:
+        """The env id, reward threshold and time limit of the training env, when it has a spec."""
+        if self.env is None:
+            return None, None, None
+        try:
+            spec = self.env.get_attr("spec", indices=[0])[0]
+        except Exception:  # a VecEnv that cannot answer: treat as no spec
+            spec = None
+        if spec is None:
+            return None, None, None
+        return spec.id, spec.reward_threshold, spec.max_episode_steps
+
+    def _excluded_save_params(self) -> list[str]:
+        excluded = [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges"]
+        if not isinstance(self.llm, str):
+            excluded.append("llm")  # a backend object or callable is never saved (it may hold keys or clients)
+        return excluded
+
+    @property
+    def target(self) -> float | None:
+        """The target mean return shown to the LLM: ``target_return``, else the env's ``reward_threshold``."""
+        if self.target_return is not None:
+            return float(self.target_return)
+        return None if self.reward_threshold is None else float(self.reward_threshold)
+
+    @property
+    def revision_threshold(self) -> float | None:
+        """``tau_c``, else ``target - 0.05 * |target|`` when a target is known, else ``None`` (no rule)."""
+        if self.tau_c is not None:
+            return float(self.tau_c)
+        target = self.target
+        return None if target is None else target - TAU_C_MARGIN * abs(target)
+
+    @property
+    def episode_cap(self) -> int:
+        """Length cap of an evaluation episode: the env's own time limit, else ``max_episode_steps``."""
+        return int(self.env_time_limit) if self.env_time_limit else int(self.max_episode_steps)
+
+    def _ensure_llm(self) -> ChatBackend:
+        """Create the LLM backend (first ``learn()`` only) and the prompt builder."""
+        if self._backend is None:
+            if getattr(self, "llm", None) is None:
+                raise ValueError(
+                    "This model has no llm: it was saved with an llm object, which is never stored. "
+                    "Pass one again, e.g. R2PO.load(path, env=env, llm=...), or set model.llm before learn()."
+                )
+            self._backend = make_backend(self.llm)  # type: ignore[arg-type]
+            constrain = getattr(self._backend, "constrain", None)
+            if callable(constrain):
+                constrain(self.policy.parameter_space)
+        if self._prompts is None:
+            self._prompts = PromptBuilder(self.prompt_template_dir)
+        return self._backend
+
+    # ------------------------------------------------------------------ history
+
+    def best_record(self) -> dict[str, Any] | None:
+        """
+        The best history record: the highest K-episode mean among iteration records, or, before the first
+        iteration, the best warm-up record. ``None`` for an empty history.
+        """
+        evaluated = [r for r in self.history if r["kind"] != "warmup"] or self.history
+        if not evaluated:
+            return None
+        return max(evaluated, key=lambda r: r["mean_return"])
+
+    def _seen_error(self, params: np.ndarray) -> str | None:
+        for record in self.history:
+            if np.array_equal(np.asarray(record["params"]), params):
+                return (
+                    f"this vector was already evaluated (iteration {record['iteration']}, mean return "
+                    f"{record['mean_return']:.4g}); propose a vector that is not in the history"
+                )
+        return None
+
+    def _record(self, kind: str, params: np.ndarray, result: RolloutResult, **extra: Any) -> dict[str, Any]:
+        returns = result.returns
+        lengths = [ep.length for ep in result.episodes]
+        return {
+            "iteration": self.iteration,
+            "kind": kind,
+            "params": [float(v) for v in params],
+            "mean_return": float(returns.mean()),
+            "std_return": float(returns.std()),
+            "min_return": float(returns.min()),
+            "max_return": float(returns.max()),
+            "mean_length": float(np.mean(lengths)),
+            "n_episodes": len(result.episodes),
+            **extra,
+        }
+
+    def _commit(self, record: dict[str, Any]) -> None:
+        """Append a record to the history and keep the best candidate in the policy."""
+        record["episodes"] = int(self._episode_num)
+        record["timesteps"] = int(self.num_timesteps)
+        self.history.append(record)
+        best = self.best_record()
+        assert best is not None
+        self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+
+    # ------------------------------------------------------------------ rollouts
+
+    def _episodes_left(self) -> float:
+        return math.inf if self.max_episodes is None else self.max_episodes - self._episode_num
+
+    def _evaluate(self, params: np.ndarray, n_episodes: int, callback: BaseCallback) -> RolloutResult | None:
+        """Run ``params`` for ``n_episodes`` episodes; ``None`` when a callback stopped training meanwhile."""
+        assert self.env is not None
+        callback.on_rollout_start()
+
+        def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray) -> bool:
+            self.num_timesteps += self.env.num_envs  # type: ignore[union-attr]
+            self._episode_num += int(dones.sum())
+            callback.update_locals({"dones": dones, "infos": infos, "rewards": rewards, "params": params})
+            return callback.on_step()
+
+        result = run_episodes(self.env, lambda obs: self.policy.act(obs, params), n_episodes, self.episode_cap, on_step)
+        self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
+        callback.on_rollout_end()
+        return None if result.stopped else result
+
+    # ------------------------------------------------------------------ LLM roles
+
+    def _context(self) -> PromptContext:
+        best = self.best_record()
+        planned = None
+        if self.max_episodes is not None:
+            planned = self.iteration + max(1, math.ceil(self._episodes_left() / (2 * self.n_eval_episodes)))
+        return PromptContext(
+            task=describe_task(self.env_id, self.observation_space, self.action_space),
+            layout=self.policy.layout_lines(),
+            space=self.policy.parameter_space,
+            target=self.target,
+            history=tuple(HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"]) for r in self.history),
+            iteration=self.iteration + 1,
+            total_iterations=planned,
+            step_size=self.step_size,
+            best=None if best is None else best["mean_return"],
+        )
+
+    def _format(self, params: list[float] | np.ndarray) -> str:
+        return self.policy.parameter_space.format(np.asarray(params, dtype=np.float64))
+
+    def _ask(self, role: str, messages: list[dict[str, str]], check: Callable[[np.ndarray], str | None]) -> Answer:
+        assert self._backend is not None and self._prompts is not None
+        space = self.policy.parameter_space
+        answer = ask_for_params(
+            self._backend,
+            messages,
+            space,
+            role=role,
+            retry_message=lambda reason: self._prompts.retry(reason, space),  # type: ignore[union-attr]
+            check=check,
+            temperature=self.temperature,
+            max_retries=self.max_llm_retries,
+        )
+        for call in answer.calls:
+            self.llm_stats["calls"] += 1
+            self.llm_stats["parse_failures"] += int(call.error is not None)
+            self.llm_stats["seconds"] += call.seconds
+            self.llm_stats["prompt_tokens"] += call.prompt_tokens or 0
+            self.llm_stats["completion_tokens"] += call.completion_tokens or 0
+            self._last_exchanges[role] = (call.messages[-1]["content"], call.reply)
+            if call.error is not None and self.verbose >= 1:
+                print(f"R2PO: unusable {role} reply ({call.error})", file=sys.stderr)
+        if answer.notes and self.verbose >= 2:
+            print(f"R2PO: {role} reply adjusted: " + "; ".join(answer.notes), file=sys.stderr)
+        return answer
+
+    def _search(self) -> tuple[np.ndarray, str, list[str]]:
+        """Step 1: the Search-LLM proposes ``theta_init``; a failure falls back to a perturbation of the best."""
+        assert self._prompts is not None
+        answer = self._ask("search", self._prompts.search(self._context()), self._seen_error)
+        if answer.params is not None:
+            return answer.params, "search", answer.failures
+        self.llm_stats["fallbacks"] += 1
+        return self._fallback_params(), "fallback", answer.failures
+
+    def _fallback_params(self) -> np.ndarray:
+        space = self.policy.parameter_space
+        best = self.best_record()
+        for _ in range(100):
+            params = space.sample(self._rng) if best is None else space.perturb(np.asarray(best["params"]), self.step_size, self._rng)
+            if self._seen_error(params) is None:
+                return params
+        return space.sample(self._rng)
+
+    def _revise(self, theta_init: np.ndarray, init: RolloutResult) -> tuple[np.ndarray | None, list[str]]:
+        """Step 4: the Critic-LLM revises ``theta_init`` from its evidence package (``None``: no usable revision)."""
+        assert self._prompts is not None
+        evidence = build_evidence(init.episodes, self.target, self.revision_threshold, self.max_trajectory_steps)
+        returns = init.returns
+        candidate = HistoryLine(self._format(theta_init), float(returns.mean()), len(returns))
+        answer = self._ask("critic", self._prompts.critic(self._context(), candidate, evidence), self._seen_error)
+        return answer.params, answer.failures
+
+    # ------------------------------------------------------------------ the loop
+
+    def _warmup(self, callback: BaseCallback) -> bool:
+        """Evaluate the remaining warm-up candidates (one episode each); False if training must stop."""
+        space = self.policy.parameter_space
+        while sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes and self._episodes_left() >= 1:
+            params = space.sample(self._rng)
+            if self._seen_error(params) is not None:
+                continue
+            result = self._evaluate(params, 1, callback)
+            if result is None:
+                return False
+            self._commit(self._record("warmup", params, result))
+        return True
+
+    def _iterate(self, callback: BaseCallback) -> bool:
+        """One R2PO iteration (the algorithm box of the module docstring). False if training must stop."""
+        k = self.n_eval_episodes
+        theta_init, search_kind, search_failures = self._search()  # 1. Search-LLM
+        init = self._evaluate(theta_init, k, callback)  # 2. K rollouts
+        if init is None:
+            return False
+        revision: dict[str, Any] = {"status": "skipped", "params": None, "mean_return": None, "failures": []}
+        kept, kept_kind = init, search_kind
+        theta_kept = theta_init
+        if self._episodes_left() >= k:
+            theta_rev, critic_failures = self._revise(theta_init, init)  # 3. evidence + 4. Critic-LLM
+            revision["failures"] = critic_failures
+            if theta_rev is None:
+                revision["status"] = "failed"
+            elif np.array_equal(theta_rev, theta_init):
+                revision.update(status="declined", params=[float(v) for v in theta_rev])
+            else:
+                rev = self._evaluate(theta_rev, k, callback)  # 5. K rollouts
+                revision["params"] = [float(v) for v in theta_rev]
+                if rev is None:
+                    revision["status"] = "interrupted"
+                else:
+                    revision["mean_return"] = float(rev.returns.mean())
+                    if rev.returns.mean() >= init.returns.mean():  # 6. keep-best, ties to the revision
+                        kept, kept_kind, theta_kept = rev, "critic", theta_rev
+                        revision["status"] = "kept"
+                    else:
+                        revision["status"] = "rejected"
+        search = {"kind": search_kind, "params": [float(v) for v in theta_init], "mean_return": float(init.returns.mean())}
+        search["failures"] = search_failures
+        self.iteration += 1
+        self._commit(self._record(kept_kind, theta_kept, kept, search=search, revision=revision))  # 7. history
+        return revision["status"] != "interrupted"
+
+    def learn(
+        self: SelfR2PO,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "R2PO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfR2PO:
+        """
+        Train until at least ``total_timesteps`` environment steps (the running iteration completes), the
+        ``max_episodes`` budget cannot pay for another K-episode evaluation, or a callback stops training.
+
+        :param total_timesteps: Environment steps to train for (a lower bound).
+        :param callback: Callback(s) called after every environment step.
+        :param log_interval: Dump the logs every ``log_interval`` iterations.
+        :param tb_log_name: Name of the TensorBoard run.
+        :param reset_num_timesteps: Whether to reset the step and episode counters.
+        :param progress_bar: Show a progress bar (tqdm and rich).
+        :return: The trained model.
+        """
+        total_timesteps, callback = self._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        callback.on_training_start(locals(), globals())
+        self._ensure_llm()
+
+        if self._warmup(callback):
+            while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
+                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                if not self._iterate(callback):
+                    break
+                if log_interval is not None and self.iteration % log_interval == 0:
+                    self.dump_logs()
+        callback.on_training_end()
+        return self
+
+    # ------------------------------------------------------------------ logging
+
+    def dump_logs(self) -> None:
+        """Write the iteration's metrics (see the README's metrics table) at ``step=num_timesteps``."""
+        time_elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        fps = int((self.num_timesteps - self._num_timesteps_at_start) / time_elapsed)
+        if self.ep_info_buffer:
+            self.logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in self.ep_info_buffer]))
+            self.logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in self.ep_info_buffer]))
+        self.logger.record("time/episodes", self._episode_num)
+        self.logger.record("time/fps", fps)
+        self.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps)
+        last = self.history[-1] if self.history else None
+        if last is not None and last["kind"] != "warmup":
+            self.logger.record("r2po/search_return", last["search"]["mean_return"])
+            if last["revision"]["mean_return"] is not None:
+                self.logger.record("r2po/critic_return", last["revision"]["mean_return"])
+            self.logger.record("r2po/revision_kept", int(last["kind"] == "critic"))
+        best = self.best_record()
+        if best is not None:
+            self.logger.record("r2po/best_return", best["mean_return"])
+            self.logger.record("r2po/theta", np.asarray(best["params"]), exclude=TEXT_ONLY)
+        self.logger.record("r2po/iteration", self.iteration)
+        for key in ("calls", "parse_failures", "fallbacks"):
+            self.logger.record(f"llm/{key}", int(self.llm_stats[key]))
+        self.logger.record("llm/seconds", float(self.llm_stats["seconds"]))
+        if self.llm_stats["prompt_tokens"] or self.llm_stats["completion_tokens"]:
+            self.logger.record("llm/prompt_tokens", int(self.llm_stats["prompt_tokens"]))
+            self.logger.record("llm/completion_tokens", int(self.llm_stats["completion_tokens"]))
+        for role, (prompt, reply) in self._last_exchanges.items():
+            self.logger.record(f"llm_text/{role}_prompt", prompt, exclude=TEXT_ONLY)
+            self.logger.record(f"llm_text/{role}_reply", reply, exclude=TEXT_ONLY)
+        self.logger.dump(step=self.num_timesteps)

@@ -1,0 +1,61 @@
+"""Test helpers: a scripted chat model and a deterministic bandit env whose return is known from the parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from sb3_r2po.llm.base import ChatReply, Message
+
+
+class ScriptedLLM:
+    """Answers with the given replies in order (the last one repeats) and records every prompt."""
+
+    def __init__(self, replies: Sequence[str]) -> None:
+        self.replies = list(replies)
+        self.calls: list[list[Message]] = []
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        self.calls.append([dict(m) for m in messages])
+        index = min(len(self.calls) - 1, len(self.replies) - 1)
+        return ChatReply(text=self.replies[index], prompt_tokens=10, completion_tokens=5, seconds=0.001)
+
+    def prompts(self) -> list[str]:
+        return [call[-1]["content"] for call in self.calls]
+
+
+class BanditEnv(gym.Env):
+    """One-step env: observation [1.0], action in [-10, 10], reward = the action. So the return of a linear
+    policy (W, b) is clip(W + b, -10, 10) exactly, in every episode."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+    action_space = spaces.Box(-10.0, 10.0, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return np.ones(1, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.ones(1, dtype=np.float32), float(np.asarray(action).reshape(-1)[0]), True, False, {}
+
+
+class EndlessEnv(gym.Env):
+    """An env that never ends by itself (no time limit): for the episode cap."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, dtype=np.float32), 1.0, False, False, {}
+
+
+def vector(*values: float) -> str:
+    """A reply holding ``values`` in the indexed format."""
+    return ", ".join(f"params[{i}]: {v}" for i, v in enumerate(values))

@@ -1,0 +1,126 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+from helpers import BanditEnv, EndlessEnv, ScriptedLLM, vector
+from stable_baselines3.common.env_util import make_vec_env
+
+from sb3_r2po import R2PO, ExampleLLM
+
+
+@pytest.mark.parametrize(
+    "env_id, policy",
+    [("CartPole-v1", "MlpLinear"), ("Pendulum-v1", "LinearPolicy"), ("FrozenLake-v1", "Tabular"), ("MountainCar-v0", "MlpLinear")],
+)
+def test_short_run(env_id: str, policy: str) -> None:
+    model = R2PO(policy, env_id, llm=ExampleLLM(seed=0), n_eval_episodes=2, warmup_episodes=2, max_episodes=12, seed=0)
+    model.learn(total_timesteps=10**9)
+    assert model._episode_num == 12  # 2 warm-up + 2 iterations of 2K episodes, then the budget is spent
+    assert model.iteration == 3 or model.iteration == 2
+    kinds = {record["kind"] for record in model.history}
+    assert "warmup" in kinds and kinds <= {"warmup", "search", "critic", "fallback"}
+    obs = model.env.reset()
+    action, _ = model.predict(obs, deterministic=True)
+    assert model.action_space.contains(action[0])
+
+
+def test_cartpole_improves_over_warmup() -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(seed=1), n_eval_episodes=5, warmup_episodes=10, seed=1)
+    model.learn(total_timesteps=30_000)
+    warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
+    best = model.best_record()
+    assert best is not None and best["kind"] != "warmup"
+    assert best["mean_return"] >= 150 and best["mean_return"] > 3 * warmup_best
+    # the model's policy holds the best candidate
+    np.testing.assert_array_equal(model.policy.get_flat(), np.array(best["params"]))
+
+
+def test_multi_env_counts_episodes_exactly() -> None:
+    env = make_vec_env("CartPole-v1", n_envs=3, seed=0)
+    model = R2PO("MlpLinear", env, llm=ExampleLLM(seed=0), n_eval_episodes=4, warmup_episodes=2, seed=0, max_episodes=2 + 8 * 2)
+    model.learn(10**9)
+    assert model._episode_num == 18
+    assert sum(r["n_episodes"] for r in model.history if r["kind"] == "warmup") == 2
+    assert all(r["n_episodes"] == 4 for r in model.history if r["kind"] != "warmup")
+
+
+def test_keep_best_ties_go_to_the_revision() -> None:
+    # return of (W, b) on the bandit is W + b: search 2.0, revision 2.0 (tie) -> the revision is kept
+    llm = ScriptedLLM([vector(1.0, 1.0), vector(0.5, 1.5)])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
+    model.learn(10**6)
+    record = model.history[-1]
+    assert record["kind"] == "critic" and record["params"] == [0.5, 1.5]
+    assert record["revision"]["status"] == "kept" and record["mean_return"] == pytest.approx(2.0)
+
+
+def test_keep_best_rejects_a_worse_revision() -> None:
+    llm = ScriptedLLM([vector(1.0, 1.0), vector(0.0, 1.0)])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
+    model.learn(10**6)
+    record = model.history[-1]
+    assert record["kind"] == "search" and record["params"] == [1.0, 1.0]
+    assert record["revision"] == {"status": "rejected", "params": [0.0, 1.0], "mean_return": 1.0, "failures": []}
+    assert len(model.history) == 1  # only the kept candidate enters the history
+
+
+def test_unchanged_revision_is_not_evaluated_again() -> None:
+    llm = ScriptedLLM([vector(1.0, 1.0), vector(1.0, 1.0)])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
+    model.learn(1)
+    assert model._episode_num == 3
+    assert model.history[-1]["revision"]["status"] == "declined"
+
+
+def test_budget_too_small_for_the_revision_skips_the_critic() -> None:
+    llm = ScriptedLLM([vector(1.0, 1.0), vector(2.0, 2.0)])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=5, seed=0)
+    model.learn(10**6)
+    assert model._episode_num == 3 and len(llm.calls) == 1
+    assert model.history[-1]["revision"]["status"] == "skipped"
+
+
+def test_episode_cap_for_envs_without_time_limit() -> None:
+    model = R2PO("MlpLinear", EndlessEnv(), llm=ExampleLLM(), n_eval_episodes=2, warmup_episodes=1, max_episode_steps=25, seed=0, max_episodes=3)
+    model.learn(26)
+    assert model.num_timesteps == 3 * 25
+    assert all(r["mean_return"] == 25 for r in model.history)
+
+
+def test_total_timesteps_is_a_lower_bound_and_the_iteration_completes() -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), n_eval_episodes=3, warmup_episodes=2, seed=0)
+    model.learn(total_timesteps=1)  # the warm-up runs to its end, then the step budget is spent
+    assert model.iteration == 0 and model._episode_num == 2
+    steps = model.num_timesteps
+    model.learn(total_timesteps=1, reset_num_timesteps=False)  # one more step: one whole iteration
+    assert model.iteration == 1 and model.num_timesteps > steps + 1
+    assert model._episode_num in (2 + 3, 2 + 6)
+
+
+def test_learn_returns_the_model() -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), n_eval_episodes=1, warmup_episodes=1, seed=0)
+    assert model.learn(1) is model
+
+
+def test_seeded_runs_are_identical() -> None:
+    def run() -> list:
+        model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(seed=3), n_eval_episodes=3, warmup_episodes=3, seed=7)
+        model.learn(3000)
+        return model.history
+
+    assert run() == run()
+
+
+def test_target_and_tau_c_from_reward_threshold() -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM())
+    assert model.target == gym.spec("CartPole-v1").reward_threshold == 475.0
+    assert model.revision_threshold == pytest.approx(475.0 - 0.05 * 475.0)
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), target_return=500, tau_c=480)
+    assert (model.target, model.revision_threshold) == (500, 480)
+    model = R2PO("MlpLinear", "Pendulum-v1", llm=ExampleLLM())
+    assert model.target is None and model.revision_threshold is None
+
+
+def test_no_llm_work_at_construction() -> None:
+    # the default llm is gpt-oss-20b: constructing must not load or contact anything
+    model = R2PO("MlpLinear", "CartPole-v1")
+    assert model._backend is None
