@@ -1,0 +1,108 @@
+"""Misère Nim against an optimal opponent (``R2PO/Nim-v0``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class NimEnv(gym.Env[np.int64, np.int64]):
+    """
+    A single pile of sticks, misère rule: whoever takes the last stick loses.
+
+    The agent moves first from ``initial_sticks`` (10) sticks; every move removes 1, 2 or 3 sticks.
+    After each legal agent move that leaves sticks, the opponent replies optimally: it removes
+    ``(sticks + 3) % 4`` sticks when that is a legal positive move (leaving ``4k + 1`` sticks, a lost
+    position for the player to move), otherwise a uniformly random legal move drawn from the env's
+    seeded ``np_random``.
+
+    Action mapping: the action space is ``Discrete(3)`` and action ``a`` removes ``a + 1`` sticks
+    (0 -> 1 stick, 1 -> 2 sticks, 2 -> 3 sticks). This keeps the action set starting at 0, as
+    Stable-Baselines3 and a tabular policy (values ``0..2``) both assume, while the game's moves
+    stay 1, 2, 3.
+
+    Observation: ``Discrete(initial_sticks + 1)``, the number of sticks remaining (the agent always
+    observes its own turn; 0 only appears in the final observation of an episode).
+
+    Reward: +1 when the opponent is forced to take the last stick, -1 when the agent takes it, -1 for
+    an illegal move (more sticks than remain), which ends the episode at once; 0 otherwise.
+
+    With 10 sticks the agent can always win: take 1 (leaving 9) and then always leave ``4k + 1``.
+
+    :param initial_sticks: Sticks on the pile at the start of an episode.
+    :param render_mode: ``None``, ``"ansi"`` (a one-line text picture of the pile) or ``"rgb_array"`` (the
+        sticks drawn with numpy; Stable-Baselines3 asks for this mode when it makes an env from its id).
+    """
+
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012
+
+    def __init__(self, initial_sticks: int = 10, render_mode: str | None = None) -> None:
+        if initial_sticks < 1:
+            raise ValueError(f"initial_sticks must be positive, got {initial_sticks}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"Unsupported render_mode {render_mode!r}")
+        self.initial_sticks = int(initial_sticks)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Discrete(self.initial_sticks + 1)
+        self.action_space = spaces.Discrete(3)
+        self.sticks = self.initial_sticks
+        self.last_opponent_move: int | None = None
+
+    @staticmethod
+    def action_to_move(action: int) -> int:
+        """Number of sticks removed by ``action`` (``action + 1``)."""
+        return int(action) + 1
+
+    def opponent_move(self, sticks: int) -> int:
+        """
+        The opponent's move with ``sticks`` remaining (``sticks >= 1``).
+
+        :param sticks: Sticks on the pile when the opponent moves.
+        :return: Sticks the opponent removes.
+        """
+        move = (sticks + 3) % 4
+        if 1 <= move <= min(3, sticks):
+            return move
+        return int(self.np_random.integers(1, min(3, sticks) + 1))
+
+    def _obs(self) -> np.int64:
+        return np.int64(self.sticks)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.int64, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.sticks = self.initial_sticks
+        self.last_opponent_move = None
+        return self._obs(), {}
+
+    def step(self, action: int | np.integer) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
+        if not self.action_space.contains(action):
+            raise ValueError(f"Invalid action {action!r}: expected an integer in 0..2")
+        move = self.action_to_move(int(action))
+        self.last_opponent_move = None
+        if move > self.sticks:
+            return self._obs(), -1.0, True, False, {"illegal_move": True, "agent_move": move}
+        self.sticks -= move
+        if self.sticks == 0:
+            # The agent took the last stick: it loses.
+            return self._obs(), -1.0, True, False, {"illegal_move": False, "agent_move": move}
+        reply = self.opponent_move(self.sticks)
+        self.last_opponent_move = reply
+        self.sticks -= reply
+        info = {"illegal_move": False, "agent_move": move, "opponent_move": reply}
+        if self.sticks == 0:
+            # The opponent was forced to take the last stick: the agent wins.
+            return self._obs(), 1.0, True, False, info
+        return self._obs(), 0.0, False, False, info
+
+    def render(self) -> str | np.ndarray | None:
+        if self.render_mode == "ansi":
+            return f"{'|' * self.sticks} ({self.sticks} sticks)\n"
+        if self.render_mode == "rgb_array":
+            frame = np.full((64, 16 * self.initial_sticks + 8, 3), 255, dtype=np.uint8)
+            for i in range(self.sticks):
+                frame[8:56, 8 + 16 * i : 16 + 16 * i] = (139, 90, 43)
+            return frame
+        return None

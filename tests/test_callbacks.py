@@ -1,0 +1,101 @@
+import gymnasium as gym
+import pytest
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CheckpointCallback,
+    EvalCallback,
+    StopTrainingOnMaxEpisodes,
+)
+
+from sb3_r2po import R2PO, ExampleLLM
+
+
+def make_model(**kwargs) -> R2PO:
+    defaults = dict(llm=ExampleLLM(seed=0), n_eval_episodes=3, warmup_episodes=2, seed=0)
+    return R2PO("MlpLinear", "CartPole-v1", **{**defaults, **kwargs})
+
+
+class CountingCallback(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+        self.episodes = 0
+        self.rollouts = 0
+        self.started = self.ended = False
+
+    def _on_training_start(self) -> None:
+        self.started = True
+
+    def _on_rollout_start(self) -> None:
+        self.rollouts += 1
+
+    def _on_step(self) -> bool:
+        self.steps += 1
+        self.episodes += int(self.locals["dones"].sum())
+        assert "infos" in self.locals
+        return True
+
+    def _on_training_end(self) -> None:
+        self.ended = True
+
+
+def test_callback_sees_every_step_and_episode() -> None:
+    callback = CountingCallback()
+    model = make_model()
+    model.learn(2000, callback=callback)
+    assert callback.started and callback.ended
+    assert callback.steps == model.num_timesteps  # one env: one on_step per env step
+    assert callback.episodes == model._episode_num
+    assert callback.rollouts >= 2 + model.iteration  # one per evaluated candidate
+
+
+def test_stop_training_on_max_episodes() -> None:
+    model = make_model()
+    model.learn(10**6, callback=StopTrainingOnMaxEpisodes(max_episodes=9))
+    assert model._episode_num == 9  # stops at the step that ends the 9th episode
+    # an iteration cut short is not half-applied: every record holds complete evaluations
+    assert all(r["n_episodes"] == 3 for r in model.history if r["kind"] != "warmup")
+
+
+def test_callback_returning_false_keeps_history_consistent() -> None:
+    class StopAfter(BaseCallback):
+        def _on_step(self) -> bool:
+            return self.num_timesteps < 150
+
+    model = make_model()
+    model.learn(10**6, callback=StopAfter())
+    assert model.num_timesteps == 150
+    assert all(r["revision"]["status"] in {"kept", "rejected", "declined", "failed", "interrupted"} for r in model.history if r["kind"] != "warmup")
+
+
+def test_eval_callback_and_its_mid_training_save(tmp_path) -> None:
+    eval_env = gym.make("CartPole-v1")
+    callback = EvalCallback(eval_env, eval_freq=200, n_eval_episodes=2, best_model_save_path=str(tmp_path), verbose=0)
+    model = make_model()
+    model.learn(1500, callback=callback)
+    assert callback.last_mean_reward > -float("inf")
+    loaded = R2PO.load(tmp_path / "best_model.zip")
+    assert loaded.policy.parameter_space.size == 10
+
+
+def test_checkpoint_callback(tmp_path) -> None:
+    model = make_model()
+    model.learn(1000, callback=CheckpointCallback(save_freq=250, save_path=str(tmp_path), name_prefix="r2po"))
+    saved = sorted(tmp_path.glob("r2po_*_steps.zip"))
+    assert saved
+    R2PO.load(saved[-1], env=gym.make("CartPole-v1"))
+
+
+def test_progress_bar() -> None:
+    pytest.importorskip("tqdm")
+    pytest.importorskip("rich")
+    model = make_model()
+    model.learn(300, progress_bar=True)
+    assert model.num_timesteps >= 300
+
+
+def test_max_episodes_is_exact() -> None:
+    model = make_model(max_episodes=2 + 2 * 6 + 3)  # warm-up, two full iterations, then a search without revision
+    model.learn(10**9)
+    assert model._episode_num == 17
+    assert model.history[-1]["revision"]["status"] in {"skipped", "declined"} or model.iteration == 3

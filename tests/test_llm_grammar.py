@@ -1,0 +1,171 @@
+"""The GBNF grammars of the embedded backend: pure-python checks (a GBNF-to-regex translation for the
+subset the grammars use), plus llama.cpp's own parser when ``llama-cpp-python`` is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+from decimal import Decimal
+
+import pytest
+
+from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.llm.grammar import compile_grammar, magnitude_rule, parameter_grammar
+
+HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+_TOKEN = re.compile(r'\s*("(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|\{\d+,\d+\}|[A-Za-z_]\w*|[()|?])')
+
+
+def _literal(token: str) -> str:
+    body = token[1:-1].replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+    return re.escape(body)
+
+
+def gbnf_to_regex(text: str) -> re.Pattern[str]:
+    """Translate the (regular, non-recursive) GBNF subset :func:`parameter_grammar` emits into a regex."""
+    rules = {}
+    for line in text.strip().splitlines():
+        name, _, body = line.partition(" ::= ")
+        rules[name.strip()] = body
+
+    def expand(name: str) -> str:
+        out = []
+        pos = 0
+        body = rules[name]
+        while pos < len(body):
+            m = _TOKEN.match(body, pos)
+            assert m is not None, f"cannot tokenize {body[pos:]!r}"
+            tok = m.group(1)
+            pos = m.end()
+            if tok.startswith('"'):
+                out.append(_literal(tok))
+            elif tok.startswith("["):
+                out.append(tok)  # GBNF classes used here are regex classes as written
+            elif tok.startswith("{"):
+                out.append(tok)
+            elif tok == "(":
+                out.append("(?:")
+            elif tok in (")", "|", "?"):
+                out.append(tok)
+            else:
+                out.append(f"(?:{expand(tok)})")
+            if pos < len(body) and body[pos:].strip() == "":
+                break
+        return "".join(out)
+
+    return re.compile(expand("root"))
+
+
+def _all_values(low: float, high: float, decimals: int) -> list[str]:
+    step = Decimal(1).scaleb(-decimals)
+    lo, hi = Decimal(repr(low)), Decimal(repr(high))
+    v = lo.quantize(step, rounding="ROUND_CEILING")
+    out = []
+    while v <= hi:
+        out.append(f"{v:.{decimals}f}")
+        v += step
+    return out
+
+
+def _reply(values: list[str], style: str = "list") -> str:
+    if style == "list":
+        return "params: [" + ", ".join(values) + "]"
+    return ", ".join(f"params[{i}]: {v}" for i, v in enumerate(values))
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "decimals"),
+    [(-6.0, 6.0, 1), (-1.5, 12.25, 2), (0.0, 3.0, 0), (-10.0, 0.5, 0), (-123.0, 45.6, 1), (2.0, 5.0, 1), (-5.0, -2.0, 1)],
+)
+def test_every_value_in_range_is_accepted_and_magnitude_is_bounded(low: float, high: float, decimals: int) -> None:
+    space = ParameterSpace(size=1, low=low, high=high, decimals=decimals)
+    pattern = gbnf_to_regex(parameter_grammar(space))
+    in_range = _all_values(low, high, decimals)
+    for v in in_range:
+        if v.startswith("-") and float(v) == 0.0:
+            continue
+        assert pattern.fullmatch(_reply([v])), v
+    # just outside, on both sides, at the precision
+    step = 10.0**-decimals
+    for outside in (max(high, 0.0) + step, min(low, 0.0) - step, 10 * max(abs(low), abs(high)) + 1):
+        for sign in ("", "-"):
+            text = f"{sign}{abs(outside):.{decimals}f}"
+            if low <= float(text) <= high:
+                continue
+            if (low > 0 and 0 <= float(text) < low) or (high < 0 and high < float(text) <= 0):
+                continue  # the near side of a range excluding zero is left to clipping (documented)
+            assert not pattern.fullmatch(_reply([text])), text
+
+
+def test_number_shape_is_strict() -> None:
+    pattern = gbnf_to_regex(parameter_grammar(ParameterSpace(size=1, low=-6, high=6, decimals=1)))
+    for good in ("0.0", "-0.5", "6.0", "-6.0", "3.7"):
+        assert pattern.fullmatch(_reply([good]))
+    for bad in ("6.1", "-6.1", "7.0", "03.0", "1", "1.", ".5", "1.00", "+1.0", "1e0", "nan", " 1.0", "1.0 "):
+        assert not pattern.fullmatch(_reply([bad])), bad
+
+
+def test_exact_count_and_both_styles() -> None:
+    space = ParameterSpace(size=10)
+    values = ["1.0", "-2.5", "0.0", "6.0", "-6.0", "0.1", "5.9", "-0.1", "3.3", "2.2"]
+    listed = gbnf_to_regex(parameter_grammar(space, style="list"))
+    indexed = gbnf_to_regex(parameter_grammar(space, style="indexed"))
+    assert listed.fullmatch(_reply(values))
+    assert indexed.fullmatch(_reply(values, "indexed"))
+    assert indexed.fullmatch(space.format([float(v) for v in values]))  # ParameterSpace.format's own output
+    assert not listed.fullmatch(_reply(values, "indexed"))
+    assert not indexed.fullmatch(_reply(values))
+    for wrong in (values[:9], [*values, "1.0"]):
+        assert not listed.fullmatch(_reply(wrong))
+        assert not indexed.fullmatch(_reply(wrong, "indexed"))
+
+
+def test_discrete_space_allows_only_the_value_set() -> None:
+    space = ParameterSpace(size=3, values=(1, 2, 3))
+    pattern = gbnf_to_regex(parameter_grammar(space))
+    for combo in itertools.product("123", repeat=3):
+        assert pattern.fullmatch(_reply(list(combo)))
+    for bad in (["0", "1", "2"], ["4", "1", "1"], ["1.0", "2", "3"], ["-1", "2", "3"]):
+        assert not pattern.fullmatch(_reply(bad))
+    negative = gbnf_to_regex(parameter_grammar(ParameterSpace(size=1, values=(-1, 0, 10))))
+    assert all(negative.fullmatch(_reply([v])) for v in ("-1", "0", "10"))
+    assert not negative.fullmatch(_reply(["1"]))
+
+
+def test_optional_reason_line() -> None:
+    space = ParameterSpace(size=2)
+    pattern = gbnf_to_regex(parameter_grammar(space, reason_chars=20))
+    assert pattern.fullmatch("params: [1.0, 2.0]")
+    assert pattern.fullmatch("raise the pole gain\nparams: [1.0, 2.0]")
+    assert not pattern.fullmatch("x" * 21 + "\nparams: [1.0, 2.0]")
+    assert not pattern.fullmatch("two\nlines\nparams: [1.0, 2.0]")
+    assert not pattern.fullmatch("params: [9.0, 9.0]\nparams: [1.0, 2.0]")  # no brackets in the reason
+    assert not gbnf_to_regex(parameter_grammar(space)).fullmatch("why\nparams: [1.0, 2.0]")
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="style"):
+        parameter_grammar(ParameterSpace(size=2), style="json")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="reason_chars"):
+        parameter_grammar(ParameterSpace(size=2), reason_chars=-1)
+    with pytest.raises(ValueError, match="limit"):
+        magnitude_rule(float("inf"), 1)
+
+
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
+@pytest.mark.parametrize(
+    "space",
+    [
+        ParameterSpace(size=10),
+        ParameterSpace(size=18, low=-6, high=6, decimals=2),
+        ParameterSpace(size=3, low=-1.5, high=123.45, decimals=0),
+        ParameterSpace(size=16, values=(0, 1, 2, 3)),
+    ],
+)
+@pytest.mark.parametrize("style", ["list", "indexed"])
+@pytest.mark.parametrize("reason_chars", [0, 160])
+def test_llama_cpp_parses_the_grammar(space: ParameterSpace, style: str, reason_chars: int) -> None:
+    grammar = compile_grammar(parameter_grammar(space, style=style, reason_chars=reason_chars))  # type: ignore[arg-type]
+    assert grammar is not None

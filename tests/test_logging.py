@@ -1,0 +1,52 @@
+import pytest
+from helpers import ScriptedLLM
+from stable_baselines3.common.logger import configure
+
+from sb3_r2po import R2PO, ExampleLLM
+
+SCALARS = [
+    "rollout/ep_rew_mean",
+    "rollout/ep_len_mean",
+    "time/episodes",
+    "time/total_timesteps",
+    "r2po/search_return",
+    "r2po/critic_return",
+    "r2po/revision_kept",
+    "r2po/best_return",
+    "r2po/iteration",
+    "llm/calls",
+    "llm/parse_failures",
+    "llm/fallbacks",
+    "llm/seconds",
+    "llm/prompt_tokens",
+    "llm/completion_tokens",
+]
+
+
+def test_tensorboard_event_file_holds_the_keys(tmp_path) -> None:
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    # a scripted LLM that reports token usage; the critic always edits, so critic_return is logged
+    replies = [f"params: [{i % 5}.0, 1.0, 0.5, {i % 3}.0, 0.1, 0.2, 0.3, 0.4, 0.5, {i}.0]" for i in range(1, 6)]
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ScriptedLLM(replies), n_eval_episodes=2, warmup_episodes=2, seed=0,
+                 tensorboard_log=str(tmp_path), max_episodes=10)
+    model.learn(10**6, tb_log_name="run")
+    (run_dir,) = list(tmp_path.glob("run_*"))
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    missing = [key for key in SCALARS if key not in tags["scalars"]]
+    assert not missing, f"missing scalars: {missing}"
+    assert "r2po/theta" in tags["histograms"]
+    text_tags = set(tags["tensors"])
+    assert {"llm_text/search_prompt/text_summary", "llm_text/critic_reply/text_summary"} <= text_tags
+
+
+def test_text_is_not_printed_to_stdout(tmp_path, capsys) -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), n_eval_episodes=2, warmup_episodes=2, seed=0, verbose=1)
+    model.set_logger(configure(str(tmp_path), ["stdout", "csv", "json"]))
+    model.learn(200)
+    out = capsys.readouterr().out
+    assert "best_return" in out and "search_return" in out
+    assert "ExampleLLM" not in out and "Search step" not in out
+    csv_header = (tmp_path / "progress.csv").read_text().splitlines()[0]
+    assert "llm_text" not in csv_header and "theta" not in csv_header

@@ -1,0 +1,91 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from sb3_r2po import R2PO, ExampleLLM
+from sb3_r2po.r2po.policies import MAX_TABULAR_STATES, LinearPolicy, TabularPolicy
+
+
+def test_linear_layout_is_state_major_with_bias_last() -> None:
+    policy = LinearPolicy(spaces.Box(-1, 1, (3,)), spaces.Discrete(2))
+    assert policy.parameter_space.size == 3 * 2 + 2
+    theta = np.arange(8, dtype=np.float64)
+    policy.set_flat(theta)
+    w, b = policy.weights()
+    assert w[1, 0] == theta[1 * 2 + 0] and w[2, 1] == theta[2 * 2 + 1]
+    np.testing.assert_array_equal(b, [6.0, 7.0])
+    obs = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0]])
+    # y = s @ W + b: first row y = [0+6, 1+7] -> argmax 1; second row y = [-4+6, -5+7] = [2, 2] -> tie -> 0
+    np.testing.assert_array_equal(policy.act(obs), [1, 0])
+
+
+@pytest.mark.parametrize("env_id, n_params", [("CartPole-v1", 10), ("MountainCar-v0", 9), ("MountainCarContinuous-v0", 3), ("Pendulum-v1", 4)])
+def test_parameter_counts(env_id: str, n_params: int) -> None:
+    env = gym.make(env_id)
+    assert LinearPolicy(env.observation_space, env.action_space).parameter_space.size == n_params
+
+
+def test_box_actions_are_clipped() -> None:
+    policy = LinearPolicy(spaces.Box(-1, 1, (1,)), spaces.Box(-2, 2, (1,), dtype=np.float32))
+    policy.set_flat(np.array([10.0, 0.0]))
+    actions = policy.act(np.array([[1.0], [-1.0], [0.1]]))
+    np.testing.assert_allclose(actions.reshape(-1), [2.0, -2.0, 1.0])
+    assert actions.dtype == np.float32
+
+
+def test_tabular_policy() -> None:
+    policy = TabularPolicy(spaces.Discrete(4), spaces.Discrete(3))
+    assert policy.parameter_space.values == (0, 1, 2)
+    policy.set_flat(np.array([2.0, 1.0, 0.0, 2.0]))
+    np.testing.assert_array_equal(policy.act(np.array([0, 1, 2, 3])), [2, 1, 0, 2])
+    shifted = TabularPolicy(spaces.Discrete(3, start=1), spaces.Discrete(2, start=5))
+    assert shifted.parameter_space.values == (5, 6)
+    shifted.set_flat(np.array([5.0, 6.0, 5.0]))
+    np.testing.assert_array_equal(shifted.act(np.array([1, 2, 3])), [5, 6, 5])
+
+
+def test_predict_matches_the_numpy_forward() -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM())
+    model.policy.set_flat(np.linspace(-3, 3, 10).round(1))
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    np.testing.assert_array_equal(model.predict(obs, deterministic=True)[0], model.policy.act(obs))
+
+
+@pytest.mark.parametrize(
+    "policy, observation_space, action_space, match",
+    [
+        ("MlpLinear", spaces.Dict({"a": spaces.Box(-1, 1, (2,))}), spaces.Discrete(2), "Box observation"),
+        ("MlpLinear", spaces.Box(0, 255, (32, 32, 3), dtype=np.uint8), spaces.Discrete(2), "non-image"),
+        ("MlpLinear", spaces.Discrete(4), spaces.Discrete(2), "Tabular"),
+        ("MlpLinear", spaces.Box(-1, 1, (2,)), spaces.MultiDiscrete([2, 3]), "MultiDiscrete"),
+        ("Tabular", spaces.Box(-1, 1, (2,)), spaces.Discrete(2), "Discrete observation"),
+        ("Tabular", spaces.Discrete(MAX_TABULAR_STATES + 1), spaces.Discrete(2), "limit"),
+        ("Tabular", spaces.Discrete(4), spaces.Box(-1, 1, (1,)), "Discrete action"),
+    ],
+)
+def test_unsupported_spaces_raise(policy: str, observation_space: spaces.Space, action_space: spaces.Space, match: str) -> None:
+    policy_class = R2PO.policy_aliases[policy]
+    with pytest.raises(ValueError, match=match):
+        policy_class(observation_space, action_space)
+
+
+def test_unbounded_box_actions_raise() -> None:
+    with pytest.raises(ValueError, match="bounded"):
+        LinearPolicy(spaces.Box(-1, 1, (2,)), spaces.Box(-np.inf, np.inf, (1,)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n_eval_episodes=0), "n_eval_episodes"),
+        (dict(param_bounds=(1, -1)), "reversed"),
+        (dict(param_bounds=(1, 1)), "reversed"),
+        (dict(step_size=0), "step_size"),
+        (dict(max_episodes=0), "max_episodes"),
+        (dict(llm="no such llm form!"), "matches no accepted form"),
+    ],
+)
+def test_bad_hyperparameters_raise_at_construction(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        R2PO("MlpLinear", "CartPole-v1", **{"llm": ExampleLLM(), **kwargs})

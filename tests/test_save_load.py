@@ -1,0 +1,74 @@
+import json
+import zipfile
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from helpers import ScriptedLLM
+
+from sb3_r2po import R2PO, ExampleLLM
+
+
+@pytest.mark.parametrize("env_id, policy", [("CartPole-v1", "MlpLinear"), ("Pendulum-v1", "MlpLinear"), ("FrozenLake-v1", "Tabular")])
+def test_save_load_round_trip(tmp_path, env_id: str, policy: str) -> None:
+    model = R2PO(policy, env_id, llm="example:0", n_eval_episodes=2, warmup_episodes=3, seed=0)
+    model.learn(300)
+    path = tmp_path / "model.zip"
+    model.save(path)
+
+    loaded = R2PO.load(path, env=gym.make(env_id))
+    assert loaded.history == model.history
+    assert loaded.iteration == model.iteration and loaded.llm == "example:0"
+    np.testing.assert_array_equal(loaded.policy.get_flat(), model.policy.get_flat())
+    obs = np.stack([model.observation_space.sample() for _ in range(32)])
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
+    assert loaded._backend is None  # no LLM work at load
+
+
+def test_learning_continues_after_load(tmp_path) -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm="example:1", n_eval_episodes=2, warmup_episodes=2, seed=0)
+    model.learn(200)
+    n_history, iteration, episodes = len(model.history), model.iteration, model._episode_num
+    model.save(tmp_path / "m")
+    loaded = R2PO.load(tmp_path / "m", env=gym.make("CartPole-v1"))
+    loaded.learn(200, reset_num_timesteps=False)
+    assert loaded.iteration > iteration and len(loaded.history) > n_history
+    assert loaded.history[:n_history] == model.history  # the full history is continued, not restarted
+    assert sum(r["kind"] == "warmup" for r in loaded.history) == 2  # no second warm-up
+    assert loaded._episode_num > episodes
+
+
+def test_llm_object_is_never_saved(tmp_path) -> None:
+    llm = ScriptedLLM(["params: [1, 2, 3, 4, 5, 6, 7, 8, 9, 0]"])
+    llm.secret = "sk-should-never-be-saved"  # type: ignore[attr-defined]
+    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=1, warmup_episodes=1, seed=0, max_episodes=2)
+    model.learn(10)
+    model.save(tmp_path / "m.zip")
+    with zipfile.ZipFile(tmp_path / "m.zip") as archive:
+        blob = b"".join(archive.read(name) for name in archive.namelist())
+        data = json.loads(archive.read("data"))
+    assert b"sk-should-never-be-saved" not in blob and b"ScriptedLLM" not in blob
+    assert "llm" not in data and "_backend" not in data
+    assert isinstance(data["history"], list)  # plain JSON, readable without sb3_r2po
+
+    loaded = R2PO.load(tmp_path / "m.zip", env=gym.make("CartPole-v1"))
+    with pytest.raises(ValueError, match="Pass one again"):
+        loaded.learn(10)
+    loaded = R2PO.load(tmp_path / "m.zip", env=gym.make("CartPole-v1"), llm=ExampleLLM())
+    loaded.learn(10, reset_num_timesteps=False)
+
+
+def test_history_is_json_serialisable() -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), n_eval_episodes=2, warmup_episodes=2, seed=0)
+    model.learn(100)
+    assert json.loads(json.dumps(model.history)) == model.history
+    record = model.history[-1]
+    assert {"params", "mean_return", "kind", "iteration", "search", "revision", "episodes", "timesteps"} <= set(record)
+
+
+def test_policy_save_load(tmp_path) -> None:
+    model = R2PO("Tabular", "FrozenLake-v1", llm=ExampleLLM(), n_eval_episodes=2, warmup_episodes=2, seed=0)
+    model.learn(50)
+    model.policy.save(tmp_path / "policy.pth")
+    policy = type(model.policy).load(tmp_path / "policy.pth")
+    np.testing.assert_array_equal(policy.get_flat(), model.policy.get_flat())
