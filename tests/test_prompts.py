@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+from helpers import BanditEnv, ScriptedLLM, vector
+
+from sb3_r2po import R2PO
+from sb3_r2po.common.evidence import build_evidence
+from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.rollouts import Episode
+from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
+from sb3_r2po.prompts.tasks import TaskDescription
+
+
+def run_cartpole(n_iterations: int = 1) -> ScriptedLLM:
+    llm = ScriptedLLM([vector(*([0.5] * 9 + [float(i)])) for i in range(1, 10)])
+    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=2 + 6 * n_iterations)
+    model.learn(10**6)
+    return llm
+
+
+def test_search_prompt_content() -> None:
+    llm = run_cartpole()
+    search = llm.calls[0]
+    assert search[0]["role"] == "system" and "Search" in search[0]["content"]
+    prompt = search[1]["content"]
+    assert "Balance a pole" in prompt  # the registered CartPole task description
+    assert "There are 10 parameters" in prompt and "[-6.0, 6.0]" in prompt
+    assert "The target mean return is 475" in prompt
+    assert "2 parameter vectors evaluated so far" in prompt
+    assert "Do not propose a vector that is already in the history" in prompt and "about 1.0" in prompt
+    assert "params[8], params[9]: b (bias)" in prompt
+    assert "Median episode" not in prompt
+
+
+def test_critic_prompt_holds_the_evidence_package() -> None:
+    llm = run_cartpole()
+    prompt = llm.calls[1][1]["content"]
+    assert "Critic" in llm.calls[1][0]["content"]
+    assert "## Candidate under review\nparams[0]: 0.5" in prompt
+    assert "Statistics:" in prompt and "reached the target in 0 of 3 episodes" in prompt
+    assert "Median episode" in prompt and "Worst episode" not in prompt
+    assert "## Revision rule" in prompt and "451.2" in prompt and "below this threshold" in prompt
+    assert "systematic" in prompt and "at most 1.0 per parameter" in prompt
+
+
+def test_no_target_no_rule() -> None:
+    llm = ScriptedLLM([vector(1.0, 1.0), vector(0.5, 0.5)])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=0)
+    model.learn(1)
+    assert "target" not in llm.calls[0][1]["content"].lower().replace("target mean", "")
+    assert "Revision rule" not in llm.calls[1][1]["content"] and "reached the target" not in llm.calls[1][1]["content"]
+    assert "An unknown control task" in llm.calls[0][1]["content"]  # the generated description
+
+
+def test_values_cannot_inject_template_syntax() -> None:
+    builder = PromptBuilder()
+    evil = "{{ 7 * 7 }} {% for x in range(3) %}X{% endfor %}"
+    task = TaskDescription(summary=evil, observations=(evil,), actions=("a",), reward=evil, episode_end=evil)
+    ctx = PromptContext(
+        task=task,
+        layout=(evil,),
+        space=ParameterSpace(2),
+        target=None,
+        history=(HistoryLine(evil, 1.0, 1),),
+        iteration=1,
+        total_iterations=None,
+        step_size=1.0,
+    )
+    text = builder.search(ctx)[1]["content"]
+    assert evil in text and "49" not in text and "XXX" not in text
+    assert evil in builder.retry(evil, ParameterSpace(2))["content"]
+
+
+def test_tabular_prompt_lists_the_action_set() -> None:
+    llm = ScriptedLLM(["params: " + str([0] * 16)])
+    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=3)
+    model.learn(10**6)
+    prompt = llm.calls[0][1]["content"]
+    assert "Each one must be one of the values 0, 1, 2, 3" in prompt
+    assert "params[s] is the action taken in state s" in prompt
+
+
+@pytest.mark.parametrize("max_steps, shown", [(None, 30), (10, 10)])
+def test_critic_trajectory_budget(max_steps: int | None, shown: int) -> None:
+    episodes = [Episode([np.zeros(2)] * 31, [np.array(0)] * 30, [1.0] * 30, "terminated")]
+    evidence = build_evidence(episodes, None, None, max_steps)
+    assert sum(line.startswith("t=") for line in evidence.trajectories["median"].lines) == shown
