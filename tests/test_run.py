@@ -59,7 +59,7 @@ def test_keep_best_rejects_a_worse_revision() -> None:
     model.learn(10**6)
     record = model.history[-1]
     assert record["kind"] == "search" and record["params"] == [1.0, 1.0]
-    assert record["revision"] == {"status": "rejected", "params": [0.0, 1.0], "mean_return": 1.0, "failures": []}
+    assert record["revision"] == {"role": "critic", "status": "rejected", "params": [0.0, 1.0], "mean_return": 1.0, "failures": []}
     assert len(model.history) == 1  # only the kept candidate enters the history
 
 

@@ -169,27 +169,45 @@ class EvidencePackage:
     above_tau_c: bool
 
 
+SELECTORS = {
+    "median": median_index,
+    "mean": mean_closest_index,
+    "worst": lambda returns: int(np.argmin(returns)),
+    "best": lambda returns: int(np.argmax(returns)),
+}
+"""How each named trajectory is picked from the K returns (ties to the lowest index)."""
+
+
 def build_evidence(
     episodes: Sequence[Episode],
     target: float | None,
     tau_c: float | None,
     max_steps: int | None = 40,
+    *,
+    statistics: bool = True,
+    trajectories: Sequence[str] = ("median",),
+    rule: bool = True,
 ) -> EvidencePackage:
     """
-    R2PO's evidence package: statistics, the median trajectory and (when ``tau_c`` is set) the rule.
+    The evidence package of a candidate. R2PO's defaults: statistics, the median trajectory and (when
+    ``tau_c`` is set) the revision rule; the ablation variants switch parts off or show other trajectories.
 
     :param episodes: The K episodes of the candidate.
     :param target: The target return (defines success); may be ``None``.
     :param tau_c: Revision-rule threshold; ``None`` disables the rule.
-    :param max_steps: Step budget of the rendered trajectory.
+    :param max_steps: Step budget of each rendered trajectory (head and tail kept).
+    :param statistics: Whether to include the aggregate statistics.
+    :param trajectories: Which trajectories to show, by name (see :data:`SELECTORS`).
+    :param rule: Whether to include the revision rule (needs ``tau_c``).
     """
     stats = summarize(episodes, target)
     returns = [ep.total_return for ep in episodes]
-    med = episodes[median_index(returns)]
+    shown = {name: episodes[SELECTORS[name](returns)] for name in trajectories}
+    threshold = tau_c if rule else None
     return EvidencePackage(
-        statistics=stats,
-        trajectories={"median": render_trajectory(med, max_steps)},
-        trajectory_returns={"median": med.total_return},
-        tau_c=tau_c,
-        above_tau_c=tau_c is not None and stats.mean_return >= tau_c,
+        statistics=stats if statistics else None,
+        trajectories={name: render_trajectory(ep, max_steps) for name, ep in shown.items()},
+        trajectory_returns={name: ep.total_return for name, ep in shown.items()},
+        tau_c=threshold,
+        above_tau_c=threshold is not None and stats.mean_return >= threshold,
     )

@@ -116,7 +116,7 @@ class PromptBuilder:
     def critic(self, ctx: PromptContext, candidate: HistoryLine, evidence: EvidencePackage) -> list[Message]:
         """The Critic-LLM's messages: revise ``candidate`` given its evidence package."""
         return [
-            {"role": "system", "content": self._render("critic_system.j2")},
+            {"role": "system", "content": self._render("critic_system.j2", keep_best=ctx.extra.get("keep_best", True))},
             {"role": "user", "content": self._render("critic_user.j2", candidate=candidate, evidence=evidence, **self._common(ctx))},
         ]
 

@@ -32,13 +32,15 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from sb3_r2po.common.asking import Answer, ask_for_params
-from sb3_r2po.common.evidence import build_evidence
+from sb3_r2po.common.evidence import EvidencePackage, build_evidence
 from sb3_r2po.common.rollouts import RolloutResult, run_episodes
+from sb3_r2po.diagnostics import diagnose_revision
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec, make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import describe_task
 from sb3_r2po.r2po.policies import CompactPolicy, LinearPolicy, TabularPolicy
+from sb3_r2po.variants import Variant, get_variant
 
 SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
 
@@ -64,6 +66,7 @@ class R2PO(BaseAlgorithm):
     :param env: The environment (a gymnasium id, an env or a VecEnv).
     :param llm: The LLM: a string (see :mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable
         ``(messages) -> str``. Nothing is loaded or contacted before the first ``learn()``; the backend is never saved.
+    :param variant: ``"r2po"`` or one of the paper's baselines and ablations (see :mod:`sb3_r2po.variants`).
     :param n_eval_episodes: K, the episodes per evaluated candidate.
     :param warmup_episodes: Random candidates evaluated for one episode each before the first iteration.
     :param target_return: The target mean return shown to the LLM; defaults to the env spec's ``reward_threshold``.
@@ -100,6 +103,7 @@ class R2PO(BaseAlgorithm):
         policy: str | type[CompactPolicy],
         env: GymEnv | str,
         llm: LLMSpec | None = "openai/gpt-oss-20b",
+        variant: str = "r2po",
         n_eval_episodes: int = 20,
         warmup_episodes: int = 20,
         target_return: float | None = None,
@@ -148,8 +152,10 @@ class R2PO(BaseAlgorithm):
             raise ValueError(f"step_size must be > 0, got {step_size}")
         if llm is not None:
             check_llm_spec(llm)
+        get_variant(variant)
 
         self.llm = llm
+        self.variant = variant
         self.n_eval_episodes = n_eval_episodes
         self.warmup_episodes = warmup_episodes
         self.target_return = target_return
@@ -179,6 +185,8 @@ class R2PO(BaseAlgorithm):
         self._backend: ChatBackend | None = None
         self._prompts: PromptBuilder | None = None
         self._last_exchanges: dict[str, tuple[str, str]] = {}
+
+        self._last_result: RolloutResult | None = None
 
         if _init_setup_model:
             self._setup_model()
@@ -210,10 +218,15 @@ class R2PO(BaseAlgorithm):
         return spec.id, spec.reward_threshold, spec.max_episode_steps
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges"]
+        excluded = [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges", "_last_result"]
         if not isinstance(self.llm, str):
             excluded.append("llm")  # a backend object or callable is never saved (it may hold keys or clients)
         return excluded
+
+    @property
+    def variant_spec(self) -> Variant:
+        """The :class:`~sb3_r2po.variants.Variant` named by ``variant``."""
+        return get_variant(self.variant)
 
     @property
     def target(self) -> float | None:
@@ -320,21 +333,27 @@ class R2PO(BaseAlgorithm):
 
     # ------------------------------------------------------------------ LLM roles
 
-    def _context(self) -> PromptContext:
+    def _context(self, extra: tuple[tuple[np.ndarray, RolloutResult], ...] = ()) -> PromptContext:
+        """What every prompt shows; ``extra`` appends candidates evaluated earlier in this iteration."""
         best = self.best_record()
         planned = None
         if self.max_episodes is not None:
-            planned = self.iteration + max(1, math.ceil(self._episodes_left() / (2 * self.n_eval_episodes)))
+            per_iteration = self.variant_spec.candidates_per_iteration * self.n_eval_episodes
+            planned = self.iteration + max(1, math.ceil(self._episodes_left() / max(1, per_iteration)))
+        lines = [HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"]) for r in self.history]
+        lines += [HistoryLine(self._format(p), float(res.returns.mean()), len(res.episodes)) for p, res in extra]
+        show_task = self.variant_spec.task_description
         return PromptContext(
-            task=describe_task(self.env_id, self.observation_space, self.action_space),
+            task=describe_task(self.env_id, self.observation_space, self.action_space) if show_task else None,
             layout=self.policy.layout_lines(),
             space=self.policy.parameter_space,
             target=self.target,
-            history=tuple(HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"]) for r in self.history),
+            history=tuple(lines),
             iteration=self.iteration + 1,
             total_iterations=planned,
             step_size=self.step_size,
             best=None if best is None else best["mean_return"],
+            extra={"keep_best": self.variant_spec.keep_best},
         )
 
     def _format(self, params: list[float] | np.ndarray) -> str:
@@ -366,16 +385,23 @@ class R2PO(BaseAlgorithm):
             print(f"R2PO: {role} reply adjusted: " + "; ".join(answer.notes), file=sys.stderr)
         return answer
 
-    def _search(self) -> tuple[np.ndarray, str, list[str]]:
-        """Step 1: the Search-LLM proposes ``theta_init``; a failure falls back to a perturbation of the best."""
+    def _not_new(self, also: tuple[np.ndarray, ...] = ()) -> Callable[[np.ndarray], str | None]:
+        """A check rejecting vectors of the history and ``also`` (candidates of the running iteration)."""
+
+        def check(params: np.ndarray) -> str | None:
+            if any(np.array_equal(params, other) for other in also):
+                return "this vector was already proposed in this iteration; propose a different one"
+            return self._seen_error(params)
+
+        return check
+
+    def _search(self, extra: tuple[tuple[np.ndarray, RolloutResult], ...] = (), also: tuple[np.ndarray, ...] = ()) -> Answer:
+        """The Search-LLM proposes a new vector from the history (plus ``extra``); never one of ``also``."""
         assert self._prompts is not None
-        answer = self._ask("search", self._prompts.search(self._context()), self._seen_error)
-        if answer.params is not None:
-            return answer.params, "search", answer.failures
-        self.llm_stats["fallbacks"] += 1
-        return self._fallback_params(), "fallback", answer.failures
+        return self._ask("search", self._prompts.search(self._context(extra)), self._not_new(also))
 
     def _fallback_params(self) -> np.ndarray:
+        """A Gaussian perturbation of the best candidate at ``step_size`` that is not in the history."""
         space = self.policy.parameter_space
         best = self.best_record()
         for _ in range(100):
@@ -384,14 +410,30 @@ class R2PO(BaseAlgorithm):
                 return params
         return space.sample(self._rng)
 
-    def _revise(self, theta_init: np.ndarray, init: RolloutResult) -> tuple[np.ndarray | None, list[str]]:
-        """Step 4: the Critic-LLM revises ``theta_init`` from its evidence package (``None``: no usable revision)."""
+    def _critic_evidence(self, result: RolloutResult | None) -> EvidencePackage:
+        spec = self.variant_spec.critic
+        assert spec is not None
+        if result is None:  # critic_only after a load: the last candidate's episodes are not saved
+            return EvidencePackage(None, {}, {}, None, False)
+        max_steps = spec.max_steps if spec.max_steps is not None else self.max_trajectory_steps
+        return build_evidence(
+            result.episodes,
+            self.target,
+            self.revision_threshold,
+            max_steps,
+            statistics=spec.statistics,
+            trajectories=spec.trajectories,
+            rule=spec.rule,
+        )
+
+    def _revise(self, theta: np.ndarray, mean_return: float, n_episodes: int, evidence: EvidencePackage) -> Answer:
+        """The Critic-LLM revises ``theta`` from its evidence package; repeating ``theta`` declines."""
         assert self._prompts is not None
-        evidence = build_evidence(init.episodes, self.target, self.revision_threshold, self.max_trajectory_steps)
-        returns = init.returns
-        candidate = HistoryLine(self._format(theta_init), float(returns.mean()), len(returns))
-        answer = self._ask("critic", self._prompts.critic(self._context(), candidate, evidence), self._seen_error)
-        return answer.params, answer.failures
+        candidate = HistoryLine(self._format(theta), mean_return, n_episodes)
+        messages = self._prompts.critic(self._context(), candidate, evidence)
+        unchanged_ok = self.variant_spec.search != "none"  # critic_only: an unchanged vector would be re-evaluated
+        check = self._seen_error if unchanged_ok else self._not_new()
+        return self._ask("critic", messages, check)
 
     # ------------------------------------------------------------------ the loop
 
@@ -405,43 +447,118 @@ class R2PO(BaseAlgorithm):
             result = self._evaluate(params, 1, callback)
             if result is None:
                 return False
+            self._last_result = result
             self._commit(self._record("warmup", params, result))
         return True
 
     def _iterate(self, callback: BaseCallback) -> bool:
-        """One R2PO iteration (the algorithm box of the module docstring). False if training must stop."""
-        k = self.n_eval_episodes
-        theta_init, search_kind, search_failures = self._search()  # 1. Search-LLM
+        """One iteration of the configured variant (R2PO: the algorithm box of the module docstring)."""
+        variant, k = self.variant_spec, self.n_eval_episodes
+        if variant.search == "none":
+            return self._iterate_critic_only(callback)
+
+        search = self._search()  # 1. Search-LLM proposes theta_init
+        theta_init, init_kind = (search.params, "search") if search.params is not None else (self._fallback_params(), "fallback")
+        self.llm_stats["fallbacks"] += int(init_kind == "fallback")
         init = self._evaluate(theta_init, k, callback)  # 2. K rollouts
         if init is None:
             return False
-        revision: dict[str, Any] = {"status": "skipped", "params": None, "mean_return": None, "failures": []}
-        kept, kept_kind = init, search_kind
-        theta_kept = theta_init
-        if self._episodes_left() >= k:
-            theta_rev, critic_failures = self._revise(theta_init, init)  # 3. evidence + 4. Critic-LLM
-            revision["failures"] = critic_failures
-            if theta_rev is None:
-                revision["status"] = "failed"
-            elif np.array_equal(theta_rev, theta_init):
-                revision.update(status="declined", params=[float(v) for v in theta_rev])
+        init_mean = float(init.returns.mean())
+
+        second: dict[str, Any] = {"role": None, "status": "none", "params": None, "mean_return": None, "failures": []}
+        kept = (theta_init, init, init_kind)
+        diagnostics = None
+        if variant.calls_per_iteration > 1:
+            second["role"] = "critic" if variant.critic is not None else "search"
+            if self._episodes_left() < k:
+                second["status"] = "skipped"  # the episode budget cannot pay for a second evaluation
             else:
-                rev = self._evaluate(theta_rev, k, callback)  # 5. K rollouts
-                revision["params"] = [float(v) for v in theta_rev]
-                if rev is None:
-                    revision["status"] = "interrupted"
+                if variant.critic is not None:
+                    evidence = self._critic_evidence(init)  # 3. evidence package
+                    answer = self._revise(theta_init, init_mean, k, evidence)  # 4. Critic-LLM revises
                 else:
-                    revision["mean_return"] = float(rev.returns.mean())
-                    if rev.returns.mean() >= init.returns.mean():  # 6. keep-best, ties to the revision
-                        kept, kept_kind, theta_kept = rev, "critic", theta_rev
-                        revision["status"] = "kept"
+                    shown = ((theta_init, init),) if variant.search == "two_sequential" else ()
+                    answer = self._search(extra=shown, also=(theta_init,))  # second Search proposal
+                    evidence = None
+                second["failures"] = answer.failures
+                theta_2 = answer.params
+                if theta_2 is None:
+                    second["status"] = "failed"
+                elif np.array_equal(theta_2, theta_init):
+                    second.update(status="declined", params=[float(v) for v in theta_2])
+                else:
+                    result_2 = self._evaluate(theta_2, k, callback)  # 5. K rollouts
+                    second["params"] = [float(v) for v in theta_2]
+                    if result_2 is None:
+                        second["status"] = "interrupted"
                     else:
-                        revision["status"] = "rejected"
-        search = {"kind": search_kind, "params": [float(v) for v in theta_init], "mean_return": float(init.returns.mean())}
-        search["failures"] = search_failures
+                        mean_2 = float(result_2.returns.mean())
+                        second["mean_return"] = mean_2
+                        if mean_2 >= init_mean or not variant.keep_best:  # 6. keep-best, ties to the second
+                            kept = (theta_2, result_2, second["role"])
+                            second["status"] = "kept"
+                        else:
+                            second["status"] = "rejected"
+                if variant.critic is not None and theta_2 is not None and evidence is not None:
+                    diagnostics = diagnose_revision(
+                        theta_init,
+                        theta_2,
+                        init_mean,
+                        second["mean_return"],
+                        answer.calls[-1].reply,
+                        accepted=second["status"] in ("kept", "declined"),
+                        above_tau_c=self.revision_threshold is not None and init_mean >= self.revision_threshold,
+                    )
+
+        theta_kept, result_kept, kind_kept = kept
+        first = {"kind": init_kind, "params": [float(v) for v in theta_init], "mean_return": init_mean, "failures": search.failures}
         self.iteration += 1
-        self._commit(self._record(kept_kind, theta_kept, kept, search=search, revision=revision))  # 7. history
-        return revision["status"] != "interrupted"
+        extra: dict[str, Any] = {"search": first, "revision": second}
+        if diagnostics is not None:
+            extra["diagnostics"] = diagnostics
+        self._last_result = result_kept
+        self._commit(self._record(kind_kept, theta_kept, result_kept, **extra))  # 7. only the kept one enters the history
+        return second["status"] != "interrupted"
+
+    def _iterate_critic_only(self, callback: BaseCallback) -> bool:
+        """``critic_only``: revise the last candidate from its representative rollout; always commit."""
+        k = self.n_eval_episodes
+        if not self.history:
+            theta, kind, failures, answer = self._fallback_params(), "fallback", [], None
+            last = None
+        else:
+            last = self.history[-1]
+            last_result = self._last_result if self._last_result_is(last) else None
+            evidence = self._critic_evidence(last_result)
+            answer = self._revise(np.asarray(last["params"]), last["mean_return"], last["n_episodes"], evidence)
+            theta, kind, failures = answer.params, "critic", answer.failures
+            if theta is None:
+                theta, kind = self._fallback_params(), "fallback"
+                self.llm_stats["fallbacks"] += 1
+        result = self._evaluate(theta, k, callback)
+        if result is None:
+            return False
+        mean = float(result.returns.mean())
+        extra: dict[str, Any] = {
+            "search": None,
+            "revision": {"role": "critic", "status": "kept", "params": [float(v) for v in theta], "mean_return": mean,
+                         "failures": failures},
+        }
+        if last is not None and answer is not None and answer.params is not None:
+            extra["diagnostics"] = diagnose_revision(
+                last["params"], theta, last["mean_return"], mean, answer.calls[-1].reply, accepted=True,
+                above_tau_c=self.revision_threshold is not None and last["mean_return"] >= self.revision_threshold,
+            )
+        self.iteration += 1
+        self._last_result = result
+        self._commit(self._record(kind, theta, result, **extra))
+        return True
+
+    def _last_result_is(self, record: dict[str, Any]) -> bool:
+        result = getattr(self, "_last_result", None)
+        if result is None or len(result.episodes) != record["n_episodes"]:
+            return False
+        return bool(np.isclose(float(result.returns.mean()), record["mean_return"]))
 
     def learn(
         self: SelfR2PO,
@@ -493,10 +610,14 @@ class R2PO(BaseAlgorithm):
         self.logger.record("time/total_timesteps", self.num_timesteps)
         last = self.history[-1] if self.history else None
         if last is not None and last["kind"] != "warmup":
-            self.logger.record("r2po/search_return", last["search"]["mean_return"])
-            if last["revision"]["mean_return"] is not None:
-                self.logger.record("r2po/critic_return", last["revision"]["mean_return"])
-            self.logger.record("r2po/revision_kept", int(last["kind"] == "critic"))
+            if last.get("search"):
+                self.logger.record("r2po/search_return", last["search"]["mean_return"])
+            revision = last["revision"]
+            if revision["role"] == "critic" and revision["mean_return"] is not None:
+                self.logger.record("r2po/critic_return", revision["mean_return"])
+            self.logger.record("r2po/revision_kept", int(revision["status"] == "kept"))
+            for key, value in last.get("diagnostics", {}).items():
+                self.logger.record(f"diagnostics/{key}", float(value))
         best = self.best_record()
         if best is not None:
             self.logger.record("r2po/best_return", best["mean_return"])
