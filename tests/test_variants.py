@@ -1,0 +1,120 @@
+import pytest
+from helpers import BanditEnv, ScriptedLLM, vector
+
+from sb3_r2po import R2PO
+from sb3_r2po.diagnostics import salience_summary, salience_table
+from sb3_r2po.variants import VARIANTS
+
+GOOD_CARTPOLE = vector(0, 0, 0, 0, 0, 1, 0, 1, 0, 0)  # push towards where the pole falls: long episodes
+EDITED_CARTPOLE = vector(0, 0, 0, 0, 0, 1, 0, 1.2, 0, 0)
+
+
+def run(variant: str, replies: list[str], env="CartPole-v1", **kwargs) -> tuple[R2PO, ScriptedLLM]:
+    llm = ScriptedLLM(replies)
+    defaults = dict(n_eval_episodes=4, warmup_episodes=1, seed=0, max_episodes=1 + 8)
+    model = R2PO("MlpLinear", env, llm=llm, variant=variant, **{**defaults, **kwargs})
+    model.learn(10**7)
+    return model, llm
+
+
+def roles(llm: ScriptedLLM) -> list[str]:
+    return ["critic" if "Critic" in call[0]["content"] else "search" for call in llm.calls]
+
+
+@pytest.mark.parametrize(
+    "variant, pattern, episodes_per_iteration",
+    [
+        ("r2po", ["search", "critic"], 8),
+        ("props", ["search"], 4),
+        ("props_plus", ["search"], 4),
+        ("pure_search", ["search", "search"], 8),
+        ("actor_second_pass", ["search", "search"], 8),
+        ("critic_only", ["critic"], 4),
+        ("rep_traj", ["search", "critic"], 8),
+        ("always_critic", ["search", "critic"], 8),
+        ("three_traj", ["search", "critic"], 8),
+    ],
+)
+def test_call_pattern_and_budget(variant: str, pattern: list[str], episodes_per_iteration: int) -> None:
+    replies = [vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)]
+    model, llm = run(variant, replies, max_episodes=1 + 16)
+    assert model._episode_num == 17  # every variant gets the same episode budget
+    n_iterations = 16 // episodes_per_iteration
+    assert model.iteration == n_iterations
+    assert roles(llm) == pattern * n_iterations
+    assert VARIANTS[variant].calls_per_iteration == len(pattern)
+
+
+@pytest.mark.parametrize("variant, has_task", [("props", False), ("props_plus", True), ("r2po", True), ("pure_search", True)])
+def test_task_description_presence(variant: str, has_task: bool) -> None:
+    _, llm = run(variant, [GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)])
+    assert ("Balance a pole" in llm.calls[0][1]["content"]) is has_task
+
+
+@pytest.mark.parametrize(
+    "variant, statistics, titles, rule",
+    [
+        ("r2po", True, ["Median episode"], True),
+        ("rep_traj", False, ["Representative episode"], False),
+        ("always_critic", False, ["Representative episode"], False),
+        ("three_traj", False, ["Worst episode", "Median episode", "Best episode"], False),
+        ("critic_only", False, ["Representative episode"], False),
+    ],
+)
+def test_critic_evidence(variant: str, statistics: bool, titles: list[str], rule: bool) -> None:
+    _, llm = run(variant, [GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)], target_return=500, tau_c=480)
+    critic = next(call[1]["content"] for call in llm.calls if "Critic" in call[0]["content"])
+    assert ("Statistics:" in critic) is statistics
+    assert ("## Revision rule" in critic) is rule
+    for title in titles:
+        assert title in critic
+    for title in {"Median episode", "Worst episode", "Best episode", "Representative episode"} - set(titles):
+        assert title not in critic
+
+
+def test_three_traj_truncates_head_and_tail_at_25_steps() -> None:
+    _, llm = run("three_traj", [GOOD_CARTPOLE, EDITED_CARTPOLE], max_trajectory_steps=1000)
+    critic = llm.calls[1][1]["content"]
+    assert "t=24:" in critic and "t=25:" not in critic.split("Worst episode")[1].split("steps omitted")[0]
+    assert critic.count("steps omitted") == 3
+
+
+def test_pure_search_second_proposal_must_differ() -> None:
+    # the same prompt at temperature 0 gives the same reply: the second proposal is re-asked with the reason
+    model, llm = run("pure_search", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE])
+    assert "already proposed in this iteration" in llm.calls[2][-1]["content"]
+    assert model.history[-1]["revision"]["params"] is not None
+
+
+def test_actor_second_pass_shows_the_first_candidate() -> None:
+    _, llm = run("actor_second_pass", [GOOD_CARTPOLE, EDITED_CARTPOLE])
+    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" in llm.calls[1][1]["content"]
+    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" not in llm.calls[0][1]["content"]
+
+
+def test_always_critic_commits_a_worse_revision_and_r2po_never_does() -> None:
+    # bandit: return = W + b. The search scores 2, the revision 1.
+    for variant, expected in [("always_critic", [0.0, 1.0]), ("r2po", [1.0, 1.0]), ("rep_traj", [1.0, 1.0])]:
+        model, _ = run(variant, [vector(1.0, 1.0), vector(0.0, 1.0)], env=BanditEnv(), warmup_episodes=0, max_episodes=8)
+        assert model.history[-1]["params"] == expected, variant
+        assert model.history[-1]["diagnostics"]["regression"] is True
+        assert model.history[-1]["diagnostics"]["accepted"] is (variant == "always_critic")
+
+
+def test_diagnostics_and_salience_summary() -> None:
+    replies = [vector(1.0, 1.0), "The worst rollout failed, so I lower the bias.\n" + vector(1.0, 0.5),
+               vector(2.0, 2.0), "Looks fine.\n" + vector(2.0, 2.5)]
+    model, _ = run("r2po", replies, env=BanditEnv(), warmup_episodes=0, max_episodes=16, target_return=4, tau_c=3.5)
+    first, second = (r["diagnostics"] for r in model.history)
+    assert first == {"accepted": False, "regression": True, "n_changed": 1, "max_change": 0.5, "l1": 0.5,
+                     "worst_fixation": True, "above_tau_c": False}
+    assert second["accepted"] and not second["regression"] and not second["worst_fixation"] and second["above_tau_c"]
+    summary = salience_summary(model.history)
+    assert summary["revisions"] == 2 and summary["regressions"] == 1 and summary["regression_rate"] == 0.5
+    assert summary["fixation_share_of_regressions"] == 1.0 and summary["mean_l1_above_tau_c"] == 0.5
+    assert "| r2po | 2 | 1 | 50.0 % | 1 (100.0 %) |" in salience_table({"r2po": summary})
+
+
+def test_unknown_variant() -> None:
+    with pytest.raises(ValueError, match="Unknown variant"):
+        R2PO("MlpLinear", "CartPole-v1", llm=ScriptedLLM(["x"]), variant="nope")
