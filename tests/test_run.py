@@ -14,8 +14,11 @@ from sb3_r2po import R2PO, ExampleLLM
 def test_short_run(env_id: str, policy: str) -> None:
     model = R2PO(policy, env_id, llm=ExampleLLM(seed=0), n_eval_episodes=2, warmup_episodes=2, max_episodes=12, seed=0)
     model.learn(total_timesteps=10**9)
-    assert model._episode_num == 12  # 2 warm-up + 2 iterations of 2K episodes, then the budget is spent
-    assert model.iteration == 3 or model.iteration == 2
+    assert model._episode_num == 12  # the budget is spent exactly
+    # accounting: warm-up episodes + K per Search candidate + K per evaluated revision
+    evaluated = [r for r in model.history if r["kind"] != "warmup"]
+    assert model._episode_num == 2 + sum(2 + 2 * (r["revision"]["mean_return"] is not None) for r in evaluated)
+    assert model.iteration == len(evaluated) >= 3
     kinds = {record["kind"] for record in model.history}
     assert "warmup" in kinds and kinds <= {"warmup", "search", "critic", "fallback"}
     obs = model.env.reset()
@@ -29,7 +32,7 @@ def test_cartpole_improves_over_warmup() -> None:
     warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
     best = model.best_record()
     assert best is not None and best["kind"] != "warmup"
-    assert best["mean_return"] >= 150 and best["mean_return"] > 3 * warmup_best
+    assert best["mean_return"] >= 300 and best["mean_return"] > warmup_best + 100
     # the model's policy holds the best candidate
     np.testing.assert_array_equal(model.policy.get_flat(), np.array(best["params"]))
 

@@ -16,10 +16,14 @@ LLM-reasoning method with the same acronym.
 
 from __future__ import annotations
 
+import io
+import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -81,6 +85,9 @@ class R2PO(BaseAlgorithm):
     :param max_trajectory_steps: Most steps of a trajectory shown to the Critic (head and tail kept).
     :param max_llm_retries: Re-asks after an unusable reply before falling back.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
+    :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
+        (``history.json``) are written there atomically, so a crashed or interrupted run resumes with
+        ``R2PO.load(checkpoint_dir + "/model.zip", env=..., llm=...).learn(..., reset_num_timesteps=False)``.
     :param policy_kwargs: Extra arguments of the policy.
     :param stats_window_size: Window of the ``rollout/`` statistics.
     :param tensorboard_log: TensorBoard log directory.
@@ -117,6 +124,7 @@ class R2PO(BaseAlgorithm):
         max_trajectory_steps: int | None = 40,
         max_llm_retries: int = 1,
         prompt_template_dir: str | None = None,
+        checkpoint_dir: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -169,6 +177,7 @@ class R2PO(BaseAlgorithm):
         self.max_trajectory_steps = max_trajectory_steps
         self.max_llm_retries = max_llm_retries
         self.prompt_template_dir = prompt_template_dir
+        self.checkpoint_dir = checkpoint_dir
 
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
@@ -187,6 +196,7 @@ class R2PO(BaseAlgorithm):
         self._last_exchanges: dict[str, tuple[str, str]] = {}
 
         self._last_result: RolloutResult | None = None
+        self._n_evaluations = 0
 
         if _init_setup_model:
             self._setup_model()
@@ -309,6 +319,17 @@ class R2PO(BaseAlgorithm):
         best = self.best_record()
         assert best is not None
         self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+        if self.checkpoint_dir is not None:
+            self.write_checkpoint(self.checkpoint_dir)
+
+    def write_checkpoint(self, directory: str | os.PathLike[str]) -> None:
+        """Write ``model.zip`` and ``history.json`` to ``directory`` atomically (temp file, fsync, rename)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        self.save(buffer)
+        _atomic_write(directory / "model.zip", buffer.getvalue())
+        _atomic_write(directory / "history.json", json.dumps(self.history, indent=1).encode())
 
     # ------------------------------------------------------------------ rollouts
 
@@ -318,6 +339,9 @@ class R2PO(BaseAlgorithm):
     def _evaluate(self, params: np.ndarray, n_episodes: int, callback: BaseCallback) -> RolloutResult | None:
         """Run ``params`` for ``n_episodes`` episodes; ``None`` when a callback stopped training meanwhile."""
         assert self.env is not None
+        if self.seed is not None:  # each evaluation's episodes depend only on (seed, evaluation index): resumable
+            self.env.seed(self.seed + self._n_evaluations * self.env.num_envs)
+        self._n_evaluations += 1
         callback.on_rollout_start()
 
         def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray) -> bool:
@@ -633,3 +657,13 @@ class R2PO(BaseAlgorithm):
             self.logger.record(f"llm_text/{role}_prompt", prompt, exclude=TEXT_ONLY)
             self.logger.record(f"llm_text/{role}_reply", reply, exclude=TEXT_ONLY)
         self.logger.dump(step=self.num_timesteps)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves either the old or the new file, never a torn one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
