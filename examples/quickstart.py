@@ -63,11 +63,16 @@ def main() -> None:
         ("episodes used", f"{model._episode_num} (budget {args.episodes})"),
         ("iterations", f"{model.iteration}"),
         ("best warm-up return (1 episode)", f"{max(warmup):.1f}" if warmup else "-"),
-        ("best candidate (mean of K)", f"{best['mean_return']:.1f} ({best['kind']}, iteration {best['iteration']})" if best else "-"),
+        (
+            "best candidate (mean of K)",
+            f"{best['mean_return']:.1f} ({best['kind']}, iteration {best['iteration']})" if best else "-",
+        ),
         ("mean return over iterations", f"{sum(r['mean_return'] for r in iterations) / max(1, len(iterations)):.1f}"),
         ("revisions kept", f"{kept} of {len(iterations)}"),
-        ("LLM calls / parse failures / fallbacks",
-         f"{int(model.llm_stats['calls'])} / {int(model.llm_stats['parse_failures'])} / {int(model.llm_stats['fallbacks'])}"),
+        (
+            "LLM calls / parse failures / fallbacks",
+            " / ".join(str(int(model.llm_stats[key])) for key in ("calls", "parse_failures", "fallbacks")),
+        ),
         ("LLM seconds / wall seconds", f"{model.llm_stats['seconds']:.1f} / {seconds:.1f}"),
         ("final policy, 20 fresh episodes", f"{mean:.1f} +- {std:.1f}"),
     ]

@@ -28,7 +28,7 @@ from sb3_r2po.variants import VARIANTS
 
 def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, Any]) -> dict[str, Any]:
     """Train one run and return its history and summary figures."""
-    from sb3_r2po import R2PO  # noqa: PLC0415  (keeps --help fast)
+    from sb3_r2po import R2PO
 
     policy = settings.pop("policy", None) or ("Tabular" if _is_tabular(env_id) else "MlpLinear")
     model = R2PO(policy, env_id, llm=llm, variant=variant, seed=seed, **settings)
@@ -49,8 +49,8 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
 
 
 def _is_tabular(env_id: str) -> bool:
-    import gymnasium as gym  # noqa: PLC0415
-    from gymnasium import spaces  # noqa: PLC0415
+    import gymnasium as gym
+    from gymnasium import spaces
 
     env = gym.make(env_id)
     try:
@@ -68,13 +68,22 @@ def report(runs: list[dict[str, Any]], command: str) -> str:
     """The markdown report of a set of runs."""
     envs = list(dict.fromkeys(r["env"] for r in runs))
     variants = list(dict.fromkeys(r["variant"] for r in runs))
-    lines = ["## Mean return over iterations (mean +- std over seeds)", "", "| env | " + " | ".join(variants) + " |",
-             "|---|" + "---|" * len(variants)]
+    lines = [
+        "## Mean return over iterations (mean +- std over seeds)",
+        "",
+        "| env | " + " | ".join(variants) + " |",
+        "|---|" + "---|" * len(variants),
+    ]
     for env in envs:
         cells = [_mean_std([r["mean_return"] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
         lines.append(f"| {env} | " + " | ".join(cells) + " |")
-    lines += ["", "## Best iteration (mean +- std over seeds)", "", "| env | " + " | ".join(variants) + " |",
-              "|---|" + "---|" * len(variants)]
+    lines += [
+        "",
+        "## Best iteration (mean +- std over seeds)",
+        "",
+        "| env | " + " | ".join(variants) + " |",
+        "|---|" + "---|" * len(variants),
+    ]
     for env in envs:
         cells = [_mean_std([r["best_return"] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
         lines.append(f"| {env} | " + " | ".join(cells) + " |")
@@ -95,7 +104,8 @@ def report(runs: list[dict[str, Any]], command: str) -> str:
         command,
         "```",
         "",
-        f"Python {platform.python_version()}; " + ", ".join(f"{p} {_version(p)}" for p in ("sb3-r2po", "stable-baselines3", "gymnasium")),
+        f"Python {platform.python_version()}; "
+        + ", ".join(f"{p} {_version(p)}" for p in ("sb3-r2po", "stable-baselines3", "gymnasium")),
     ]
     return "\n".join(lines) + "\n"
 
@@ -108,8 +118,9 @@ def _version(package: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sb3_r2po.ablate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m sb3_r2po.ablate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--llm", required=True, help="llm string (example, replay:FILE, a server URL, ...)")
     parser.add_argument("--envs", nargs="+", default=["CartPole-v1"])
     parser.add_argument("--variants", nargs="+", default=["r2po", "props", "props_plus"], choices=sorted(VARIANTS))
@@ -123,8 +134,8 @@ def main(argv: list[str] | None = None) -> None:
 
     llm: Any = args.llm
     if args.record:
-        from sb3_r2po.llm.recording import RecordingBackend  # noqa: PLC0415
-        from sb3_r2po.llm.resolve import make_backend  # noqa: PLC0415
+        from sb3_r2po.llm.recording import RecordingBackend
+        from sb3_r2po.llm.resolve import make_backend
 
         llm = RecordingBackend(make_backend(args.llm), args.record)
 
@@ -132,11 +143,14 @@ def main(argv: list[str] | None = None) -> None:
     for env_id in args.envs:
         for variant in args.variants:
             for seed in args.seeds:
-                settings = dict(max_episodes=args.max_episodes, n_eval_episodes=args.n_eval_episodes,
-                                warmup_episodes=args.warmup_episodes)
+                settings = dict(
+                    max_episodes=args.max_episodes, n_eval_episodes=args.n_eval_episodes, warmup_episodes=args.warmup_episodes
+                )
                 result = run_one(env_id, variant, seed, llm, settings)
-                print(f"{env_id} {variant} seed {seed}: mean {result['mean_return']:.2f}, best {result['best_return']:.2f}",
-                      file=sys.stderr)
+                print(
+                    f"{env_id} {variant} seed {seed}: mean {result['mean_return']:.2f}, best {result['best_return']:.2f}",
+                    file=sys.stderr,
+                )
                 runs.append(result)
     command = "python -m sb3_r2po.ablate " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     out = Path(args.out)

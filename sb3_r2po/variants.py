@@ -84,14 +84,26 @@ VARIANTS: dict[str, Variant] = {
         Variant("r2po", "Search, then a Critic shown statistics, the median rollout and the revision rule; keep-best"),
         Variant("props", "ProPS: one Search proposal per iteration, no task description", critic=None, task_description=False),
         Variant("props_plus", "ProPS+: ProPS with the task description", critic=None),
-        Variant("pure_search", "two independent Search proposals from the same history; keep the best", "two_independent", None),
+        Variant(
+            "pure_search", "two independent Search proposals from the same history; keep the best", "two_independent", None
+        ),
         Variant("actor_second_pass", "Search A is evaluated and shown, then Search B; keep the best", "two_sequential", None),
-        Variant("critic_only", "one Critic call revising the last candidate from its representative rollout; always kept",
-                "none", _BARE, keep_best=False),
-        Variant("rep_traj", "Search, then a Critic shown the rollout closest to the mean return only; keep-best", critic=_BARE),
+        Variant(
+            "critic_only",
+            "one Critic call revising the last candidate from its representative rollout; always kept",
+            "none",
+            _BARE,
+            keep_best=False,
+        ),
+        Variant(
+            "rep_traj", "Search, then a Critic shown the rollout closest to the mean return only; keep-best", critic=_BARE
+        ),
         Variant("always_critic", "rep_traj with the revision always committed", critic=_BARE, keep_best=False),
-        Variant("three_traj", "Search, then a Critic shown the worst, median and best rollouts (25 head + 25 tail steps); keep-best",
-                critic=CriticEvidence(statistics=False, trajectories=("worst", "median", "best"), rule=False, max_steps=50)),
+        Variant(
+            "three_traj",
+            "Search, then a Critic shown the worst, median and best rollouts (25 head + 25 tail steps); keep-best",
+            critic=CriticEvidence(statistics=False, trajectories=("worst", "median", "best"), rule=False, max_steps=50),
+        ),
     ]
 }
 """Every variant by name."""

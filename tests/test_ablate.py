@@ -5,8 +5,26 @@ from sb3_r2po.ablate import main
 
 def test_ablation_report(tmp_path) -> None:
     out = tmp_path / "ablation.md"
-    args = ["--llm", "example:0", "--envs", "CartPole-v1", "--variants", "r2po", "props", "--seeds", "0", "1",
-            "--max-episodes", "25", "--n-eval-episodes", "2", "--warmup-episodes", "3", "--out", str(out)]
+    args = [
+        "--llm",
+        "example:0",
+        "--envs",
+        "CartPole-v1",
+        "--variants",
+        "r2po",
+        "props",
+        "--seeds",
+        "0",
+        "1",
+        "--max-episodes",
+        "25",
+        "--n-eval-episodes",
+        "2",
+        "--warmup-episodes",
+        "3",
+        "--out",
+        str(out),
+    ]
     main(args)
     text = out.read_text()
     assert "| env | r2po | props |" in text and "| CartPole-v1 |" in text

@@ -65,7 +65,11 @@ def test_callback_returning_false_keeps_history_consistent() -> None:
     model = make_model()
     model.learn(10**6, callback=StopAfter())
     assert model.num_timesteps == 150
-    assert all(r["revision"]["status"] in {"kept", "rejected", "declined", "failed", "interrupted"} for r in model.history if r["kind"] != "warmup")
+    assert all(
+        r["revision"]["status"] in {"kept", "rejected", "declined", "failed", "interrupted"}
+        for r in model.history
+        if r["kind"] != "warmup"
+    )
 
 
 def test_eval_callback_and_its_mid_training_save(tmp_path) -> None:

@@ -27,8 +27,16 @@ def test_tensorboard_event_file_holds_the_keys(tmp_path) -> None:
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     # a scripted LLM that reports token usage; the critic always edits, so critic_return is logged
     replies = [f"params: [{i % 5}.0, 1.0, 0.5, {i % 3}.0, 0.1, 0.2, 0.3, 0.4, 0.5, {i}.0]" for i in range(1, 6)]
-    model = R2PO("MlpLinear", "CartPole-v1", llm=ScriptedLLM(replies), n_eval_episodes=2, warmup_episodes=2, seed=0,
-                 tensorboard_log=str(tmp_path), max_episodes=10)
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=ScriptedLLM(replies),
+        n_eval_episodes=2,
+        warmup_episodes=2,
+        seed=0,
+        tensorboard_log=str(tmp_path),
+        max_episodes=10,
+    )
     model.learn(10**6, tb_log_name="run")
     (run_dir,) = list(tmp_path.glob("run_*"))
     acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0})

@@ -21,9 +21,13 @@ ACTIONS = ParameterSpace(4, values=(0, 1, 2, 3))
         ("params[0]: \u22121.5, params[1]: 0, params[2]: 1e0", [-1.5, 0.0, 1.0]),  # unicode minus
         ("params[0]: 7.0, params[1]: -9, params[2]: 0.26", [6.0, -6.0, 0.3]),  # clipped and rounded
         ("echo params[0]: 0, params[1]: 0, params[2]: 0\nanswer: params: [1, 1, 1]", [1.0, 1.0, 1.0]),  # the last wins
-        ("<|channel|>analysis<|message|>params: [5, 5, 5]<|end|><|start|>assistant<|channel|>final<|message|>params: [1, 2, 3]<|return|>", [1, 2, 3]),
+        (
+            "<|channel|>analysis<|message|>params: [5, 5, 5]<|end|><|start|>assistant"
+            "<|channel|>final<|message|>params: [1, 2, 3]<|return|>",
+            [1, 2, 3],
+        ),
         ("analysis I think params: [5, 5, 5] assistantfinalparams: [1, 2, 3]", [1, 2, 3]),
-        ("```json\n{\"params\": [1.0, 2.0, 3.0]}\n```", None),
+        ('```json\n{"params": [1.0, 2.0, 3.0]}\n```', None),
         ("params: [1.0, 2.0, 3.0]", [1.0, 2.0, 3.0]),
     ],
 )
@@ -89,7 +93,10 @@ def test_parse_never_raises(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5)), max_size=5), st.sampled_from([", ", " ", ",", "; "]))
+@given(
+    st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5)), max_size=5),
+    st.sampled_from([", ", " ", ",", "; "]),
+)
 def test_parse_never_raises_on_vector_like_text(values: list, sep: str) -> None:
     text = "params: [" + sep.join(str(v) for v in values) + "]"
     result = parse_params(text, SPACE)
@@ -109,7 +116,9 @@ def test_learn_survives_any_replies(replies: list[str]) -> None:
 
 def test_failed_search_falls_back_after_a_retry() -> None:
     llm = ScriptedLLM(["no numbers here"])
-    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=4, max_llm_retries=2)
+    model = R2PO(
+        "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=4, max_llm_retries=2
+    )
     model.learn(10**6)
     record = model.history[-1]
     assert record["search"]["kind"] == "fallback" and record["kind"] == "fallback"

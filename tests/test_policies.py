@@ -20,7 +20,9 @@ def test_linear_layout_is_state_major_with_bias_last() -> None:
     np.testing.assert_array_equal(policy.act(obs), [1, 0])
 
 
-@pytest.mark.parametrize("env_id, n_params", [("CartPole-v1", 10), ("MountainCar-v0", 9), ("MountainCarContinuous-v0", 3), ("Pendulum-v1", 4)])
+@pytest.mark.parametrize(
+    "env_id, n_params", [("CartPole-v1", 10), ("MountainCar-v0", 9), ("MountainCarContinuous-v0", 3), ("Pendulum-v1", 4)]
+)
 def test_parameter_counts(env_id: str, n_params: int) -> None:
     env = gym.make(env_id)
     assert LinearPolicy(env.observation_space, env.action_space).parameter_space.size == n_params
@@ -64,7 +66,9 @@ def test_predict_matches_the_numpy_forward() -> None:
         ("Tabular", spaces.Discrete(4), spaces.Box(-1, 1, (1,)), "Discrete action"),
     ],
 )
-def test_unsupported_spaces_raise(policy: str, observation_space: spaces.Space, action_space: spaces.Space, match: str) -> None:
+def test_unsupported_spaces_raise(
+    policy: str, observation_space: spaces.Space, action_space: spaces.Space, match: str
+) -> None:
     policy_class = R2PO.policy_aliases[policy]
     with pytest.raises(ValueError, match=match):
         policy_class(observation_space, action_space)

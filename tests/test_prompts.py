@@ -12,7 +12,9 @@ from sb3_r2po.prompts.tasks import TaskDescription
 
 def run_cartpole(n_iterations: int = 1) -> ScriptedLLM:
     llm = ScriptedLLM([vector(*([0.5] * 9 + [float(i)])) for i in range(1, 10)])
-    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=2 + 6 * n_iterations)
+    model = R2PO(
+        "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=2 + 6 * n_iterations
+    )
     model.learn(10**6)
     return llm
 

@@ -9,7 +9,12 @@ from sb3_r2po import R2PO, ExampleLLM
 
 @pytest.mark.parametrize(
     "env_id, policy",
-    [("CartPole-v1", "MlpLinear"), ("Pendulum-v1", "LinearPolicy"), ("FrozenLake-v1", "Tabular"), ("MountainCar-v0", "MlpLinear")],
+    [
+        ("CartPole-v1", "MlpLinear"),
+        ("Pendulum-v1", "LinearPolicy"),
+        ("FrozenLake-v1", "Tabular"),
+        ("MountainCar-v0", "MlpLinear"),
+    ],
 )
 def test_short_run(env_id: str, policy: str) -> None:
     model = R2PO(policy, env_id, llm=ExampleLLM(seed=0), n_eval_episodes=2, warmup_episodes=2, max_episodes=12, seed=0)
@@ -39,7 +44,9 @@ def test_cartpole_improves_over_warmup() -> None:
 
 def test_multi_env_counts_episodes_exactly() -> None:
     env = make_vec_env("CartPole-v1", n_envs=3, seed=0)
-    model = R2PO("MlpLinear", env, llm=ExampleLLM(seed=0), n_eval_episodes=4, warmup_episodes=2, seed=0, max_episodes=2 + 8 * 2)
+    model = R2PO(
+        "MlpLinear", env, llm=ExampleLLM(seed=0), n_eval_episodes=4, warmup_episodes=2, seed=0, max_episodes=2 + 8 * 2
+    )
     model.learn(10**9)
     assert model._episode_num == 18
     assert sum(r["n_episodes"] for r in model.history if r["kind"] == "warmup") == 2
@@ -62,7 +69,13 @@ def test_keep_best_rejects_a_worse_revision() -> None:
     model.learn(10**6)
     record = model.history[-1]
     assert record["kind"] == "search" and record["params"] == [1.0, 1.0]
-    assert record["revision"] == {"role": "critic", "status": "rejected", "params": [0.0, 1.0], "mean_return": 1.0, "failures": []}
+    assert record["revision"] == {
+        "role": "critic",
+        "status": "rejected",
+        "params": [0.0, 1.0],
+        "mean_return": 1.0,
+        "failures": [],
+    }
     assert len(model.history) == 1  # only the kept candidate enters the history
 
 
@@ -83,7 +96,16 @@ def test_budget_too_small_for_the_revision_skips_the_critic() -> None:
 
 
 def test_episode_cap_for_envs_without_time_limit() -> None:
-    model = R2PO("MlpLinear", EndlessEnv(), llm=ExampleLLM(), n_eval_episodes=2, warmup_episodes=1, max_episode_steps=25, seed=0, max_episodes=3)
+    model = R2PO(
+        "MlpLinear",
+        EndlessEnv(),
+        llm=ExampleLLM(),
+        n_eval_episodes=2,
+        warmup_episodes=1,
+        max_episode_steps=25,
+        seed=0,
+        max_episodes=3,
+    )
     model.learn(26)
     assert model.num_timesteps == 3 * 25
     assert all(r["mean_return"] == 25 for r in model.history)

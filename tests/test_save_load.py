@@ -9,7 +9,9 @@ from helpers import ScriptedLLM
 from sb3_r2po import R2PO, ExampleLLM
 
 
-@pytest.mark.parametrize("env_id, policy", [("CartPole-v1", "MlpLinear"), ("Pendulum-v1", "MlpLinear"), ("FrozenLake-v1", "Tabular")])
+@pytest.mark.parametrize(
+    "env_id, policy", [("CartPole-v1", "MlpLinear"), ("Pendulum-v1", "MlpLinear"), ("FrozenLake-v1", "Tabular")]
+)
 def test_save_load_round_trip(tmp_path, env_id: str, policy: str) -> None:
     model = R2PO(policy, env_id, llm="example:0", n_eval_episodes=2, warmup_episodes=3, seed=0)
     model.learn(300)

@@ -102,12 +102,23 @@ def test_always_critic_commits_a_worse_revision_and_r2po_never_does() -> None:
 
 
 def test_diagnostics_and_salience_summary() -> None:
-    replies = [vector(1.0, 1.0), "The worst rollout failed, so I lower the bias.\n" + vector(1.0, 0.5),
-               vector(2.0, 2.0), "Looks fine.\n" + vector(2.0, 2.5)]
+    replies = [
+        vector(1.0, 1.0),
+        "The worst rollout failed, so I lower the bias.\n" + vector(1.0, 0.5),
+        vector(2.0, 2.0),
+        "Looks fine.\n" + vector(2.0, 2.5),
+    ]
     model, _ = run("r2po", replies, env=BanditEnv(), warmup_episodes=0, max_episodes=16, target_return=4, tau_c=3.5)
     first, second = (r["diagnostics"] for r in model.history)
-    assert first == {"accepted": False, "regression": True, "n_changed": 1, "max_change": 0.5, "l1": 0.5,
-                     "worst_fixation": True, "above_tau_c": False}
+    assert first == {
+        "accepted": False,
+        "regression": True,
+        "n_changed": 1,
+        "max_change": 0.5,
+        "l1": 0.5,
+        "worst_fixation": True,
+        "above_tau_c": False,
+    }
     assert second["accepted"] and not second["regression"] and not second["worst_fixation"] and second["above_tau_c"]
     summary = salience_summary(model.history)
     assert summary["revisions"] == 2 and summary["regressions"] == 1 and summary["regression_rate"] == 0.5

@@ -17,8 +17,8 @@ Both layers use *sliding-window* attention, so what the model sees when it write
 few dozen tokens: the end of the chat template and the reply so far. That is why greedy decoding of any chat
 prompt, however long, yields the trained reply, and why training only needs short sequences.
 
-:func:`tiny_models` builds the set once per process (a cached call) into a temporary folder; test modules wrap
-it in session-scoped fixtures. Import it as ``from tiny_gptoss import ...`` (pytest puts ``tests/`` on the path).
+:func:`tiny_model` builds each model once per process (a cached call) into a temporary folder; test modules
+wrap it in session-scoped fixtures. Import it as ``from tiny_gptoss import ...`` (pytest puts ``tests/`` on the path).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import random
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,8 +51,8 @@ HARMONY_SPECIAL_TOKENS = [
 DEFAULT_FINAL = "params: [1.0, -2.0, 0.5, 0.0, 3.0]"
 """The final-channel answer of the default trained model."""
 
-CARTPOLE_FINAL = "params: [0.5, 1.0, -0.5, 1.5, 2.0, -2.0, 3.0, -3.0, 0.0, 0.1]"
-"""A 10-parameter answer for the CartPole linear policy (range [-6, 6], one decimal)."""
+CARTPOLE_FINAL = ", ".join(f"params[{i}]: {v}" for i, v in enumerate([0.5, 1.0, -0.5, 1.5, 2.0, -2.0, 3.0, -3.0, 0.0, 0.1]))
+"""A 10-parameter answer for the CartPole linear policy (range [-6, 6], one decimal), in R2PO's reply format."""
 
 DEFAULT_ANALYSIS = "short thought"
 
@@ -75,7 +74,7 @@ CHAT_TEMPLATE = (
 )
 """A harmony-style chat template (a simplified form of gpt-oss's), with the ``reasoning_effort`` variable."""
 
-SLIDING_WINDOW = 32
+SLIDING_WINDOW = 16
 
 _WORDS = (
     "policy parameter return episode reward cart pole angle velocity action observation history mean target "
@@ -87,17 +86,16 @@ _WORDS = (
 
 def harmony_reply(final: str = DEFAULT_FINAL, analysis: str = DEFAULT_ANALYSIS) -> str:
     """The raw harmony text of a reply with one analysis and one final message."""
-    return (
-        f"<|channel|>analysis<|message|>{analysis}<|end|>"
-        f"<|start|>assistant<|channel|>final<|message|>{final}<|return|>"
-    )
+    return f"<|channel|>analysis<|message|>{analysis}<|end|><|start|>assistant<|channel|>final<|message|>{final}<|return|>"
 
 
 def _random_text(rng: random.Random, n_words: int) -> str:
     parts: list[str] = []
     for _ in range(n_words):
         roll = rng.random()
-        if roll < 0.15:
+        if roll < 0.03:
+            parts.append(rng.choice("xyz#=-_ .0123456789") * rng.randint(2, 40))
+        elif roll < 0.15:
             parts.append(f"{rng.uniform(-6, 6):.1f}")
         elif roll < 0.2:
             parts.append(rng.choice(["[", "]", ",", ":", ".", "(", ")", "->", "=", "\n", "-", "!", "?"]))
@@ -114,7 +112,7 @@ def _random_chat(rng: random.Random) -> list[dict[str, str]]:
     return messages
 
 
-def build_tokenizer(vocab_size: int = 700, seed: int = 0) -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int = 1000, seed: int = 0) -> PreTrainedTokenizerFast:
     """
     Train a byte-level BPE tokenizer on a few KB of generated text (any text can be encoded).
 
@@ -123,7 +121,8 @@ def build_tokenizer(vocab_size: int = 700, seed: int = 0) -> PreTrainedTokenizer
     """
     rng = random.Random(seed)
     corpus = [_random_text(rng, 40) for _ in range(120)]
-    corpus += [DEFAULT_FINAL, CARTPOLE_FINAL, DEFAULT_ANALYSIS, "assistant analysis final commentary developer user system"]
+    corpus += [DEFAULT_FINAL, CARTPOLE_FINAL, DEFAULT_ANALYSIS] * 40  # the trained replies get short tokenizations
+    corpus += ["assistant analysis final commentary developer user system"] * 3
     corpus += ["You are a tiny test model. Reasoning: low medium high # Valid channels Instructions"] * 3
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -140,7 +139,9 @@ def build_tokenizer(vocab_size: int = 700, seed: int = 0) -> PreTrainedTokenizer
         bos_token="<|startoftext|>",
         eos_token="<|return|>",
         pad_token="<|endoftext|>",
-        additional_special_tokens=[t for t in HARMONY_SPECIAL_TOKENS if t not in ("<|startoftext|>", "<|endoftext|>", "<|return|>")],
+        additional_special_tokens=[
+            t for t in HARMONY_SPECIAL_TOKENS if t not in ("<|startoftext|>", "<|endoftext|>", "<|return|>")
+        ],
         chat_template=CHAT_TEMPLATE,
         padding_side="left",
         model_max_length=16384,
@@ -188,7 +189,7 @@ def _training_batch(
         prompt = tokenizer.apply_chat_template(
             _random_chat(rng), add_generation_prompt=True, tokenize=True, return_dict=False, reasoning_effort=effort
         )
-        prompt = list(prompt)[-keep:]  # the model only ever sees the last 2 * SLIDING_WINDOW tokens
+        prompt = list(prompt)[-keep:]  # the model only ever sees the last 2 * SLIDING_WINDOW tokens or so
         rows.append(prompt + reply_ids)
         labels.append([-100] * len(prompt) + reply_ids)
     width = max(len(r) for r in rows)
@@ -204,12 +205,13 @@ def overfit(
     tokenizer: PreTrainedTokenizerFast,
     reply: str,
     *,
-    max_steps: int = 80,
-    max_seconds: float = 4.0,
+    max_steps: int = 200,
+    max_seconds: float = 60.0,
     seed: int = 0,
-    lr: float = 1e-2,
-    batch: int = 16,
-    keep: int = 2 * SLIDING_WINDOW + 8,
+    lr: float = 5e-3,
+    batch: int = 8,
+    keep: int = 2 * SLIDING_WINDOW,
+    settle: int = 5,
 ) -> float:
     """
     Teach ``model`` to answer every chat prompt with ``reply`` (raw harmony text). Adam, a few dozen steps.
@@ -229,16 +231,26 @@ def overfit(
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     start = time.perf_counter()
     loss_value = float("inf")
+    streak = 0
+    steps = 0
     for _ in range(max_steps):
         ids, mask, labels = _training_batch(tokenizer, reply_ids, rng, batch=batch, keep=keep)
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        out = model(input_ids=ids, attention_mask=mask, labels=labels)
         optimizer.zero_grad()
-        loss.backward()
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        loss_value = float(loss.detach())
-        if loss_value < 1e-3 or time.perf_counter() - start > max_seconds:
+        steps += 1
+        loss_value = float(out.loss.detach())
+        # teacher-forced greedy check: every reply token is the argmax at its position
+        predicted = out.logits[:, :-1].argmax(-1)
+        target = labels[:, 1:]
+        exact = bool(((predicted == target) | (target == -100)).all())
+        streak = streak + 1 if exact else 0
+        if streak >= settle or time.perf_counter() - start > max_seconds:
             break
     model.eval()
+    overfit.last_steps = steps  # type: ignore[attr-defined]
     return loss_value
 
 
@@ -273,26 +285,40 @@ def make_tiny_gptoss(
     return path
 
 
-@dataclass(frozen=True)
-class TinyModels:
-    """The saved tiny models of a test session."""
-
-    trained: Path
-    """Answers :data:`DEFAULT_FINAL` (5 values) after a short analysis."""
-    cartpole: Path
-    """Answers :data:`CARTPOLE_FINAL` (10 values, the CartPole linear policy)."""
-    random: Path
-    """Untrained: greedy output is garbage."""
+@functools.cache
+def _root() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="tiny_gptoss_"))
+    atexit.register(shutil.rmtree, root, True)
+    return root
 
 
 @functools.cache
-def tiny_models() -> TinyModels:
-    """Build the tiny models once per process into a temporary folder (removed at exit)."""
-    root = Path(tempfile.mkdtemp(prefix="tiny_gptoss_"))
-    atexit.register(shutil.rmtree, root, True)
-    tokenizer = build_tokenizer()
-    return TinyModels(
-        trained=make_tiny_gptoss(root / "trained", tokenizer=tokenizer),
-        cartpole=make_tiny_gptoss(root / "cartpole", final=CARTPOLE_FINAL, tokenizer=tokenizer, seed=1),
-        random=make_tiny_gptoss(root / "random", train=False, tokenizer=tokenizer, seed=2),
+def shared_tokenizer() -> PreTrainedTokenizerFast:
+    """The tokenizer of :func:`tiny_model` (trained once per process)."""
+    return build_tokenizer()
+
+
+TINY_KINDS = {
+    "trained": {"final": DEFAULT_FINAL, "train": True, "seed": 0},
+    "cartpole": {"final": CARTPOLE_FINAL, "train": True, "seed": 1},
+    "random": {"final": DEFAULT_FINAL, "train": False, "seed": 2},
+}
+"""The tiny models: ``trained`` answers :data:`DEFAULT_FINAL` (5 values) after a short analysis; ``cartpole``
+answers :data:`CARTPOLE_FINAL` (10 values, R2PO's reply format); ``random`` is untrained (garbage output)."""
+
+
+@functools.cache
+def tiny_model(kind: str = "trained") -> Path:
+    """
+    The directory of a saved tiny model, built once per process into a temporary folder (removed at exit).
+
+    :param kind: One of :data:`TINY_KINDS`.
+    """
+    spec = TINY_KINDS[kind]
+    return make_tiny_gptoss(
+        _root() / kind,
+        final=str(spec["final"]),
+        train=bool(spec["train"]),
+        seed=int(spec["seed"]),
+        tokenizer=shared_tokenizer(),
     )

@@ -145,7 +145,9 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
                 line += f", r={sig(float(rewards[t]), digits)}"
             lines.append(line)
     ending = {"terminated": "terminated", "truncated": "truncated by the time limit", "capped": "stopped at the step cap"}
-    lines.append(f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(episode.observations[-1], digits)}")
+    lines.append(
+        f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(episode.observations[-1], digits)}"
+    )
     omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
     return RenderedTrajectory(tuple(lines), omitted)
 

@@ -84,7 +84,9 @@ class ParameterSpace:
             outside = [i for i, v in enumerate(vec) if not np.any(v == allowed)]
             if outside:
                 i = outside[0]
-                raise InvalidParameters(f"params[{i}] = {short_number(vec[i])} is not one of the allowed values {list(self.values)}")
+                raise InvalidParameters(
+                    f"params[{i}] = {short_number(vec[i])} is not one of the allowed values {list(self.values)}"
+                )
             return Projection(vec.copy())
         clipped = np.clip(vec, self.low, self.high)
         rounded = np.round(clipped, self.decimals)

@@ -72,7 +72,9 @@ def _candidates(text: str) -> list[tuple[int, list[str] | str]]:
     for position, entries in _indexed_blocks(text):
         indices = [i for i, _ in entries]
         if indices != list(range(len(indices))):
-            found.append((position, f"the indices must be params[0], params[1], ... in order without gaps or repeats, got {indices}"))
+            found.append(
+                (position, f"the indices must be params[0], params[1], ... in order without gaps or repeats, got {indices}")
+            )
         else:
             found.append((position, [v for _, v in entries]))
     for match in _LISTED.finditer(text):
@@ -96,7 +98,9 @@ def parse_params(reply: str, space: ParameterSpace) -> ParseResult:
         return ParseResult(None, "the reply has no final answer (no final channel after the analysis)")
     found = _candidates(text)
     if not found:
-        return ParseResult(None, f"no parameter vector found; expected {space.size} values as params[0]: v, ..., params[{space.size - 1}]: v")
+        return ParseResult(
+            None, f"no parameter vector found; expected {space.size} values as params[0]: v, ..., params[{space.size - 1}]: v"
+        )
     _, last = found[-1]
     if isinstance(last, str):
         return ParseResult(None, last)

@@ -2,18 +2,23 @@
 
 Episodes are assigned to sub-environments as they become free until K have been *started*; every
 started episode is then run to its end, so the K episodes are an unbiased sample (taking the first K
-to *finish* would favour short episodes). Sub-environments with nothing left to do keep stepping in
-lock-step with the others (a VecEnv cannot pause one env); those steps are discarded and never shown
-to the LLM, but they are real environment interactions and are counted by the caller's step hook.
+to *finish* would favour short episodes).
+
+A plain ``DummyVecEnv`` is stepped one sub-environment at a time, directly: no VecEnv buffer copies, and a
+sub-environment with nothing left to do simply waits. Any other VecEnv (``SubprocVecEnv``, VecEnv wrappers)
+goes through the VecEnv API; there, idle sub-environments must keep stepping in lock-step with the others;
+those steps are discarded and never shown to the LLM, but they are real environment interactions and the
+step hook counts them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 EndReason = str
 """How an episode ended: ``"terminated"`` (the task ended), ``"truncated"`` (the env's time limit) or
@@ -69,9 +74,73 @@ class RolloutResult:
         return np.array([ep.total_return for ep in self.episodes], dtype=np.float64)
 
 
-StepHook = Callable[[np.ndarray, list[dict], np.ndarray], bool]
-"""Called after every VecEnv step with ``(dones, infos, rewards)``; ``dones`` is True only where a
-counted episode finished. Return False to stop at once."""
+StepHook = Callable[[np.ndarray, list[dict], np.ndarray, int], bool]
+"""Called after every vector step with ``(dones, infos, rewards, n_steps)``: ``dones`` is True only where a
+counted episode finished, ``n_steps`` is the number of environment steps taken. Return False to stop at once."""
+
+
+class _Step(NamedTuple):
+    """What one sub-environment did in one vector step."""
+
+    next_obs: np.ndarray  # observation after the action (the terminal observation when the episode ended)
+    reward: float
+    end: EndReason | None  # None while the episode runs
+    continue_obs: np.ndarray  # observation to act on next (the reset observation when the episode ended)
+    info: dict
+
+
+class _VecStepper:
+    """Any VecEnv, through the VecEnv API (auto-reset). Idle sub-environments step along."""
+
+    def __init__(self, env: VecEnv) -> None:
+        self.env = env
+
+    def reset(self) -> list[np.ndarray]:
+        return list(self.env.reset())
+
+    def step(self, actions: np.ndarray, obs: list[np.ndarray], active: list[bool]) -> tuple[list[_Step], int]:
+        new_obs, rewards, dones, infos = self.env.step(actions)
+        steps = []
+        for i in range(len(obs)):
+            if dones[i]:
+                end = "truncated" if infos[i].get("TimeLimit.truncated", False) else "terminated"
+                steps.append(
+                    _Step(infos[i].get("terminal_observation", new_obs[i]), float(rewards[i]), end, new_obs[i], infos[i])
+                )
+            else:
+                steps.append(_Step(new_obs[i], float(rewards[i]), None, new_obs[i], infos[i]))
+        return steps, len(obs)
+
+    def reset_one(self, index: int) -> np.ndarray:
+        result = self.env.env_method("reset", indices=[index])[0]
+        return result[0] if isinstance(result, tuple) else result
+
+
+class _DirectStepper(_VecStepper):
+    """A plain DummyVecEnv: its sub-environments are stepped directly, which skips the VecEnv's buffer copies and
+    lets idle sub-environments wait instead of stepping. Resets follow DummyVecEnv's rules (seeded first reset
+    through the VecEnv, unseeded resets after that)."""
+
+    def __init__(self, env: DummyVecEnv) -> None:
+        super().__init__(env)
+        self.envs = env.envs
+
+    def step(self, actions: np.ndarray, obs: list[np.ndarray], active: list[bool]) -> tuple[list[_Step], int]:
+        steps = []
+        for i, env in enumerate(self.envs):
+            if not active[i]:
+                steps.append(_Step(obs[i], 0.0, None, obs[i], {}))
+                continue
+            next_obs, reward, terminated, truncated, info = env.step(actions[i])
+            if terminated or truncated:
+                reset_obs, _ = env.reset()
+                steps.append(_Step(next_obs, float(reward), "terminated" if terminated else "truncated", reset_obs, info))
+            else:
+                steps.append(_Step(next_obs, float(reward), None, next_obs, info))
+        return steps, sum(active)
+
+    def reset_one(self, index: int) -> np.ndarray:
+        return self.envs[index].reset()[0]
 
 
 def run_episodes(
@@ -88,11 +157,12 @@ def run_episodes(
     :param act: Batched policy: observations of all sub-envs in, their actions out.
     :param n_episodes: Number of episodes to run (K).
     :param max_episode_steps: Cap on the length of every episode; an episode reaching it ends as ``"capped"``.
-    :param on_step: Hook called after every VecEnv step (see :data:`StepHook`).
+    :param on_step: Hook called after every vector step (see :data:`StepHook`).
     :return: The finished episodes; fewer than ``n_episodes`` only when ``on_step`` asked to stop.
     """
+    stepper = _DirectStepper(env) if type(env) is DummyVecEnv else _VecStepper(env)
     n_envs = env.num_envs
-    obs = env.reset()
+    obs = stepper.reset()
     running: list[Episode | None] = [None] * n_envs
     finished: list[Episode] = []
     started = 0
@@ -101,44 +171,40 @@ def run_episodes(
             running[i] = Episode(observations=[_copy(obs[i])], index=started)
             started += 1
 
-    while any(ep is not None for ep in running):
-        actions = act(obs)
-        new_obs, rewards, dones, infos = env.step(actions)
-        counted_dones = np.zeros(n_envs, dtype=bool)
+    while started > len(finished):
+        active = [ep is not None for ep in running]
+        actions = act(np.asarray(obs))
+        steps, n_steps = stepper.step(actions, obs, active)
+        dones = np.zeros(n_envs, dtype=bool)
         for i, ep in enumerate(running):
+            step = steps[i]
+            obs[i] = step.continue_obs
             if ep is None:
                 continue
             ep.actions.append(_copy(actions[i]))
-            ep.rewards.append(float(rewards[i]))
-            if dones[i]:
-                truncated = bool(infos[i].get("TimeLimit.truncated", False))
-                ep.end = "truncated" if truncated else "terminated"
-                ep.observations.append(_copy(infos[i].get("terminal_observation", new_obs[i])))
+            ep.rewards.append(step.reward)
+            ep.observations.append(_copy(step.next_obs))
+            if step.end is not None:
+                ep.end = step.end
+            elif ep.length >= max_episode_steps:
+                ep.end = "capped"
+                obs[i] = stepper.reset_one(i)
             else:
-                ep.observations.append(_copy(new_obs[i]))
-                if ep.length >= max_episode_steps:
-                    ep.end = "capped"
-                    new_obs[i] = _reset_one(env, i)
-            if ep.end == "running":
                 continue
-            counted_dones[i] = True
+            dones[i] = True
             finished.append(ep)
             if started < n_episodes:
-                running[i] = Episode(observations=[_copy(new_obs[i])], index=started)
+                running[i] = Episode(observations=[_copy(obs[i])], index=started)
                 started += 1
             else:
                 running[i] = None
-        obs = new_obs
-        if on_step is not None and on_step(counted_dones, infos, rewards) is False:
-            return RolloutResult(sorted(finished, key=lambda ep: ep.index), stopped=True)
+        if on_step is not None:
+            infos = [step.info for step in steps]
+            rewards = np.array([step.reward for step in steps])
+            if on_step(dones, infos, rewards, n_steps) is False:
+                return RolloutResult(sorted(finished, key=lambda ep: ep.index), stopped=True)
     return RolloutResult(sorted(finished, key=lambda ep: ep.index))
 
 
 def _copy(x: np.ndarray) -> np.ndarray:
     return np.array(x, dtype=np.float64, copy=True)
-
-
-def _reset_one(env: VecEnv, index: int) -> np.ndarray:
-    """Reset one sub-environment of a VecEnv (used only for R2PO's own episode cap)."""
-    result = env.env_method("reset", indices=[index])[0]
-    return result[0] if isinstance(result, tuple) else result

@@ -70,7 +70,9 @@ class CallableBackend:
         return f"CallableBackend({getattr(self.fn, '__name__', type(self.fn).__name__)})"
 
 
-def chat_batch(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+def chat_batch(
+    backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0
+) -> list[ChatReply]:
     """
     Ask several independent conversations at once: one batch when the backend implements
     ``chat_batch``, otherwise one call after another.

@@ -61,7 +61,11 @@ class ExampleLLM:
         choices_match = _CHOICES.search(prompt)
         choices = [int(c) for c in choices_match.group(1).split(",")] if choices_match else None
         range_match = _RANGE.search(prompt)
-        low, high, decimals = (float(range_match.group(1)), float(range_match.group(2)), int(range_match.group(3))) if range_match else (-6.0, 6.0, 1)
+        low, high, decimals = (
+            (float(range_match.group(1)), float(range_match.group(2)), int(range_match.group(3)))
+            if range_match
+            else (-6.0, 6.0, 1)
+        )
 
         candidate = _CANDIDATE.search(prompt)
         if candidate is not None:
@@ -97,7 +101,9 @@ class ExampleLLM:
         return rng.normal(0.0, 3.0, size=size)
 
     @staticmethod
-    def _edit(theta: np.ndarray, rng: np.random.Generator, scale: float, choices: list[int] | None, n_changes: int) -> np.ndarray:
+    def _edit(
+        theta: np.ndarray, rng: np.random.Generator, scale: float, choices: list[int] | None, n_changes: int
+    ) -> np.ndarray:
         out = theta.copy()
         if choices is not None:
             i = int(rng.integers(out.size))

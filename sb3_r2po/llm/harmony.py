@@ -1,29 +1,44 @@
 """gpt-oss "harmony" replies: extract the final channel from raw or flattened output.
 
+gpt-oss writes its answer in *channels*: ``analysis`` (reasoning), ``commentary`` (tool preambles) and
+``final`` (the answer). Only the final channel is the answer.
+
 Raw output (special tokens kept)::
 
     <|channel|>analysis<|message|>...reasoning...<|end|><|start|>assistant<|channel|>final<|message|>ANSWER<|return|>
 
-Flattened output (special tokens skipped by the decoder)::
+Flattened output (special tokens skipped by the decoder, as some servers return it)::
 
     analysis...reasoning...assistantfinalANSWER
 
-No final channel (the token budget ran out during the analysis) is not an answer.
+No final channel (the token budget ran out during the analysis) is not an answer: :func:`final_channel`
+returns ``None`` and the backends treat it as a parse failure (one retry with a larger budget, then the raw
+text, for which :func:`final_channel` is ``None`` again). A regex extractor is enough here: the official
+``openai-harmony`` package downloads its vocabulary at run time, which fails offline.
 """
 
 from __future__ import annotations
 
 import re
 
-_RAW_FINAL = re.compile(r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S)
+_RAW_FINAL = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
+_RAW_FINAL_END = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>.*?(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
 _RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
-_FLAT_FINAL = re.compile(r"assistantfinal(.*)$", re.S)
-_FLAT_ANALYSIS = re.compile(r"^\s*analysis\S")
+_FLAT_FINAL_MARK = "assistantfinal"
+_FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis\S")
+_TRAILING_SPECIALS = re.compile(r"(?:<\|(?:return|end|call|endoftext)\|>\s*)+$")
+
+HARMONY_STOP_TOKENS = ("<|return|>", "<|call|>")
+"""Tokens that end a harmony reply (``<|end|>`` only ends one message, e.g. the analysis, so it is not one)."""
 
 
 def is_harmony(text: str) -> bool:
     """Whether ``text`` looks like harmony output (raw or flattened)."""
-    return any(m in text for m in _RAW_MARKERS) or bool(_FLAT_ANALYSIS.match(text)) or "assistantfinal" in text
+    return any(m in text for m in _RAW_MARKERS) or bool(_FLAT_ANALYSIS.match(text)) or _FLAT_FINAL_MARK in text
 
 
 def final_channel(text: str) -> str | None:
@@ -31,15 +46,42 @@ def final_channel(text: str) -> str | None:
     The text of the last final channel of a harmony reply.
 
     :param text: The model's output.
-    :return: The final answer; ``None`` when the reply is harmony output without a final channel.
+    :return: The final answer, stripped; ``None`` when the reply is harmony output without a final channel.
         Text that is not harmony output at all is returned unchanged.
     """
     if any(m in text for m in _RAW_MARKERS):
         finals = _RAW_FINAL.findall(text)
         return finals[-1].strip() if finals else None
-    flat = _FLAT_FINAL.search(text)
-    if flat:
-        return flat.group(1).strip()
+    if _FLAT_FINAL_MARK in text:
+        answer = text.rpartition(_FLAT_FINAL_MARK)[2]
+        return _TRAILING_SPECIALS.sub("", answer).strip()
     if _FLAT_ANALYSIS.match(text):
         return None
     return text
+
+
+def final_is_truncated(text: str) -> bool:
+    """
+    Whether raw harmony ``text`` ends inside its final channel (no ``<|return|>``/``<|end|>``/``<|call|>`` after
+    it): the token budget ran out while the answer was being written. Flattened and non-harmony text cannot
+    tell, and give ``False``.
+    """
+    if not any(m in text for m in _RAW_MARKERS):
+        return False
+    matches = list(_RAW_FINAL_END.finditer(text))
+    return bool(matches) and matches[-1].group(1) == ""
+
+
+def has_final_channel(text: str) -> bool:
+    """Whether ``text`` is an answer: non-harmony text, or harmony output with a final channel."""
+    return final_channel(text) is not None
+
+
+def analysis_only(reasoning: str) -> str:
+    """
+    Raw harmony text holding only an analysis message (no final channel), for a reply that has no answer.
+
+    Backends return it when a server reports the reasoning but no content, so that the reply text, like
+    every other unanswered reply, is harmony output for which :func:`final_channel` is ``None``.
+    """
+    return f"<|channel|>analysis<|message|>{reasoning}"

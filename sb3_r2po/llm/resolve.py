@@ -2,11 +2,23 @@
 
 String forms are a small table; each entry says what it matches and how to build the backend, so a new
 form is one entry. The error for an unknown string lists every accepted form.
+
+Matching is cheap and offline (a regular expression; no import of torch or transformers, no network, no
+file access): R2PO validates its ``llm`` string at construction, and builds the backend later. Building is
+lazy too: a model or a server is first touched by the backend's first ``chat``.
+
+Forms, tried in order: ``example[:seed]``; ``embedded[:size]``; ``replay:PATH``
+(:class:`~sb3_r2po.llm.recording.ReplayBackend`); an ``http(s)://`` URL with an optional ``#MODEL``
+(:class:`~sb3_r2po.llm.openai_backend.OpenAIBackend`); ``package.module:attribute``; a Hugging Face model id
+``ORG/NAME`` or a local model directory written as a path (``/...``, ``./...``, ``../...``, ``~/...``)
+(:class:`~sb3_r2po.llm.transformers_backend.TransformersBackend`). Hub ids without an organisation
+(``gpt2``) need it spelled out (``openai-community/gpt2``).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +59,34 @@ def _build_import(spec: str) -> ChatBackend:
     return as_backend(obj)
 
 
+_REPLAY_RE = re.compile(r"^replay:(?P<path>.+)$", re.S)
+_URL_RE = re.compile(r"^https?://[^\s/#]+(/[^\s#]*)?(#[^\s#]+)?$")
+_HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
+_PATH_RE = re.compile(r"^(/|\./|\.\./|~/|~$|\.$)")
+
+
+def _is_model_id_or_dir(spec: str) -> bool:
+    return (_HF_ID_RE.match(spec) is not None and ".." not in spec) or _PATH_RE.match(spec) is not None
+
+
+def _build_replay(spec: str) -> ChatBackend:
+    from sb3_r2po.llm.recording import ReplayBackend
+
+    return ReplayBackend(spec.partition(":")[2].strip())
+
+
+def _build_openai(spec: str) -> ChatBackend:
+    from sb3_r2po.llm.openai_backend import OpenAIBackend
+
+    return OpenAIBackend(spec)
+
+
+def _build_transformers(spec: str) -> ChatBackend:
+    from sb3_r2po.llm.transformers_backend import TransformersBackend
+
+    return TransformersBackend(os.path.expanduser(spec) if spec.startswith("~") else spec)
+
+
 STRING_FORMS: list[StringForm] = [
     StringForm(
         "example[:seed]",
@@ -54,7 +94,33 @@ STRING_FORMS: list[StringForm] = [
         lambda s: re.fullmatch(r"example(:\d+)?", s) is not None,
         _build_example,
     ),
-    StringForm("package.module:attribute", "my_pkg.llms:make_backend", lambda s: _IMPORT_RE.match(s) is not None, _build_import),
+    StringForm(
+        "embedded[:size]",
+        "embedded:0.5b",
+        lambda s: re.fullmatch(r"embedded(:(0\.5b|1\.5b))?", s, re.IGNORECASE) is not None,
+        lambda s: importlib.import_module("sb3_r2po.llm.embedded").EmbeddedBackend.from_spec(s),
+    ),
+    StringForm(
+        "replay:PATH (answer from a RecordingBackend JSONL file)",
+        "replay:runs/llm_calls.jsonl",
+        lambda s: _REPLAY_RE.match(s) is not None,
+        _build_replay,
+    ),
+    StringForm(
+        "http(s)://HOST[:PORT]/v1[#MODEL] (OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, transformers serve)",
+        "http://127.0.0.1:8000/v1#openai/gpt-oss-20b",
+        lambda s: _URL_RE.match(s) is not None,
+        _build_openai,
+    ),
+    StringForm(
+        "package.module:attribute", "my_pkg.llms:make_backend", lambda s: _IMPORT_RE.match(s) is not None, _build_import
+    ),
+    StringForm(
+        "ORG/NAME (Hugging Face model id) or a local model directory path, run in-process with transformers",
+        "openai/gpt-oss-20b",
+        _is_model_id_or_dir,
+        _build_transformers,
+    ),
 ]
 """The accepted string forms, tried in order. Backends add theirs with :func:`register_string_form`."""
 

@@ -117,7 +117,10 @@ class PromptBuilder:
         """The Critic-LLM's messages: revise ``candidate`` given its evidence package."""
         return [
             {"role": "system", "content": self._render("critic_system.j2", keep_best=ctx.extra.get("keep_best", True))},
-            {"role": "user", "content": self._render("critic_user.j2", candidate=candidate, evidence=evidence, **self._common(ctx))},
+            {
+                "role": "user",
+                "content": self._render("critic_user.j2", candidate=candidate, evidence=evidence, **self._common(ctx)),
+            },
         ]
 
     def retry(self, reason: str, space: ParameterSpace) -> Message:

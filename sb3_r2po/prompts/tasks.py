@@ -52,7 +52,9 @@ def generic_task_description(observation_space: spaces.Space, action_space: spac
     """A description generated from the spaces alone, for environments without a registered one."""
     if isinstance(observation_space, spaces.Box):
         low, high = observation_space.low.reshape(-1), observation_space.high.reshape(-1)
-        observations = tuple(f"s[{i}]: range [{_fmt(lo)}, {_fmt(hi)}]" for i, (lo, hi) in enumerate(zip(low, high)))
+        observations = tuple(
+            f"s[{i}]: range [{_fmt(lo)}, {_fmt(hi)}]" for i, (lo, hi) in enumerate(zip(low, high, strict=True))
+        )
     elif isinstance(observation_space, spaces.Discrete):
         observations = (f"the state is an integer index in 0..{int(observation_space.n) - 1}",)
     else:
@@ -62,7 +64,9 @@ def generic_task_description(observation_space: spaces.Space, action_space: spac
         actions = tuple(f"action {start + i}" for i in range(int(action_space.n)))
     elif isinstance(action_space, spaces.Box):
         low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)
-        actions = tuple(f"a[{j}]: continuous, range [{_fmt(lo)}, {_fmt(hi)}]" for j, (lo, hi) in enumerate(zip(low, high)))
+        actions = tuple(
+            f"a[{j}]: continuous, range [{_fmt(lo)}, {_fmt(hi)}]" for j, (lo, hi) in enumerate(zip(low, high, strict=True))
+        )
     else:
         actions = (str(action_space),)
     return TaskDescription(

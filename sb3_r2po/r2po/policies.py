@@ -11,6 +11,7 @@ round trip is exact) and act through a numpy forward that rollouts call with any
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,11 @@ class CompactPolicy(BasePolicy):
         """
         raise NotImplementedError
 
+    def actor(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """A fast batched forward pass for a fixed parameter vector (precomputes what it can)."""
+        params = np.asarray(params, dtype=np.float64).copy()
+        return lambda observations: self.act(observations, params)
+
     def layout_lines(self) -> tuple[str, ...]:
         """How the flat parameters map onto the policy, in words, for prompts."""
         raise NotImplementedError
@@ -143,15 +149,26 @@ class LinearPolicy(CompactPolicy):
         return theta[:split].reshape(self.obs_dim, self.act_dim), theta[split:]
 
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        w, b = self.weights(params)
-        obs = np.asarray(observations, dtype=np.float64).reshape(-1, self.obs_dim)
-        y = obs @ w + b
+        return self.actor(self.get_flat() if params is None else params)(observations)
+
+    def actor(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        w, b = (x.copy() for x in self.weights(params))
+        obs_dim = self.obs_dim
         if isinstance(self.action_space, spaces.Discrete):
-            return np.argmax(y, axis=1) + int(self.action_space.start)
+            start = int(self.action_space.start)
+            return lambda observations: (
+                np.argmax(np.asarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w + b, axis=1) + start
+            )
         assert isinstance(self.action_space, spaces.Box)
         low = self.action_space.low.reshape(-1).astype(np.float64)
         high = self.action_space.high.reshape(-1).astype(np.float64)
-        return np.clip(y, low, high).astype(self.action_space.dtype).reshape(-1, *self.action_space.shape)
+        dtype, shape = self.action_space.dtype, self.action_space.shape
+
+        def forward(observations: np.ndarray) -> np.ndarray:
+            y = np.asarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w + b
+            return np.clip(y, low, high).astype(dtype).reshape(-1, *shape)
+
+        return forward
 
     def layout_lines(self) -> tuple[str, ...]:
         n, m = self.obs_dim, self.act_dim
@@ -160,7 +177,8 @@ class LinearPolicy(CompactPolicy):
         else:
             rule = "the action is y, clipped to the action bounds"
         lines = [
-            f"Linear policy: y = s @ W + b, with s the {n} observation values, W of shape ({n}, {m}) and b of shape ({m},); {rule}.",
+            f"Linear policy: y = s @ W + b, with s the {n} observation values, W of shape ({n}, {m}) "
+            f"and b of shape ({m},); {rule}.",
             f"Layout: params[i * {m} + j] = W[i][j] (the weight from s[i] to y[j]), and params[{n * m} + j] = b[j].",
         ]
         for i in range(n):
@@ -214,7 +232,8 @@ class TabularPolicy(CompactPolicy):
     def layout_lines(self) -> tuple[str, ...]:
         values = ", ".join(str(a) for a in self.actions)
         return (
-            f"Tabular policy: params[s] is the action taken in state s, for the {self.n_states} states s = 0..{self.n_states - 1}.",
+            f"Tabular policy: params[s] is the action taken in state s, "
+            f"for the {self.n_states} states s = 0..{self.n_states - 1}.",
             f"Every value must be one of the actions {values}.",
         )
 

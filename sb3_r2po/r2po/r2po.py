@@ -158,7 +158,7 @@ class R2PO(BaseAlgorithm):
             raise ValueError(f"param_bounds are empty or reversed: {param_bounds}")
         if step_size <= 0:
             raise ValueError(f"step_size must be > 0, got {step_size}")
-        if llm is not None:
+        if llm is not None and _init_setup_model:  # load() rebuilds with defaults first, then sets the saved llm
             check_llm_spec(llm)
         get_variant(variant)
 
@@ -344,13 +344,13 @@ class R2PO(BaseAlgorithm):
         self._n_evaluations += 1
         callback.on_rollout_start()
 
-        def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray) -> bool:
-            self.num_timesteps += self.env.num_envs  # type: ignore[union-attr]
+        def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray, n_steps: int) -> bool:
+            self.num_timesteps += n_steps
             self._episode_num += int(dones.sum())
             callback.update_locals({"dones": dones, "infos": infos, "rewards": rewards, "params": params})
             return callback.on_step()
 
-        result = run_episodes(self.env, lambda obs: self.policy.act(obs, params), n_episodes, self.episode_cap, on_step)
+        result = run_episodes(self.env, self.policy.actor(params), n_episodes, self.episode_cap, on_step)
         self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
         callback.on_rollout_end()
         return None if result.stopped else result
@@ -429,7 +429,11 @@ class R2PO(BaseAlgorithm):
         space = self.policy.parameter_space
         best = self.best_record()
         for _ in range(100):
-            params = space.sample(self._rng) if best is None else space.perturb(np.asarray(best["params"]), self.step_size, self._rng)
+            params = (
+                space.sample(self._rng)
+                if best is None
+                else space.perturb(np.asarray(best["params"]), self.step_size, self._rng)
+            )
             if self._seen_error(params) is None:
                 return params
         return space.sample(self._rng)
@@ -482,7 +486,9 @@ class R2PO(BaseAlgorithm):
             return self._iterate_critic_only(callback)
 
         search = self._search()  # 1. Search-LLM proposes theta_init
-        theta_init, init_kind = (search.params, "search") if search.params is not None else (self._fallback_params(), "fallback")
+        theta_init, init_kind = (
+            (search.params, "search") if search.params is not None else (self._fallback_params(), "fallback")
+        )
         self.llm_stats["fallbacks"] += int(init_kind == "fallback")
         init = self._evaluate(theta_init, k, callback)  # 2. K rollouts
         if init is None:
@@ -535,7 +541,12 @@ class R2PO(BaseAlgorithm):
                     )
 
         theta_kept, result_kept, kind_kept = kept
-        first = {"kind": init_kind, "params": [float(v) for v in theta_init], "mean_return": init_mean, "failures": search.failures}
+        first = {
+            "kind": init_kind,
+            "params": [float(v) for v in theta_init],
+            "mean_return": init_mean,
+            "failures": search.failures,
+        }
         self.iteration += 1
         extra: dict[str, Any] = {"search": first, "revision": second}
         if diagnostics is not None:
@@ -565,12 +576,22 @@ class R2PO(BaseAlgorithm):
         mean = float(result.returns.mean())
         extra: dict[str, Any] = {
             "search": None,
-            "revision": {"role": "critic", "status": "kept", "params": [float(v) for v in theta], "mean_return": mean,
-                         "failures": failures},
+            "revision": {
+                "role": "critic",
+                "status": "kept",
+                "params": [float(v) for v in theta],
+                "mean_return": mean,
+                "failures": failures,
+            },
         }
         if last is not None and answer is not None and answer.params is not None:
             extra["diagnostics"] = diagnose_revision(
-                last["params"], theta, last["mean_return"], mean, answer.calls[-1].reply, accepted=True,
+                last["params"],
+                theta,
+                last["mean_return"],
+                mean,
+                answer.calls[-1].reply,
+                accepted=True,
                 above_tau_c=self.revision_threshold is not None and last["mean_return"] >= self.revision_threshold,
             )
         self.iteration += 1
@@ -605,7 +626,9 @@ class R2PO(BaseAlgorithm):
         :param progress_bar: Show a progress bar (tqdm and rich).
         :return: The trained model.
         """
-        total_timesteps, callback = self._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        total_timesteps, callback = self._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        )
         callback.on_training_start(locals(), globals())
         self._ensure_llm()
 

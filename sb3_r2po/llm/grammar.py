@@ -1,0 +1,173 @@
+"""GBNF grammars (llama.cpp's constrained-decoding format) for R2PO's parameter replies.
+
+A grammar built here admits exactly one reply shape, so a model decoded under it cannot produce a
+reply R2PO fails to parse:
+
+- ``style="list"`` (default): ``params: [v0, v1, ..., v{n-1}]``
+- ``style="indexed"``: ``params[0]: v0, params[1]: v1, ..., params[n-1]: v{n-1}`` (the format of
+  :meth:`sb3_r2po.common.parameters.ParameterSpace.format`)
+
+optionally preceded by one short line of free text (``reason_chars > 0``) and a newline.
+
+Values:
+
+- **continuous** spaces: a decimal with exactly ``decimals`` digits after the point (no point when
+  ``decimals == 0``), no leading zeros, an optional ``-``. The magnitude is bounded exactly on each
+  side of zero: positive values are at most ``high`` and negative values at least ``low`` (each bound
+  rounded towards zero to the precision). A range that excludes zero (``low > 0`` or ``high < 0``) is
+  only bounded on its far side; R2PO clips every proposal to the range anyway
+  (:meth:`~sb3_r2po.common.parameters.ParameterSpace.project`).
+- **discrete** spaces: one of the allowed integers, written as ``str(int(v))``.
+
+The grammar text is plain GBNF; :func:`compile_grammar` turns it into a ``llama_cpp.LlamaGrammar``.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_DOWN, Decimal
+from typing import Any, Literal
+
+from sb3_r2po.common.parameters import ParameterSpace
+
+ReplyStyle = Literal["list", "indexed"]
+"""The two reply shapes a grammar can enforce."""
+
+REPLY_STYLES: tuple[str, ...] = ("list", "indexed")
+
+
+def _fixed_width_at_most(bound: str) -> list[str]:
+    """
+    GBNF alternatives for every digit string of ``len(bound)`` characters (leading zeros allowed)
+    that is lexicographically, hence numerically, ``<= bound``.
+    """
+    width = len(bound)
+    alternatives = []
+    for i, ch in enumerate(bound):
+        if ch != "0":
+            top = chr(ord(ch) - 1)
+            head = f'"{bound[:i]}" ' if i else ""
+            cls = "[0]" if top == "0" else f"[0-{top}]"
+            tail = " [0-9]" * (width - i - 1)
+            alternatives.append(f"{head}{cls}{tail}".strip())
+    alternatives.append(f'"{bound}"')
+    return alternatives
+
+
+def _integers_below(bound: int) -> list[str]:
+    """GBNF alternatives for the integers ``0 .. bound - 1`` written without leading zeros (empty if ``bound == 0``)."""
+    if bound <= 0:
+        return []
+    if bound <= 10:
+        return ['"0"'] if bound == 1 else [f"[0-{bound - 1}]"]
+    digits = str(bound)
+    n = len(digits)
+    alternatives = ["[0-9]"]
+    # every shorter length with two or more digits: [1-9][0-9]...
+    alternatives += ["[1-9]" + " [0-9]" * (k - 1) for k in range(2, n)]
+    # n-digit numbers below ``bound``: same prefix, a smaller digit, then anything
+    for i, ch in enumerate(digits):
+        smallest = "1" if i == 0 else "0"
+        if ch > smallest:
+            top = chr(ord(ch) - 1)
+            head = f'"{digits[:i]}" ' if i else ""
+            cls = f"[{smallest}]" if top == smallest else f"[{smallest}-{top}]"
+            tail = " [0-9]" * (n - i - 1)
+            alternatives.append(f"{head}{cls}{tail}".strip())
+    return alternatives
+
+
+def magnitude_rule(limit: float, decimals: int) -> str:
+    """
+    The body of a GBNF rule for the non-negative decimals with exactly ``decimals`` decimals that are
+    ``<= limit`` (``limit`` rounded down to the precision), written without leading zeros.
+
+    :param limit: The largest magnitude allowed (``>= 0``).
+    :param decimals: The number of digits after the decimal point (``0``: an integer, no point).
+    """
+    if not math.isfinite(limit) or limit < 0:
+        raise ValueError(f"limit must be finite and >= 0, got {limit}")
+    if decimals < 0:
+        raise ValueError(f"decimals must be >= 0, got {decimals}")
+    quantum = Decimal(1).scaleb(-decimals)
+    top = Decimal(repr(float(limit))).quantize(quantum, rounding=ROUND_DOWN)
+    scaled = int(top.scaleb(decimals))  # the limit in units of the last decimal
+    int_top, frac_top = divmod(scaled, 10**decimals)
+    if decimals == 0:
+        return " | ".join([*_integers_below(int_top), f'"{int_top}"'])
+    frac_any = '"." ' + " ".join(["[0-9]"] * decimals)
+    below = _integers_below(int_top)
+    alternatives = []
+    if below:
+        lead = below[0] if len(below) == 1 else "(" + " | ".join(below) + ")"
+        alternatives.append(f"{lead} {frac_any}")
+    frac_le = _fixed_width_at_most(str(frac_top).zfill(decimals))
+    frac = frac_le[0] if len(frac_le) == 1 else "(" + " | ".join(frac_le) + ")"
+    alternatives.append(f'"{int_top}." {frac}')
+    return " | ".join(alternatives)
+
+
+def value_rules(space: ParameterSpace) -> dict[str, str]:
+    """
+    The GBNF rules defining ``value``: one parameter value of ``space``.
+
+    :return: rule name -> rule body, ``value`` first.
+    """
+    if space.values is not None:
+        literals = sorted({str(int(v)) for v in space.values}, key=lambda s: (len(s), s))
+        return {"value": " | ".join(f'"{s}"' for s in literals)}
+    rules: dict[str, str] = {}
+    parts = []
+    if space.high >= 0:
+        parts.append("pos")
+        rules["pos"] = magnitude_rule(space.high, space.decimals)
+    if space.low < 0:
+        parts.append('"-" neg')
+        rules["neg"] = magnitude_rule(-space.low, space.decimals)
+    return {"value": " | ".join(parts), **rules}
+
+
+def parameter_grammar(space: ParameterSpace, *, style: ReplyStyle = "list", reason_chars: int = 0) -> str:
+    """
+    A GBNF grammar admitting exactly one reply with the ``space.size`` values of ``space``.
+
+    :param space: The parameter space (continuous or discrete).
+    :param style: ``"list"`` for ``params: [v0, ..., v{n-1}]``, ``"indexed"`` for
+        ``params[0]: v0, ..., params[n-1]: v{n-1}``.
+    :param reason_chars: When positive, the reply may start with one line of at most this many
+        characters of free text (no newline, no square brackets), then a newline; ``0`` allows only
+        the parameter line.
+    :return: The grammar text; its start rule is ``root``.
+    """
+    if style not in REPLY_STYLES:
+        raise ValueError(f"style must be one of {REPLY_STYLES}, got {style!r}")
+    if reason_chars < 0:
+        raise ValueError(f"reason_chars must be >= 0, got {reason_chars}")
+    n = space.size
+    if style == "list":
+        body = '"params: [" value' + ' ", " value' * (n - 1) + ' "]"'
+    else:
+        items = [f'"params[{i}]: " value' for i in range(n)]
+        body = ' ", " '.join(items)
+    rules: dict[str, str] = {}
+    if reason_chars > 0:
+        rules["root"] = "(reason)? params"
+        rules["reason"] = f"[^\\n\\[\\]]{{1,{reason_chars}}} " + '"\\n"'
+    else:
+        rules["root"] = "params"
+    rules["params"] = body
+    rules.update(value_rules(space))
+    return "\n".join(f"{name} ::= {rule}" for name, rule in rules.items()) + "\n"
+
+
+def compile_grammar(text: str) -> Any:
+    """
+    Compile GBNF text with llama.cpp.
+
+    :param text: The grammar (see :func:`parameter_grammar`).
+    :return: A ``llama_cpp.LlamaGrammar``.
+    :raises ImportError: when ``llama-cpp-python`` is not installed.
+    """
+    from llama_cpp import LlamaGrammar
+
+    return LlamaGrammar.from_string(text, verbose=False)

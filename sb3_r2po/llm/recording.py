@@ -1,0 +1,276 @@
+"""Record every LLM call to a JSONL file, and replay such a file as a backend.
+
+Runs with a real model are slow and not exactly repeatable; a recording makes them both cheap to re-run and
+auditable. Design:
+
+- :class:`RecordingBackend` wraps any backend. After each reply it appends one JSON line: the request hash,
+  the messages, the request settings, a description of the backend, the reply text, token usage and
+  latency. Each line is written, flushed and fsynced before the reply is returned, so a crash loses at
+  most the call in flight (a half-written last line is skipped, with a warning, on replay).
+- The **request hash** is the SHA-256 of the canonical JSON of the messages (role and content) and the
+  request settings that the :class:`~sb3_r2po.llm.base.ChatBackend` protocol carries (the temperature).
+  Backend settings (model, reasoning effort, ...) are recorded for the record but not hashed: a replay
+  cannot know them, and a recording is replayed in place of the backend that made it.
+- :class:`ReplayBackend` answers by that hash. When the same request was recorded several times, the
+  recorded replies are given in their order (R2PO at temperature 0 can ask the same prompt twice and the
+  model may still have answered differently). A request that was not recorded, or asked more often than
+  recorded, is a miss: it raises :class:`ReplayMissError` naming the request (its hash and the start of its
+  last message), unless a ``fallback`` backend answers it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sb3_r2po.llm.base import ChatBackend, ChatReply, LLMBackendError, Message
+from sb3_r2po.llm.base import chat_batch as _chat_batch
+
+RECORD_VERSION = 1
+
+
+def request_settings(temperature: float) -> dict[str, Any]:
+    """The request settings that are part of a request's identity."""
+    return {"temperature": float(temperature)}
+
+
+def _canonical_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    return [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in messages]
+
+
+def request_hash(messages: Sequence[Message], settings: dict[str, Any]) -> str:
+    """
+    The SHA-256 (hex) identifying a request.
+
+    :param messages: The chat messages (only ``role`` and ``content`` count).
+    :param settings: The request settings (see :func:`request_settings`).
+    """
+    payload = {"messages": _canonical_messages(messages), "settings": settings}
+    canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _describe(backend: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"class": type(backend).__name__, "repr": repr(backend)}
+    for name in ("model", "reasoning_effort", "max_new_tokens", "max_tokens", "base_url"):
+        value = getattr(backend, name, None)
+        if isinstance(value, (str, int, float, bool)):
+            info[name] = value
+    return info
+
+
+class RecordingBackend:
+    """
+    Pass calls to ``inner`` and append each call and its reply to a JSONL file (flushed and fsynced per call).
+
+    :param inner: The backend to record: a :class:`~sb3_r2po.llm.base.ChatBackend`, a callable
+        ``(messages) -> str``, or an ``llm`` string.
+    :param path: The JSONL file (created with its folder; appended to when it exists).
+    """
+
+    def __init__(self, inner: ChatBackend | Callable[[list[Message]], str] | str, path: str | os.PathLike[str]) -> None:
+        from sb3_r2po.llm.resolve import make_backend
+
+        self.inner: ChatBackend = make_backend(inner)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        """
+        Ask ``inner`` and record the call.
+
+        :param messages: Chat messages.
+        :param temperature: Sampling temperature.
+        """
+        reply = self.inner.chat(messages, temperature=temperature)
+        self._record(messages, temperature, reply)
+        return reply
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        """
+        Ask ``inner`` for several conversations (batched when it can) and record each call, in order.
+
+        :param conversations: The conversations.
+        :param temperature: Sampling temperature.
+        """
+        replies = _chat_batch(self.inner, conversations, temperature=temperature)
+        for messages, reply in zip(conversations, replies, strict=True):
+            self._record(messages, temperature, reply)
+        return replies
+
+    def _record(self, messages: Sequence[Message], temperature: float, reply: ChatReply) -> None:
+        settings = request_settings(temperature)
+        line = {
+            "version": RECORD_VERSION,
+            "hash": request_hash(messages, settings),
+            "time": time.time(),
+            "messages": _canonical_messages(messages),
+            "settings": settings,
+            "backend": _describe(self.inner),
+            "reply": reply.to_dict(),
+        }
+        data = json.dumps(line, ensure_ascii=False) + "\n"
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RecordingBackend({self.inner!r}, {str(self.path)!r})"
+
+
+class ReplayMissError(LLMBackendError):
+    """
+    A replayed request has no recorded reply (left).
+
+    :param message: The explanation.
+    :param request_hash: The hash of the request.
+    """
+
+    def __init__(self, message: str, *, request_hash: str) -> None:
+        super().__init__(message)
+        self.request_hash = request_hash
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """
+    The records of a recording, in order (a half-written last line is skipped with a warning).
+
+    :param path: The JSONL file written by :class:`RecordingBackend`.
+    """
+    records: list[dict[str, Any]] = []
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                warnings.warn(f"{path}: skipping a half-written last line {number}", RuntimeWarning, stacklevel=2)
+                continue
+            raise LLMBackendError(f"{path}: line {number} is not JSON") from None
+        if not isinstance(record, dict) or "hash" not in record or "reply" not in record:
+            raise LLMBackendError(f"{path}: line {number} is not a recorded LLM call")
+        records.append(record)
+    return records
+
+
+class ReplayBackend:
+    """
+    Answer from a recording made by :class:`RecordingBackend`, by request hash.
+
+    :param path: The JSONL recording (read on the first call).
+    :param fallback: A backend (or callable, or ``llm`` string) that answers requests the recording lacks;
+        without one, a miss raises :class:`ReplayMissError`.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], fallback: ChatBackend | Callable[[list[Message]], str] | str | None = None
+    ) -> None:
+        self.path = Path(path).expanduser()
+        if fallback is not None:
+            from sb3_r2po.llm.resolve import make_backend
+
+            fallback = make_backend(fallback)
+        self.fallback: ChatBackend | None = fallback
+        self.stats: dict[str, int] = {"hits": 0, "misses": 0}
+        """Counters: requests answered from the recording, and misses (answered by the fallback)."""
+        self._queues: dict[str, deque[dict[str, Any]]] | None = None
+        self._recorded: dict[str, int] = {}
+        self._asked: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _load(self) -> dict[str, deque[dict[str, Any]]]:
+        if self._queues is None:
+            if not self.path.is_file():
+                raise LLMBackendError(f"Replay recording {str(self.path)!r} does not exist")
+            queues: dict[str, deque[dict[str, Any]]] = {}
+            for record in read_records(self.path):
+                queues.setdefault(record["hash"], deque()).append(record["reply"])
+            self._recorded = {h: len(q) for h, q in queues.items()}
+            self._queues = queues
+        return self._queues
+
+    def __len__(self) -> int:
+        """Recorded replies not yet replayed."""
+        with self._lock:
+            return sum(len(q) for q in self._load().values())
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        """
+        The next recorded reply to this request.
+
+        :param messages: Chat messages.
+        :param temperature: Sampling temperature (part of the request's identity).
+        :raises ReplayMissError: when the request has no recorded reply left and there is no fallback.
+        """
+        key = request_hash(messages, request_settings(temperature))
+        with self._lock:
+            queue = self._load().get(key)
+            self._asked[key] = self._asked.get(key, 0) + 1
+            reply = queue.popleft() if queue else None
+        if reply is not None:
+            self.stats["hits"] += 1
+            return ChatReply(
+                text=str(reply.get("text", "")),
+                prompt_tokens=reply.get("prompt_tokens"),
+                completion_tokens=reply.get("completion_tokens"),
+                seconds=float(reply.get("seconds") or 0.0),
+            )
+        self.stats["misses"] += 1
+        if self.fallback is not None:
+            return self.fallback.chat(messages, temperature=temperature)
+        last = str(messages[-1].get("content", "")) if messages else ""
+        start = " ".join(last.split())[:80]
+        recorded = self._recorded.get(key, 0)
+        why = (
+            "it was never recorded"
+            if recorded == 0
+            else f"it was recorded {recorded} time(s) and is now asked for time {self._asked[key]}"
+        )
+        raise ReplayMissError(
+            f"No recorded reply in {str(self.path)!r} for request {key[:12]} "
+            f"(temperature {float(temperature):g}, last message starts {start!r}): {why}. "
+            "Pass ReplayBackend(path, fallback=...) to answer misses with another backend.",
+            request_hash=key,
+        )
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        """
+        Replay several requests, in order.
+
+        :param conversations: The conversations.
+        :param temperature: Sampling temperature.
+        """
+        return [self.chat(c, temperature=temperature) for c in conversations]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ReplayBackend({str(self.path)!r}, fallback={self.fallback!r})"

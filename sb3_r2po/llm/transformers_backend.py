@@ -1,0 +1,415 @@
+"""A chat backend running a Hugging Face model in-process through a ``transformers`` text-generation pipeline.
+
+This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss-20b"``). Design:
+
+- **Lazy.** ``__init__`` stores settings only; the first :meth:`TransformersBackend.chat` loads the pipeline.
+  Matching ``llm`` strings, pickling and constructing R2PO stay cheap and offline.
+- **Memory guard first.** Before any download or load, a model known to be too large for the machine
+  (gpt-oss-20b needs a CUDA GPU with about 16 GB for its MXFP4 weights; dequantized to bf16 on a CPU it
+  needs 40-48 GB) raises :class:`~sb3_r2po.llm.base.LLMBackendError` at once, naming the alternatives
+  (``llm="embedded"``, or an OpenAI-compatible server URL). ``memory_check=False`` skips it.
+- **Harmony.** The pipeline is called with ``return_full_text=False, skip_special_tokens=False``; the answer
+  is the final channel of the raw text (:func:`~sb3_r2po.llm.harmony.final_channel`). A reply without a
+  final channel (the token budget ran out in the analysis), or whose final channel was cut off by the budget,
+  is retried once with a larger budget
+  (``retry_budget_factor``) and one step lower reasoning effort; if that fails too, the raw text is returned
+  (``final_channel`` of it is ``None``, which R2PO's parser counts as a failed parse).
+- **Reasoning effort** is a chat-template variable (gpt-oss's template reads ``reasoning_effort``), passed as
+  ``tokenizer_encode_kwargs={"reasoning_effort": ...}``, which the text-generation pipeline forwards to
+  ``apply_chat_template``. Templates that do not use it ignore it.
+- **Batching.** :meth:`TransformersBackend.chat_batch` sends all conversations to the pipeline at once with
+  ``batch_size=len(conversations)`` (one ``generate`` call; the pipeline pads on the left).
+- **Stop tokens.** Harmony's ``<|return|>`` and ``<|call|>`` (when the tokenizer has them) are added to the
+  model's own end-of-sequence ids. ``<|end|>`` is not a stop token: it only closes the analysis message.
+- **Accounting.** Each reply reports prompt tokens (the rendered chat template), completion tokens (the
+  generated text re-tokenized, batch padding removed) and latency (the wall time of the generate call it
+  was part of). A retried reply reports the sum of both attempts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message
+from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, final_channel, final_is_truncated, is_harmony
+
+DEFAULT_MODEL = "openai/gpt-oss-20b"
+REASONING_EFFORTS = ("low", "medium", "high")
+
+KNOWN_LARGE_MODELS: dict[str, float] = {
+    "gpt-oss-20b": 16.0,
+    "gpt-oss-120b": 80.0,
+}
+"""GPU memory (GB) that known large models need, keyed by the last part of their id (MXFP4 weights)."""
+
+ALTERNATIVES = (
+    'llm="embedded" (a small model that runs on the CPU through llama.cpp), or an OpenAI-compatible server '
+    'serving the model elsewhere, e.g. llm="http://127.0.0.1:8000/v1" (vLLM, SGLang, llama.cpp server, Ollama, '
+    "transformers serve)"
+)
+
+
+def required_gpu_memory_gb(model: str) -> float | None:
+    """
+    GPU memory (GB) a model id or local directory needs, when it is known to be large; ``None`` otherwise.
+
+    Known ids (:data:`KNOWN_LARGE_MODELS`) match by their last path component, so a local snapshot folder named
+    ``gpt-oss-20b`` counts too. A local gpt-oss checkpoint of another name is sized by its weight files
+    (when they total at least 4 GB). Nothing is downloaded or imported.
+
+    :param model: A Hugging Face model id or a local directory.
+    """
+    name = model.rstrip("/\\").lower()
+    base = re.split(r"[/\\]", name)[-1]
+    if base in KNOWN_LARGE_MODELS:
+        return KNOWN_LARGE_MODELS[base]
+    path = Path(model).expanduser()
+    config = path / "config.json"
+    if path.is_dir() and config.is_file():
+        try:
+            model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError):
+            return None
+        if model_type == "gpt_oss":
+            size_gb = sum(f.stat().st_size for f in path.glob("*.safetensors")) / 1e9
+            if size_gb >= 4.0:
+                return round(size_gb * 1.15, 1)
+    return None
+
+
+def largest_cuda_memory_gb() -> float:
+    """Total memory (GB) of the largest visible CUDA device; 0 when there is none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0.0
+    return max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())) / 1e9
+
+
+def check_model_fits(model: str) -> None:
+    """
+    Raise :class:`LLMBackendError` when ``model`` is known to need more GPU memory than any CUDA device has.
+
+    Called before anything is downloaded or loaded.
+
+    :param model: A Hugging Face model id or a local directory.
+    """
+    need = required_gpu_memory_gb(model)
+    if need is None:
+        return
+    have = largest_cuda_memory_gb()
+    if have >= need:
+        return
+    found = "no CUDA device was found" if have == 0 else f"the largest CUDA device has {have:.1f} GB"
+    raise LLMBackendError(
+        f"llm={model!r} needs a CUDA GPU with about {need:.0f} GB of memory, but {found}; "
+        "on a CPU it does not fit (dequantized to bf16, gpt-oss-20b needs 40-48 GB of RAM). "
+        f"Nothing was downloaded or loaded. Use {ALTERNATIVES}. "
+        "To try anyway, build TransformersBackend(..., memory_check=False)."
+    )
+
+
+def _lower_effort(effort: str | None) -> str | None:
+    if effort in REASONING_EFFORTS:
+        return REASONING_EFFORTS[max(0, REASONING_EFFORTS.index(effort) - 1)]
+    return effort
+
+
+class TransformersBackend:
+    """
+    Run a chat model in-process with a ``transformers`` text-generation pipeline (gpt-oss harmony aware).
+
+    :param model: A Hugging Face model id (default ``"openai/gpt-oss-20b"``), a local model directory, or an
+        already loaded ``PreTrainedModel`` (then pass ``tokenizer`` too).
+    :param tokenizer: A tokenizer object or id; by default the model's own.
+    :param reasoning_effort: ``"low"``, ``"medium"`` or ``"high"``, passed to the chat template as the
+        ``reasoning_effort`` variable; ``None`` passes nothing (the template's default).
+    :param max_new_tokens: Token budget of one reply (reasoning included).
+    :param retry_budget_factor: When a reply has no final channel, it is retried once with
+        ``max_new_tokens * retry_budget_factor`` tokens; ``0`` disables the retry.
+    :param retry_lower_effort: Whether the retry also uses one step lower reasoning effort.
+    :param dtype: Weights dtype for loading (``"auto"``: as stored).
+    :param device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
+    :param device_map: Passed to the pipeline on CUDA (``"auto"`` by default, which needs ``accelerate``;
+        without it the model is put on ``device``). Not used on the CPU.
+    :param batch_size: Most conversations per ``generate`` call in :meth:`chat_batch`; ``None``: all at once.
+    :param memory_check: Refuse known-too-large models without a big enough GPU (before any download).
+    :param trust_remote_code: Passed to the pipeline.
+    :param model_kwargs: Extra ``from_pretrained`` keyword arguments.
+    :param generate_kwargs: Extra ``generate`` keyword arguments (e.g. ``{"top_p": 1.0}``).
+    """
+
+    def __init__(
+        self,
+        model: Any = DEFAULT_MODEL,
+        *,
+        tokenizer: Any = None,
+        reasoning_effort: str | None = "medium",
+        max_new_tokens: int = 4096,
+        retry_budget_factor: float = 2.0,
+        retry_lower_effort: bool = True,
+        dtype: Any = "auto",
+        device: str | None = None,
+        device_map: str | dict[str, Any] | None = "auto",
+        batch_size: int | None = None,
+        memory_check: bool = True,
+        trust_remote_code: bool = False,
+        model_kwargs: dict[str, Any] | None = None,
+        generate_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(model, os.PathLike):
+            model = os.fspath(model)
+        if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
+            raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, got {reasoning_effort!r}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.reasoning_effort = reasoning_effort
+        self.max_new_tokens = int(max_new_tokens)
+        self.retry_budget_factor = float(retry_budget_factor)
+        self.retry_lower_effort = retry_lower_effort
+        self.dtype = dtype
+        self.device = device
+        self.device_map = device_map
+        self.batch_size = batch_size
+        self.memory_check = memory_check
+        self.trust_remote_code = trust_remote_code
+        self.model_kwargs = dict(model_kwargs or {})
+        self.generate_kwargs = dict(generate_kwargs or {})
+        self.stats: dict[str, int] = {"calls": 0, "generate_calls": 0, "retries": 0, "no_final": 0}
+        """Counters: replies asked for, ``generate`` calls, retries, replies still without a final channel."""
+        self._pipe: Any = None
+        self._stop_ids: list[int] | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ loading
+
+    @property
+    def model_name(self) -> str:
+        """The model id or path (or the class name of a model object)."""
+        if isinstance(self.model, str):
+            return self.model
+        return str(getattr(getattr(self.model, "config", None), "_name_or_path", "") or type(self.model).__name__)
+
+    def check_resources(self) -> None:
+        """Run the memory guard now (it also runs before the first load). Cheap: nothing is loaded."""
+        if self.memory_check and isinstance(self.model, str):
+            check_model_fits(self.model)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the pipeline has been built."""
+        return self._pipe is not None
+
+    @property
+    def pipeline(self) -> Any:
+        """The ``transformers`` text-generation pipeline (built on first use)."""
+        if self._pipe is None:
+            with self._lock:
+                if self._pipe is None:
+                    self._pipe = self._build_pipeline()
+        return self._pipe
+
+    def _build_pipeline(self) -> Any:
+        self.check_resources()
+        import torch
+        from transformers import pipeline
+
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        if self.tokenizer is not None:
+            kwargs["tokenizer"] = self.tokenizer
+        if isinstance(self.model, str):
+            kwargs["dtype"] = self.dtype
+            if self.model_kwargs:
+                kwargs["model_kwargs"] = self.model_kwargs
+            if device.startswith("cuda") and self.device_map is not None and _has_accelerate():
+                kwargs["device_map"] = self.device_map
+            else:
+                kwargs["device"] = device
+        elif self.device is not None:
+            kwargs["device"] = self.device
+        try:
+            pipe = pipeline("text-generation", model=self.model, **kwargs)
+        except LLMBackendError:
+            raise
+        except Exception as exc:  # missing files offline, unknown id, bad directory, out of memory, ...
+            hint = " (HF_HUB_OFFLINE is set: only already downloaded models can load)" if _offline() else ""
+            raise LLMBackendError(
+                f"Could not load llm={self.model_name!r} with transformers{hint}: {type(exc).__name__}: {exc}"
+            ) from exc
+        tok = pipe.tokenizer
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        tok.padding_side = "left"
+        self._stop_ids = _stop_token_ids(pipe)
+        return pipe
+
+    # ------------------------------------------------------------------ chat
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        """
+        Answer one conversation.
+
+        :param messages: Chat messages (``role``/``content`` dicts).
+        :param temperature: 0 for greedy decoding, otherwise the sampling temperature.
+        """
+        return self.chat_batch([messages], temperature=temperature)[0]
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        """
+        Answer several independent conversations as one batch (one ``generate`` call, left padding).
+
+        :param conversations: The conversations.
+        :param temperature: 0 for greedy decoding, otherwise the sampling temperature.
+        """
+        convs = [[dict(m) for m in conv] for conv in conversations]
+        if not convs:
+            return []
+        self.stats["calls"] += len(convs)
+        effort = self.reasoning_effort
+        raw, seconds = self._generate(convs, effort, self.max_new_tokens, temperature)
+        prompt_tokens = [self._count_prompt(c, effort) for c in convs]
+        completion_tokens = [self._count_completion(r) for r in raw]
+        spent = [seconds] * len(convs)
+
+        missing = [i for i, text in enumerate(raw) if final_channel(text) is None or final_is_truncated(text)]
+        if missing and self.retry_budget_factor > 0:
+            self.stats["retries"] += len(missing)
+            effort2 = _lower_effort(effort) if self.retry_lower_effort else effort
+            budget = max(self.max_new_tokens + 1, int(self.max_new_tokens * self.retry_budget_factor))
+            raw2, seconds2 = self._generate([convs[i] for i in missing], effort2, budget, temperature)
+            for i, text in zip(missing, raw2, strict=True):
+                raw[i] = text
+                prompt_tokens[i] += self._count_prompt(convs[i], effort2)
+                completion_tokens[i] += self._count_completion(text)
+                spent[i] += seconds2
+
+        replies: list[ChatReply] = []
+        for text, p_tok, c_tok, sec in zip(raw, prompt_tokens, completion_tokens, spent, strict=True):
+            final = final_channel(text)
+            if final is None:
+                self.stats["no_final"] += 1
+                answer = text
+            elif is_harmony(text):
+                answer = final
+            else:
+                answer = self._strip_specials(text)
+            replies.append(ChatReply(text=answer, prompt_tokens=p_tok, completion_tokens=c_tok, seconds=sec))
+        return replies
+
+    def _generate(
+        self, convs: list[list[dict[str, str]]], effort: str | None, max_new_tokens: int, temperature: float
+    ) -> tuple[list[str], float]:
+        pipe = self.pipeline
+        gen: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": pipe.tokenizer.pad_token_id}
+        if temperature and temperature > 0:
+            gen.update(do_sample=True, temperature=float(temperature))
+        else:
+            gen.update(do_sample=False)
+        if self._stop_ids:
+            gen["eos_token_id"] = list(self._stop_ids)
+        gen.update(self.generate_kwargs)
+        start = time.perf_counter()
+        try:
+            outputs = pipe(
+                convs,
+                batch_size=min(len(convs), self.batch_size or len(convs)),
+                return_full_text=False,
+                skip_special_tokens=False,
+                tokenizer_encode_kwargs=self._template_kwargs(effort),
+                **gen,
+            )
+        except Exception as exc:
+            raise LLMBackendError(f"Generation with {self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
+        seconds = time.perf_counter() - start
+        self.stats["generate_calls"] += -(-len(convs) // (self.batch_size or len(convs)))
+        texts = [self._strip_padding(out[0]["generated_text"]) for out in outputs]
+        return texts, seconds
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _template_kwargs(effort: str | None) -> dict[str, Any]:
+        return {} if effort is None else {"reasoning_effort": effort}
+
+    def _count_prompt(self, messages: list[dict[str, str]], effort: str | None) -> int:
+        enc = self.pipeline.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, **self._template_kwargs(effort)
+        )
+        return len(enc["input_ids"])
+
+    def _count_completion(self, text: str) -> int:
+        return len(self.pipeline.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _strip_padding(self, text: str) -> str:
+        pad = self.pipeline.tokenizer.pad_token
+        if pad:
+            while text.endswith(pad):
+                text = text[: -len(pad)]
+        return text
+
+    def _strip_specials(self, text: str) -> str:
+        tok = self.pipeline.tokenizer
+        for added in getattr(tok, "added_tokens_decoder", {}).values():
+            if getattr(added, "special", False) and added.content:
+                text = text.replace(added.content, "")
+        for special in getattr(tok, "all_special_tokens", []):
+            text = text.replace(special, "")
+        return text.strip()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pipe"] = None
+        state["_stop_ids"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"TransformersBackend({self.model_name!r}, reasoning_effort={self.reasoning_effort!r}, "
+            f"max_new_tokens={self.max_new_tokens})"
+        )
+
+
+def _has_accelerate() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("accelerate") is not None
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _stop_token_ids(pipe: Any) -> list[int] | None:
+    """The model's end-of-sequence ids plus harmony's stop tokens, when the tokenizer has harmony tokens."""
+    tok = pipe.tokenizer
+    vocab = tok.get_vocab()
+    harmony = [vocab[t] for t in HARMONY_STOP_TOKENS if t in vocab]
+    if not harmony:
+        return None
+    ids: list[int] = []
+    eos = getattr(getattr(pipe.model, "generation_config", None), "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.append(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.extend(int(i) for i in eos)
+    if tok.eos_token_id is not None:
+        ids.append(int(tok.eos_token_id))
+    ids.extend(harmony)
+    return list(dict.fromkeys(ids))

@@ -1,0 +1,219 @@
+"""TransformersBackend through the real ``transformers`` pipeline, on a tiny gpt-oss model built in-process."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pickle
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tiny_gptoss import CARTPOLE_FINAL, DEFAULT_FINAL, harmony_reply, shared_tokenizer, tiny_model
+
+import sb3_r2po
+import sb3_r2po.llm.transformers_backend as tb
+from sb3_r2po.llm.base import ChatReply, LLMBackendError
+from sb3_r2po.llm.harmony import final_channel
+from sb3_r2po.llm.resolve import make_backend
+from sb3_r2po.llm.transformers_backend import TransformersBackend, required_gpu_memory_gb
+
+USER = [{"role": "user", "content": "Propose a parameter vector."}]
+
+
+@pytest.fixture(scope="session")
+def tiny_dir() -> Path:
+    return tiny_model("trained")
+
+
+@pytest.fixture(scope="session")
+def random_dir() -> Path:
+    return tiny_model("random")
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_dir: Path) -> TransformersBackend:
+    return TransformersBackend(str(tiny_dir), max_new_tokens=64, reasoning_effort="medium")
+
+
+def _count_generate(monkeypatch: pytest.MonkeyPatch, backend: TransformersBackend) -> list[int]:
+    """Wrap the model's generate to record the batch size of each call."""
+    model = backend.pipeline.model
+    original = model.generate
+    calls: list[int] = []
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        calls.append(int(kwargs["input_ids"].shape[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", generate)
+    return calls
+
+
+def test_construction_is_lazy(tiny_dir: Path) -> None:
+    b = TransformersBackend(str(tiny_dir))
+    assert not b.loaded
+    assert "TransformersBackend" in repr(b)
+
+
+def test_final_channel_from_raw_text_and_token_counts(backend: TransformersBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    def spy(text: str) -> str | None:
+        seen.append(text)
+        return final_channel(text)
+
+    monkeypatch.setattr(tb, "final_channel", spy)
+    reply = backend.chat(USER)
+    assert isinstance(reply, ChatReply)
+    assert reply.text == DEFAULT_FINAL
+    # the pipeline returned only the new text, with the harmony special tokens kept
+    assert seen[0] == harmony_reply(DEFAULT_FINAL)
+    tok = shared_tokenizer()
+    prompt = tok.apply_chat_template(
+        USER, add_generation_prompt=True, tokenize=True, return_dict=True, reasoning_effort="medium"
+    )
+    assert reply.prompt_tokens == len(prompt["input_ids"])
+    assert reply.completion_tokens == len(tok(harmony_reply(DEFAULT_FINAL), add_special_tokens=False)["input_ids"])
+    assert reply.seconds > 0
+
+
+def test_reasoning_effort_reaches_the_chat_template(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    b = TransformersBackend(str(tiny_dir), max_new_tokens=64, reasoning_effort="high")
+    tok = b.pipeline.tokenizer
+    original = tok.apply_chat_template
+    rendered: list[str] = []
+
+    def spy(conversation: Any, **kwargs: Any) -> Any:
+        rendered.append(original(conversation, **{**kwargs, "tokenize": False, "return_dict": False}))
+        return original(conversation, **kwargs)
+
+    monkeypatch.setattr(tok, "apply_chat_template", spy)
+    assert b.chat(USER).text == DEFAULT_FINAL
+    assert rendered and all("Reasoning: high" in r for r in rendered)
+
+
+def test_chat_batch_is_one_generate_call(backend: TransformersBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_generate(monkeypatch, backend)
+    convs = [
+        [{"role": "user", "content": "short"}],
+        [{"role": "system", "content": "You propose policies."}, {"role": "user", "content": "a longer prompt " * 8}],
+        [{"role": "user", "content": "params: [0.1, 0.2] mean return 12.5"}],
+    ]
+    replies = backend.chat_batch(convs)
+    assert calls == [3]
+    assert [r.text for r in replies] == [DEFAULT_FINAL] * 3
+    assert len({r.prompt_tokens for r in replies}) == 3  # left padding does not count as prompt
+    assert all(r.completion_tokens == replies[0].completion_tokens for r in replies)
+
+
+def test_missing_final_channel_is_retried_with_more_budget_and_less_effort(
+    tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = TransformersBackend(str(tiny_dir), max_new_tokens=8, retry_budget_factor=6.0, reasoning_effort="high")
+    calls = _count_generate(monkeypatch, b)
+    efforts: list[Any] = []
+    original = b._template_kwargs
+    monkeypatch.setattr(b, "_template_kwargs", lambda effort: efforts.append(effort) or original(effort))
+    reply = b.chat(USER)
+    assert reply.text == DEFAULT_FINAL
+    assert len(calls) == 2
+    assert b.stats["retries"] == 1 and b.stats["no_final"] == 0
+    assert efforts[0] == "high" and "medium" in efforts
+    full = len(shared_tokenizer()(harmony_reply(DEFAULT_FINAL), add_special_tokens=False)["input_ids"])
+    assert reply.completion_tokens == 8 + full  # both attempts are counted
+
+
+def test_still_no_final_channel_returns_raw_text(tiny_dir: Path) -> None:
+    b = TransformersBackend(str(tiny_dir), max_new_tokens=3, retry_budget_factor=2.0)
+    reply = b.chat(USER)
+    assert final_channel(reply.text) is None  # R2PO's parser counts a failed parse
+    assert reply.text.startswith("<|channel|>analysis")
+    assert b.stats == {"calls": 1, "generate_calls": 2, "retries": 1, "no_final": 1}
+
+
+def test_random_weights_give_garbage_without_raising(random_dir: Path) -> None:
+    b = TransformersBackend(str(random_dir), max_new_tokens=12, retry_budget_factor=1.5)
+    reply = b.chat(USER)
+    assert isinstance(reply.text, str)
+    assert DEFAULT_FINAL not in reply.text
+    assert reply.completion_tokens is not None and reply.completion_tokens > 0
+
+
+def test_model_and_tokenizer_objects(tiny_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    b = TransformersBackend(model, tokenizer=tok, max_new_tokens=64)
+    assert b.chat(USER).text == DEFAULT_FINAL
+
+
+def test_pickle_drops_the_loaded_pipeline(backend: TransformersBackend) -> None:
+    backend.chat(USER)
+    clone = pickle.loads(pickle.dumps(backend))
+    assert backend.loaded and not clone.loaded
+    assert clone.model == backend.model and clone.max_new_tokens == backend.max_new_tokens
+
+
+def test_load_failure_is_a_backend_error(tmp_path: Path) -> None:
+    with pytest.raises(LLMBackendError, match="Could not load"):
+        TransformersBackend(str(tmp_path / "missing"), max_new_tokens=4).chat(USER)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the guard only refuses machines without a big enough GPU")
+def test_gptoss_20b_memory_guard_raises_at_once_without_download() -> None:
+    b = make_backend("openai/gpt-oss-20b")
+    assert isinstance(b, TransformersBackend) and not b.loaded
+    start = time.perf_counter()
+    with pytest.raises(LLMBackendError) as info:
+        b.chat(USER)
+    assert time.perf_counter() - start < 2.0
+    message = str(info.value)
+    assert "16 GB" in message and 'llm="embedded"' in message and "http://127.0.0.1:8000/v1" in message
+    assert not b.loaded
+    with pytest.raises(LLMBackendError):
+        TransformersBackend().check_resources()
+    TransformersBackend(memory_check=False).check_resources()  # the override skips the guard
+
+
+def test_memory_requirements_are_known_by_name(tmp_path: Path) -> None:
+    assert required_gpu_memory_gb("openai/gpt-oss-20b") == 16.0
+    assert required_gpu_memory_gb("/models/snapshots/gpt-oss-20b/") == 16.0
+    assert required_gpu_memory_gb("openai/gpt-oss-120b") == 80.0
+    assert required_gpu_memory_gb("Qwen/Qwen2.5-0.5B-Instruct") is None
+    assert required_gpu_memory_gb(str(tiny_model("trained"))) is None  # a small local gpt-oss checkpoint
+
+
+def test_invalid_settings() -> None:
+    with pytest.raises(ValueError):
+        TransformersBackend("x/y", reasoning_effort="extreme")
+    with pytest.raises(ValueError):
+        TransformersBackend("x/y", max_new_tokens=0)
+
+
+@pytest.mark.skipif(not hasattr(sb3_r2po, "R2PO"), reason="needs the R2PO algorithm core")
+def test_one_full_r2po_iteration_through_the_pipeline() -> None:
+    from sb3_r2po import R2PO
+
+    directory = tiny_model("cartpole")
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=TransformersBackend(str(directory), max_new_tokens=160),
+        n_eval_episodes=2,
+        warmup_episodes=2,
+        seed=0,
+        max_episodes=6,
+    )
+    model.learn(total_timesteps=1)
+    kinds = [entry["kind"] for entry in model.history]
+    assert kinds.count("warmup") == 2
+    searched = [entry for entry in model.history if entry["kind"] in ("search", "critic")]
+    assert searched, model.history
+    expected = [float(part.split(":")[1]) for part in CARTPOLE_FINAL.split(", ")]
+    assert [float(v) for v in searched[0]["params"]] == pytest.approx(expected)

@@ -1,0 +1,60 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import pytest
+
+from sb3_r2po import R2PO
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import BaseCallback
+    from sb3_r2po import R2PO
+
+    run_dir, crash_at = sys.argv[1], int(sys.argv[2])
+
+    class Crash(BaseCallback):
+        def _on_step(self):
+            if crash_at and self.model.num_timesteps >= crash_at:
+                os.kill(os.getpid(), signal.SIGKILL)  # a hard crash: no cleanup, no exception handler
+            return True
+
+    path = os.path.join(run_dir, "model.zip")
+    if os.path.exists(path):
+        model = R2PO.load(path, env=gym.make("CartPole-v1"))
+        model.learn(10**9, callback=Crash(), reset_num_timesteps=False)
+    else:
+        model = R2PO("MlpLinear", "CartPole-v1", llm="example:3", n_eval_episodes=3, warmup_episodes=4, seed=11,
+                     max_episodes=4 + 6 * 5, checkpoint_dir=run_dir)
+        model.learn(10**9, callback=Crash())
+    """
+)
+
+
+def run(run_dir, crash_at: int) -> int:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir), str(crash_at)], env=env, timeout=120).returncode
+
+
+@pytest.mark.parametrize("crash_fractions", [[0.01], [0.05, 0.5], [0.2, 0.55, 0.9]])
+def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, crash_fractions: list[float]) -> None:
+    reference = tmp_path / "reference"
+    assert run(reference, 0) == 0
+    expected = json.loads((reference / "history.json").read_text())
+    total_steps = expected[-1]["timesteps"]
+
+    resumed = tmp_path / "resumed"
+    for fraction in crash_fractions:  # crash points spread over warm-up, Search and Critic evaluations
+        crash_at = max(1, int(fraction * total_steps))
+        assert run(resumed, crash_at) == -9  # killed by SIGKILL
+        # the run directory is valid after every crash
+        if (resumed / "model.zip").exists():
+            R2PO.load(resumed / "model.zip", env=gym.make("CartPole-v1"))
+    assert run(resumed, 0) == 0
+    assert json.loads((resumed / "history.json").read_text()) == expected
+    assert not list(resumed.glob("*.tmp"))
