@@ -59,3 +59,25 @@ class EndlessEnv(gym.Env):
 def vector(*values: float) -> str:
     """A reply holding ``values`` in the indexed format."""
     return ", ".join(f"params[{i}]: {v}" for i, v in enumerate(values))
+
+
+class NaNEnv(gym.Env):
+    """Returns a NaN observation at step 3 and a NaN reward at step 5 when the action is 1."""
+
+    observation_space = spaces.Box(-10.0, 10.0, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.full(2, self.t, dtype=np.float32)
+        reward = 1.0
+        if int(action) == 1 and self.t == 3:
+            obs[0] = np.nan
+        if int(action) == 0 and self.t == 5:
+            reward = float("nan")
+        return obs, reward, self.t >= 8, False, {}

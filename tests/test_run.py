@@ -1,7 +1,7 @@
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import BanditEnv, EndlessEnv, ScriptedLLM, vector
+from helpers import BanditEnv, EndlessEnv, NaNEnv, ScriptedLLM, vector
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_r2po import R2PO, ExampleLLM
@@ -149,3 +149,14 @@ def test_no_llm_work_at_construction() -> None:
     # the default llm is gpt-oss-20b: constructing must not load or contact anything
     model = R2PO("MlpLinear", "CartPole-v1")
     assert model._backend is None
+
+
+@pytest.mark.parametrize("bias, length, total", [(vector(0, 0, 0, 0, 0, 1), 3, 3.0), (vector(0, 0, 0, 0, 1, 0), 5, 4.0)])
+def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(bias: str, length: int, total: float) -> None:
+    llm = ScriptedLLM([bias, bias])
+    model = R2PO("MlpLinear", NaNEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=0)
+    model.learn(1)
+    record = model.history[-1]
+    assert record["non_finite_episodes"] == 2 and record["mean_return"] == total and record["mean_length"] == length
+    critic = llm.calls[1][1]["content"]
+    assert "nan" not in critic.lower().replace("non-finite", "") and "non-finite value" in critic

@@ -144,7 +144,12 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
             if not constant_reward:
                 line += f", r={sig(float(rewards[t]), digits)}"
             lines.append(line)
-    ending = {"terminated": "terminated", "truncated": "truncated by the time limit", "capped": "stopped at the step cap"}
+    ending = {
+        "terminated": "terminated",
+        "truncated": "truncated by the time limit",
+        "capped": "stopped at the step cap",
+        "non-finite": "stopped: the environment returned a non-finite value",
+    }
     lines.append(
         f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(episode.observations[-1], digits)}"
     )

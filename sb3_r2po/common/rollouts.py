@@ -22,7 +22,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 EndReason = str
 """How an episode ended: ``"terminated"`` (the task ended), ``"truncated"`` (the env's time limit) or
-``"capped"`` (R2PO's own ``max_episode_steps`` cap, for envs without a time limit)."""
+``"capped"`` (R2PO's own ``max_episode_steps`` cap, for envs without a time limit) or ``"non-finite"`` (the
+env returned a NaN or infinite observation or reward: the episode is cut there, the non-finite step's
+observation is not kept and a non-finite reward counts as 0)."""
 
 
 @dataclass
@@ -182,15 +184,25 @@ def run_episodes(
             if ep is None:
                 continue
             ep.actions.append(_copy(actions[i]))
-            ep.rewards.append(step.reward)
-            ep.observations.append(_copy(step.next_obs))
-            if step.end is not None:
+            next_obs = _copy(step.next_obs)
+            if not (np.isfinite(step.reward) and np.isfinite(next_obs).all()):
+                # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
+                ep.rewards.append(step.reward if np.isfinite(step.reward) else 0.0)
+                ep.observations.append(ep.observations[-1])
+                ep.end = "non-finite"
+                if step.end is None:
+                    obs[i] = stepper.reset_one(i)
+            elif step.end is not None:
+                ep.rewards.append(step.reward)
+                ep.observations.append(next_obs)
                 ep.end = step.end
-            elif ep.length >= max_episode_steps:
+            else:
+                ep.rewards.append(step.reward)
+                ep.observations.append(next_obs)
+                if ep.length < max_episode_steps:
+                    continue
                 ep.end = "capped"
                 obs[i] = stepper.reset_one(i)
-            else:
-                continue
             dones[i] = True
             finished.append(ep)
             if started < n_episodes:

@@ -308,6 +308,7 @@ class R2PO(BaseAlgorithm):
             "max_return": float(returns.max()),
             "mean_length": float(np.mean(lengths)),
             "n_episodes": len(result.episodes),
+            "non_finite_episodes": sum(ep.end == "non-finite" for ep in result.episodes),
             **extra,
         }
 
@@ -352,6 +353,11 @@ class R2PO(BaseAlgorithm):
 
         result = run_episodes(self.env, self.policy.actor(params), n_episodes, self.episode_cap, on_step)
         self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
+        broken = [ep.index for ep in result.episodes if ep.end == "non-finite"]
+        if broken:
+            self.logger.warn(
+                f"R2PO: the env returned NaN/inf in episode(s) {broken} of a candidate; those episodes were cut there"
+            )
         callback.on_rollout_end()
         return None if result.stopped else result
 
