@@ -3,7 +3,9 @@
 Accepted, anywhere in the reply (for gpt-oss, in the final channel):
 
 - ``params[0]: v, params[1]: v, ..., params[n-1]: v`` (``=`` also accepted instead of ``:``);
-- ``params: [v0, v1, ..., v(n-1)]``.
+- ``params: [v0, v1, ..., v(n-1)]`` (also as JSON, ``{"params": [...]}``, with numbers or quoted numbers).
+
+Markdown emphasis or backticks around ``params[i]`` or a value are ignored.
 
 When the reply holds several vectors, the last one wins (models often restate their answer, and an
 echoed prompt comes before the answer). A value is what Python's ``float()`` accepts after mapping the
@@ -22,8 +24,8 @@ import numpy as np
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
 from sb3_r2po.llm.harmony import final_channel
 
-_INDEXED = re.compile(r"params\s*\[\s*(\d+)\s*\]\s*[:=]\s*([^\s,;\]\)]+)", re.I)
-_LISTED = re.compile(r"params\s*[:=]\s*\[([^\[\]]*)\]", re.I)
+_INDEXED = re.compile(r"params\s*\[\s*(\d+)\s*\][*`\s]*[:=]\s*([^\s,;\]\)]+)", re.I)
+_LISTED = re.compile(r"params[\"'*`]*\s*[:=]\s*\[([^\[\]]*)\]", re.I)
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
 
 
