@@ -27,7 +27,7 @@ ACTIONS = ParameterSpace(4, values=(0, 1, 2, 3))
             [1, 2, 3],
         ),
         ("analysis I think params: [5, 5, 5] assistantfinalparams: [1, 2, 3]", [1, 2, 3]),
-        ('```json\n{"params": [1.0, 2.0, 3.0]}\n```', None),
+        ('```json\n{"params": [1.0, 2.0, 3.0]}\n```', [1.0, 2.0, 3.0]),
         ("params: [1.0, 2.0, 3.0]", [1.0, 2.0, 3.0]),
     ],
 )
