@@ -84,5 +84,29 @@ def test_tabular_prompt_lists_the_action_set() -> None:
 @pytest.mark.parametrize("max_steps, shown", [(None, 30), (10, 10)])
 def test_critic_trajectory_budget(max_steps: int | None, shown: int) -> None:
     episodes = [Episode([np.zeros(2)] * 31, [np.array(0)] * 30, [1.0] * 30, "terminated")]
-    evidence = build_evidence(episodes, None, None, max_steps)
+    evidence = build_evidence(episodes, None, None, max_steps, fold=False)
     assert sum(line.startswith("t=") for line in evidence.trajectories["median"].lines) == shown
+
+
+def test_history_compression_keeps_the_best_and_the_most_recent() -> None:
+    replies = [vector(*([0.5] * 9 + [i / 10])) for i in range(1, 30)]
+    llm = ScriptedLLM(replies)
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=llm,
+        n_eval_episodes=1,
+        warmup_episodes=8,
+        seed=0,
+        max_episodes=8 + 6,
+        history_best_k=2,
+        history_recent=3,
+    )
+    model.learn(10**6)
+    shown = model.shown_history()
+    best_two = sorted(model.history, key=lambda r: -r["mean_return"])[:2]
+    assert all(r in shown for r in best_two) and all(r in shown for r in model.history[-3:])
+    assert len(shown) <= 5 < len(model.history)
+    last_search = [call for call in llm.calls if "Search" in call[0]["content"]][-1][1]["content"]
+    assert "not shown are neither among the best nor the most recent" in last_search
+    assert last_search.split("## History")[1].count("; mean return:") <= 5

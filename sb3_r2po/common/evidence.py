@@ -113,7 +113,7 @@ class RenderedTrajectory:
     omitted: int
 
 
-def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int = 3) -> RenderedTrajectory:
+def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int = 3, fold: bool = True) -> RenderedTrajectory:
     """
     Render an episode compactly: one line per step ``t: s -> a`` (the next line's ``s`` is this step's
     next observation), rewards shown per step only when they vary, the head and tail kept when the
@@ -123,6 +123,8 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
     :param episode: The episode.
     :param max_steps: Most steps shown (half from the start, half from the end); ``None`` shows all.
     :param digits: Significant figures.
+    :param fold: Fold runs of identical consecutive steps (same rendered ``s``, ``a`` and ``r``) into one line
+        ``t=3..7 (5 identical steps): ...``, e.g. an agent pushing into a wall.
     """
     n = episode.length
     rewards = np.asarray(episode.rewards, dtype=np.float64)
@@ -139,11 +141,22 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
     for part_index, part in enumerate(shown):
         if part_index == 1:
             lines.append(f"... {part.start - shown[0].stop} steps omitted ...")
-        for t in part:
-            line = f"t={t}: s={_vector(episode.observations[t], digits)} -> a={_vector(episode.actions[t], digits)}"
-            if not constant_reward:
-                line += f", r={sig(float(rewards[t]), digits)}"
-            lines.append(line)
+        run_start, previous = part.start, None
+        for t in [*part, None]:
+            body = None
+            if t is not None:
+                body = f"s={_vector(episode.observations[t], digits)} -> a={_vector(episode.actions[t], digits)}"
+                if not constant_reward:
+                    body += f", r={sig(float(rewards[t]), digits)}"
+                if fold and body == previous:
+                    continue
+            if previous is not None:
+                end = (t if t is not None else part.stop) - 1
+                label = (
+                    f"t={run_start}" if end == run_start else f"t={run_start}..{end} ({end - run_start + 1} identical steps)"
+                )
+                lines.append(f"{label}: {previous}")
+            run_start, previous = (t if t is not None else 0), body
     ending = {
         "terminated": "terminated",
         "truncated": "truncated by the time limit",
@@ -191,6 +204,8 @@ def build_evidence(
     tau_c: float | None,
     max_steps: int | None = 40,
     *,
+    digits: int = 3,
+    fold: bool = True,
     statistics: bool = True,
     trajectories: Sequence[str] = ("median",),
     rule: bool = True,
@@ -203,6 +218,8 @@ def build_evidence(
     :param target: The target return (defines success); may be ``None``.
     :param tau_c: Revision-rule threshold; ``None`` disables the rule.
     :param max_steps: Step budget of each rendered trajectory (head and tail kept).
+    :param digits: Significant figures in rendered trajectories.
+    :param fold: Fold runs of identical steps (see :func:`render_trajectory`).
     :param statistics: Whether to include the aggregate statistics.
     :param trajectories: Which trajectories to show, by name (see :data:`SELECTORS`).
     :param rule: Whether to include the revision rule (needs ``tau_c``).
@@ -213,7 +230,7 @@ def build_evidence(
     threshold = tau_c if rule else None
     return EvidencePackage(
         statistics=stats if statistics else None,
-        trajectories={name: render_trajectory(ep, max_steps) for name, ep in shown.items()},
+        trajectories={name: render_trajectory(ep, max_steps, digits, fold) for name, ep in shown.items()},
         trajectory_returns={name: ep.total_return for name, ep in shown.items()},
         tau_c=threshold,
         above_tau_c=threshold is not None and stats.mean_return >= threshold,

@@ -103,7 +103,7 @@ class PromptBuilder:
             best=ctx.best,
             example=self._example(ctx.space),
             trajectory_titles=TRAJECTORY_TITLES,
-            **ctx.extra,
+            **{"history_omitted": 0, **ctx.extra},
         )
 
     def search(self, ctx: PromptContext) -> list[Message]:

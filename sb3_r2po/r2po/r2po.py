@@ -83,6 +83,12 @@ class R2PO(BaseAlgorithm):
         budget is ``max_episodes=4000``.
     :param max_episode_steps: Length cap of an evaluation episode for envs without a time limit of their own.
     :param max_trajectory_steps: Most steps of a trajectory shown to the Critic (head and tail kept).
+    :param trajectory_digits: Significant figures of the numbers in rendered trajectories.
+    :param fold_repeated_steps: Fold runs of identical consecutive steps of a trajectory into one line.
+    :param history_best_k: With ``history_recent``, compress the history shown in prompts to the ``history_best_k``
+        best entries plus the ``history_recent`` most recent ones (``None`` for both: the whole history). Duplicate
+        detection always uses the whole history.
+    :param history_recent: See ``history_best_k``.
     :param max_llm_retries: Re-asks after an unusable reply before falling back.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
     :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
@@ -122,6 +128,10 @@ class R2PO(BaseAlgorithm):
         max_episodes: int | None = None,
         max_episode_steps: int = 1000,
         max_trajectory_steps: int | None = 40,
+        trajectory_digits: int = 3,
+        fold_repeated_steps: bool = True,
+        history_best_k: int | None = None,
+        history_recent: int | None = None,
         max_llm_retries: int = 1,
         prompt_template_dir: str | None = None,
         checkpoint_dir: str | None = None,
@@ -175,6 +185,10 @@ class R2PO(BaseAlgorithm):
         self.max_episodes = max_episodes
         self.max_episode_steps = max_episode_steps
         self.max_trajectory_steps = max_trajectory_steps
+        self.trajectory_digits = trajectory_digits
+        self.fold_repeated_steps = fold_repeated_steps
+        self.history_best_k = history_best_k
+        self.history_recent = history_recent
         self.max_llm_retries = max_llm_retries
         self.prompt_template_dir = prompt_template_dir
         self.checkpoint_dir = checkpoint_dir
@@ -370,7 +384,8 @@ class R2PO(BaseAlgorithm):
         if self.max_episodes is not None:
             per_iteration = self.variant_spec.candidates_per_iteration * self.n_eval_episodes
             planned = self.iteration + max(1, math.ceil(self._episodes_left() / max(1, per_iteration)))
-        lines = [HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"]) for r in self.history]
+        shown = self.shown_history()
+        lines = [HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"]) for r in shown]
         lines += [HistoryLine(self._format(p), float(res.returns.mean()), len(res.episodes)) for p, res in extra]
         show_task = self.variant_spec.task_description
         return PromptContext(
@@ -383,8 +398,18 @@ class R2PO(BaseAlgorithm):
             total_iterations=planned,
             step_size=self.step_size,
             best=None if best is None else best["mean_return"],
-            extra={"keep_best": self.variant_spec.keep_best},
+            extra={"keep_best": self.variant_spec.keep_best, "history_omitted": len(self.history) - len(shown)},
         )
+
+    def shown_history(self) -> list[dict[str, Any]]:
+        """The history as prompts show it: all of it, or the best ``history_best_k`` plus the ``history_recent`` latest."""
+        if self.history_best_k is None and self.history_recent is None:
+            return self.history
+        n = len(self.history)
+        recent = set(range(max(0, n - (self.history_recent or 0)), n))
+        ranked = sorted(range(n), key=lambda i: (-self.history[i]["mean_return"], i))
+        best = set(ranked[: self.history_best_k or 0])
+        return [self.history[i] for i in sorted(recent | best)]
 
     def _format(self, params: list[float] | np.ndarray) -> str:
         return self.policy.parameter_space.format(np.asarray(params, dtype=np.float64))
@@ -455,6 +480,8 @@ class R2PO(BaseAlgorithm):
             self.target,
             self.revision_threshold,
             max_steps,
+            digits=self.trajectory_digits,
+            fold=self.fold_repeated_steps,
             statistics=spec.statistics,
             trajectories=spec.trajectories,
             rule=spec.rule,
