@@ -160,3 +160,25 @@ def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(bias: str, lengt
     assert record["non_finite_episodes"] == 2 and record["mean_return"] == total and record["mean_length"] == length
     critic = llm.calls[1][1]["content"]
     assert "nan" not in critic.lower().replace("non-finite", "") and "non-finite value" in critic
+
+
+def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
+    # bandit return = W + b: the first search already scores 3 >= target 3 in every episode
+    llm = ScriptedLLM([vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)])
+    model = R2PO(
+        "MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, target_return=3, seed=0, stop_at_target=True
+    )
+    model.learn(10**6)
+    assert model.iteration == 1 and model.target_confirmed()
+    model = R2PO(
+        "MlpLinear",
+        BanditEnv(),
+        llm=ScriptedLLM([vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)]),
+        n_eval_episodes=3,
+        warmup_episodes=0,
+        target_return=3,
+        seed=0,
+        max_episodes=12,
+    )
+    model.learn(10**6)
+    assert model.iteration > 1  # off by default

@@ -36,7 +36,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from sb3_r2po.common.asking import Answer, ask_for_params
-from sb3_r2po.common.evidence import EvidencePackage, build_evidence
+from sb3_r2po.common.evidence import EvidencePackage, build_evidence, success_tolerance
 from sb3_r2po.common.rollouts import RolloutResult, run_episodes
 from sb3_r2po.diagnostics import diagnose_revision
 from sb3_r2po.llm.base import ChatBackend
@@ -94,6 +94,8 @@ class R2PO(BaseAlgorithm):
     :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
         (``history.json``) are written there atomically, so a crashed or interrupted run resumes with
         ``R2PO.load(checkpoint_dir + "/model.zip", env=..., llm=...).learn(..., reset_num_timesteps=False)``.
+    :param stop_at_target: End training once the target is confirmed: a history candidate reached the target in
+        every one of its K episodes (see :meth:`target_confirmed`).
     :param policy_kwargs: Extra arguments of the policy.
     :param stats_window_size: Window of the ``rollout/`` statistics.
     :param tensorboard_log: TensorBoard log directory.
@@ -135,6 +137,7 @@ class R2PO(BaseAlgorithm):
         max_llm_retries: int = 1,
         prompt_template_dir: str | None = None,
         checkpoint_dir: str | None = None,
+        stop_at_target: bool = False,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -192,6 +195,7 @@ class R2PO(BaseAlgorithm):
         self.max_llm_retries = max_llm_retries
         self.prompt_template_dir = prompt_template_dir
         self.checkpoint_dir = checkpoint_dir
+        self.stop_at_target = stop_at_target
 
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
@@ -299,6 +303,14 @@ class R2PO(BaseAlgorithm):
         if not evaluated:
             return None
         return max(evaluated, key=lambda r: r["mean_return"])
+
+    def target_confirmed(self) -> bool:
+        """Whether a candidate evaluated for K episodes reached the target in every one of them."""
+        target = self.target
+        if target is None:
+            return False
+        floor = target - success_tolerance(target)
+        return any(r["n_episodes"] >= self.n_eval_episodes and r["min_return"] >= floor for r in self.history)
 
     def _seen_error(self, params: np.ndarray) -> str | None:
         for record in self.history:
@@ -672,6 +684,8 @@ class R2PO(BaseAlgorithm):
                     break
                 if log_interval is not None and self.iteration % log_interval == 0:
                     self.dump_logs()
+                if self.stop_at_target and self.target_confirmed():
+                    break
         callback.on_training_end()
         return self
 
