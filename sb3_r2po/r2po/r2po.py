@@ -37,6 +37,7 @@ from stable_baselines3.common.utils import safe_mean
 
 from sb3_r2po.common.asking import Answer, ask_for_params
 from sb3_r2po.common.evidence import EvidencePackage, build_evidence, success_tolerance
+from sb3_r2po.common.racing import should_stop
 from sb3_r2po.common.rollouts import RolloutResult, run_episodes
 from sb3_r2po.diagnostics import diagnose_revision
 from sb3_r2po.llm.base import ChatBackend
@@ -96,6 +97,10 @@ class R2PO(BaseAlgorithm):
         ``R2PO.load(checkpoint_dir + "/model.zip", env=..., llm=...).learn(..., reset_num_timesteps=False)``.
     :param stop_at_target: End training once the target is confirmed: a history candidate reached the target in
         every one of its K episodes (see :meth:`target_confirmed`).
+    :param racing: Evaluate challengers (revisions, second proposals) in chunks of ``racing_chunk`` episodes and stop
+        once they statistically cannot reach the candidate they compete with (see :mod:`sb3_r2po.common.racing`).
+    :param racing_chunk: Episodes per racing chunk.
+    :param racing_z: z-value of the racing rule's one-sided upper confidence bound.
     :param policy_kwargs: Extra arguments of the policy.
     :param stats_window_size: Window of the ``rollout/`` statistics.
     :param tensorboard_log: TensorBoard log directory.
@@ -138,6 +143,9 @@ class R2PO(BaseAlgorithm):
         prompt_template_dir: str | None = None,
         checkpoint_dir: str | None = None,
         stop_at_target: bool = False,
+        racing: bool = False,
+        racing_chunk: int = 5,
+        racing_z: float = 1.645,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -169,6 +177,8 @@ class R2PO(BaseAlgorithm):
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
         if not float(param_bounds[0]) < float(param_bounds[1]):
             raise ValueError(f"param_bounds are empty or reversed: {param_bounds}")
+        if racing_chunk < 2:
+            raise ValueError(f"racing_chunk must be >= 2 (the rule needs a standard deviation), got {racing_chunk}")
         if step_size <= 0:
             raise ValueError(f"step_size must be > 0, got {step_size}")
         if llm is not None and _init_setup_model:  # load() rebuilds with defaults first, then sets the saved llm
@@ -196,6 +206,9 @@ class R2PO(BaseAlgorithm):
         self.prompt_template_dir = prompt_template_dir
         self.checkpoint_dir = checkpoint_dir
         self.stop_at_target = stop_at_target
+        self.racing = racing
+        self.racing_chunk = racing_chunk
+        self.racing_z = racing_z
 
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
@@ -334,6 +347,7 @@ class R2PO(BaseAlgorithm):
             "max_return": float(returns.max()),
             "mean_length": float(np.mean(lengths)),
             "n_episodes": len(result.episodes),
+            "returns": [float(r) for r in returns],
             "non_finite_episodes": sum(ep.end == "non-finite" for ep in result.episodes),
             **extra,
         }
@@ -363,8 +377,29 @@ class R2PO(BaseAlgorithm):
     def _episodes_left(self) -> float:
         return math.inf if self.max_episodes is None else self.max_episodes - self._episode_num
 
-    def _evaluate(self, params: np.ndarray, n_episodes: int, callback: BaseCallback) -> RolloutResult | None:
-        """Run ``params`` for ``n_episodes`` episodes; ``None`` when a callback stopped training meanwhile."""
+    def _evaluate(
+        self, params: np.ndarray, n_episodes: int, callback: BaseCallback, incumbent: float | None = None
+    ) -> RolloutResult | None:
+        """
+        Run ``params`` for ``n_episodes`` episodes; ``None`` when a callback stopped training meanwhile. With racing
+        on and an ``incumbent`` mean to beat, stop early once the candidate cannot reach it.
+        """
+        if not self.racing or incumbent is None:
+            return self._run(params, n_episodes, callback)
+        episodes: list = []
+        while len(episodes) < n_episodes:
+            chunk = self._run(params, min(self.racing_chunk, n_episodes - len(episodes)), callback)
+            if chunk is None:
+                return None
+            for ep in chunk.episodes:
+                ep.index += len(episodes)
+            episodes += chunk.episodes
+            if len(episodes) < n_episodes and should_stop([ep.total_return for ep in episodes], incumbent, self.racing_z):
+                break
+        return RolloutResult(episodes)
+
+    def _run(self, params: np.ndarray, n_episodes: int, callback: BaseCallback) -> RolloutResult | None:
+        """One rollout call: ``n_episodes`` episodes of ``params``, counted and reported to the callbacks."""
         assert self.env is not None
         if self.seed is not None:  # each evaluation's episodes depend only on (seed, evaluation index): resumable
             self.env.seed(self.seed + self._n_evaluations * self.env.num_envs)
@@ -562,13 +597,15 @@ class R2PO(BaseAlgorithm):
                 elif np.array_equal(theta_2, theta_init):
                     second.update(status="declined", params=[float(v) for v in theta_2])
                 else:
-                    result_2 = self._evaluate(theta_2, k, callback)  # 5. K rollouts
+                    incumbent = init_mean if variant.keep_best else None
+                    result_2 = self._evaluate(theta_2, k, callback, incumbent)  # 5. K rollouts (a race with racing=True)
                     second["params"] = [float(v) for v in theta_2]
                     if result_2 is None:
                         second["status"] = "interrupted"
                     else:
                         mean_2 = float(result_2.returns.mean())
                         second["mean_return"] = mean_2
+                        second["n_episodes"] = len(result_2.episodes)
                         if mean_2 >= init_mean or not variant.keep_best:  # 6. keep-best, ties to the second
                             kept = (theta_2, result_2, second["role"])
                             second["status"] = "kept"
