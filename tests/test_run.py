@@ -75,6 +75,7 @@ def test_keep_best_rejects_a_worse_revision() -> None:
         "params": [0.0, 1.0],
         "mean_return": 1.0,
         "failures": [],
+        "n_episodes": 3,
     }
     assert len(model.history) == 1  # only the kept candidate enters the history
 
