@@ -76,6 +76,7 @@ def test_keep_best_rejects_a_worse_revision() -> None:
         "mean_return": 1.0,
         "failures": [],
         "n_episodes": 3,
+        "returns": [1.0, 1.0, 1.0],
     }
     assert len(model.history) == 1  # only the kept candidate enters the history
 

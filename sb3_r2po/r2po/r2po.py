@@ -606,6 +606,7 @@ class R2PO(BaseAlgorithm):
                         mean_2 = float(result_2.returns.mean())
                         second["mean_return"] = mean_2
                         second["n_episodes"] = len(result_2.episodes)
+                        second["returns"] = [float(r) for r in result_2.returns]
                         if mean_2 >= init_mean or not variant.keep_best:  # 6. keep-best, ties to the second
                             kept = (theta_2, result_2, second["role"])
                             second["status"] = "kept"
