@@ -52,8 +52,16 @@ def main() -> None:
 
     env = TimedEnv(gym.make(args.env))
     warmup = 20
-    model = R2PO("MlpLinear", env, llm=args.llm, n_eval_episodes=args.k, warmup_episodes=warmup, seed=0,
-                 max_episodes=warmup + 2 * args.k * args.iterations, checkpoint_dir=args.checkpoint_dir)
+    model = R2PO(
+        "MlpLinear",
+        env,
+        llm=args.llm,
+        n_eval_episodes=args.k,
+        warmup_episodes=warmup,
+        seed=0,
+        max_episodes=warmup + 2 * args.k * args.iterations,
+        checkpoint_dir=args.checkpoint_dir,
+    )
     start = time.perf_counter()
     model.learn(total_timesteps=10**12)
     total = time.perf_counter() - start
@@ -64,14 +72,19 @@ def main() -> None:
     calls_per_iteration = model.llm_stats["calls"] / n
     reference_iteration = total / n - llm / n + calls_per_iteration * args.reference_call_seconds
 
-    print(f"{args.env}, llm={args.llm}, K={args.k}, {model.iteration} iterations, {model._episode_num} episodes, "
-          f"{model.num_timesteps} steps, {int(model.llm_stats['calls'])} LLM calls")
+    print(
+        f"{args.env}, llm={args.llm}, K={args.k}, {model.iteration} iterations, {model._episode_num} episodes, "
+        f"{model.num_timesteps} steps, {int(model.llm_stats['calls'])} LLM calls"
+    )
     print("| part | seconds | per iteration (ms) | share of the run |")
     print("|---|---|---|---|")
     for name, seconds in [("env step/reset", env_seconds), ("LLM", llm), ("framework overhead", overhead), ("total", total)]:
         print(f"| {name} | {seconds:.3f} | {1000 * seconds / n:.2f} | {100 * seconds / total:.2f} % |")
-    print(f"\nOverhead as a share of an iteration whose {calls_per_iteration:.1f} LLM calls take "
-          f"{args.reference_call_seconds:g} s each (reference): {100 * (overhead / n) / reference_iteration:.3f} % (goal < 1 %)")
+    share = 100 * (overhead / n) / reference_iteration
+    print(
+        f"\nOverhead as a share of an iteration whose {calls_per_iteration:.1f} LLM calls take "
+        f"{args.reference_call_seconds:g} s each (reference): {share:.3f} % (goal < 1 %)"
+    )
 
 
 if __name__ == "__main__":
