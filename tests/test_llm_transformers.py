@@ -8,12 +8,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pickle
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from tiny_gptoss import CARTPOLE_FINAL, DEFAULT_FINAL, harmony_reply, shared_tokenizer, tiny_model
+from tiny_gptoss import CARTPOLE_FINAL, DEFAULT_FINAL, harmony_reply, one_torch_thread, shared_tokenizer, tiny_model
 
 import sb3_r2po
 import sb3_r2po.llm.transformers_backend as tb
@@ -23,6 +24,12 @@ from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.llm.transformers_backend import TransformersBackend, required_gpu_memory_gb
 
 USER = [{"role": "user", "content": "Propose a parameter vector."}]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    with one_torch_thread():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -210,7 +217,7 @@ def test_one_full_r2po_iteration_through_the_pipeline() -> None:
         seed=0,
         max_episodes=6,
     )
-    model.learn(total_timesteps=1)
+    model.learn(total_timesteps=100_000)  # the episode budget ends the run: 2 warm-up + one iteration
     kinds = [entry["kind"] for entry in model.history]
     assert kinds.count("warmup") == 2
     searched = [entry for entry in model.history if entry["kind"] in ("search", "critic")]

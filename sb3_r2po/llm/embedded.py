@@ -45,6 +45,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -383,8 +384,11 @@ class EmbeddedBackend:
     :param extra_buffers: Whether llama.cpp may repack weights into its extra CPU buffer types (AMX,
         interleaved AVX layouts). ``None`` (default): off when the llama.cpp build has AMX kernels, which
         crashed (segmentation fault on the first decode) on the AMX-capable virtual machine this backend was
-        tested on; on otherwise. A build without AMX (see ``docs/embedded.md``) keeps the faster repacked
-        kernels.
+        tested on; on otherwise.
+    :param passive_wait: Set ``OMP_WAIT_POLICY=PASSIVE`` (unless already set) before ``llama_cpp`` is first
+        imported, so idle llama.cpp threads sleep instead of spinning. With spinning threads, generation on
+        2 cores slowed from about 11 to 1-3 tokens/s whenever another process was busy on the machine.
+        It has no effect when ``llama_cpp`` was imported before the first model load.
     """
 
     def __init__(
@@ -399,6 +403,7 @@ class EmbeddedBackend:
         cache_dir: str | os.PathLike[str] | None = None,
         seed: int = 0,
         extra_buffers: bool | None = None,
+        passive_wait: bool = True,
     ) -> None:
         self.spec = model_spec(size)
         if n_ctx < 256:
@@ -421,6 +426,7 @@ class EmbeddedBackend:
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.seed = int(seed)
         self.extra_buffers = extra_buffers
+        self.passive_wait = bool(passive_wait)
         self.space: ParameterSpace | None = None
         self.grammar_text: str | None = None
         self.calls = 0
@@ -482,6 +488,11 @@ class EmbeddedBackend:
     def _load_locked(self) -> Any:
         if self._llm is not None:
             return self._llm
+        if self.passive_wait and "llama_cpp" not in sys.modules:
+            # llama.cpp's OpenMP threads spin while waiting; when another process shares the cores (parallel
+            # runs, a test suite), generation then slows down up to ten-fold. libgomp reads this once, when
+            # llama_cpp loads it; an explicit setting of the user wins.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             from llama_cpp import Llama
         except ImportError as exc:

@@ -1,0 +1,117 @@
+"""``python -m sb3_r2po.compare``: R2PO vs baselines at a matched budget of training episodes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("rl_zoo3") is None:  # not importorskip: importing rl_zoo3 patches gymnasium's TimeLimit
+    pytest.skip("rl_zoo3 is not installed", allow_module_level=True)
+if importlib.util.find_spec("matplotlib") is None:
+    pytest.skip("matplotlib is not installed (pip install 'rl_zoo3[plots]')", allow_module_level=True)
+
+from sb3_r2po.compare import hyperparams_file, main, rolling_mean, summarize
+from sb3_r2po.zoo import config_dir
+
+BUDGET = 30
+SEEDS = ["0", "1"]
+TINY = ["--env", "CartPole-v1", "--seeds", *SEEDS, "--budget", str(BUDGET)]
+TINY += ["--n-eval-episodes", "5", "--warmup-episodes", "10"]
+"""A tiny comparison: R2PO runs a 10-episode warm-up, then 4 evaluations of K = 5 episodes (exactly 30)."""
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("comparison")
+    main(["--llm", "example:0", "--methods", "r2po", "ppo", "ars", *TINY, "--out", str(out), "--no-progress"])
+    return out
+
+
+def _runs(out: Path) -> dict[str, Any]:
+    return json.loads((out / "runs.json").read_text())
+
+
+def test_table_has_every_method_and_column(comparison: Path) -> None:
+    text = (comparison / "results.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| method | training episodes |"))
+    for column in ("mean return over training", "best (20-ep. rolling mean)", "final (last 20 ep.)", "episodes to 475"):
+        assert column in header
+    for method in ("r2po", "ppo", "ars"):
+        row = next(line for line in text.splitlines() if line.startswith(f"| {method} | "))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == header.count("|") - 1
+        assert cells[1] == str(BUDGET)  # every seed trained on exactly the budget
+        assert all(" +- " in c for c in (cells[2], cells[3], cells[4]))
+    assert "python -m sb3_r2po.compare --llm example:0 --methods r2po ppo ars" in text
+    assert "stable-baselines3 2." in text and "rl_zoo3 " in text and "gymnasium " in text
+    assert "`example` is not an LLM" in text
+    assert "![learning curves](curves.png)" in text
+
+
+def test_budgets_and_per_episode_returns(comparison: Path) -> None:
+    result = _runs(comparison)
+    runs = result["runs"]
+    assert {(r["method"], r["seed"]) for r in runs} == {(m, s) for m in ("r2po", "ppo", "ars") for s in (0, 1)}
+    for run in runs:
+        assert len(run["returns"]) == len(run["lengths"]) == BUDGET
+        assert all(isinstance(x, float) for x in run["returns"])
+        # CartPole pays 1 per step: the return is the length
+        assert run["returns"] == [float(n) for n in run["lengths"]]
+        if run["method"] == "ppo":  # 8 envs: the final step may end more than one episode; those are left out
+            assert BUDGET <= run["episodes_run"] < BUDGET + 8
+        else:
+            assert run["episodes_run"] == BUDGET
+        assert run["timesteps"] >= sum(run["lengths"])
+    r2po = [r for r in runs if r["method"] == "r2po"]
+    assert all(r["hyperparams"]["max_episodes"] == BUDGET and r["hyperparams"]["n_eval_episodes"] == 5 for r in r2po)
+    assert all(r["iterations"] >= 2 and r["llm_calls"] >= 2 for r in r2po)
+    ppo = next(r for r in runs if r["method"] == "ppo")
+    assert ppo["hyperparams"]["n_envs"] == 8 and ppo["hyperparams"]["learning_rate"] == "lin_0.001"  # the zoo's tuned entry
+
+
+def test_curves_png(comparison: Path) -> None:
+    data = (comparison / "curves.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 800 and height >= 400
+    assert len(data) > 20_000  # lines and shading, not an empty canvas
+
+
+def test_r2po_numbers_are_deterministic(comparison: Path, tmp_path: Path) -> None:
+    """The same command's R2PO runs again give the same episodes (the example stand-in is deterministic)."""
+    main(["--llm", "example:0", "--methods", "r2po", *TINY, "--out", str(tmp_path), "--no-progress"])
+    again = {r["seed"]: r["returns"] for r in _runs(tmp_path)["runs"]}
+    first = {r["seed"]: r["returns"] for r in _runs(comparison)["runs"] if r["method"] == "r2po"}
+    assert again == first
+
+
+def test_statistics_definitions() -> None:
+    returns = [0.0] * 20 + [10.0] * 20 + [4.0] * 20
+    assert np.allclose(rolling_mean([1.0, 3.0, 5.0], 2), [1.0, 2.0, 4.0])
+    stats = summarize(returns, window=20, threshold=5.0)
+    assert stats["mean"] == pytest.approx(14 / 3)
+    assert stats["best"] == 10.0  # the best full 20-episode window
+    assert stats["final"] == 4.0
+    assert stats["to_threshold"] == 30  # episodes 11..30: ten 0s and ten 10s, mean 5
+    assert summarize(returns, window=20, threshold=11.0)["to_threshold"] is None
+    short = summarize([1.0, 2.0], window=20, threshold=0.0)
+    assert short["best"] == short["final"] == 1.5 and short["to_threshold"] is None
+
+
+def test_hyperparameter_files() -> None:
+    assert hyperparams_file("ppo", "CartPole-v1").parent.name == "hyperparams"  # the zoo's tuned file
+    assert hyperparams_file("ppo", "R2PO/Nim-v0").parent == config_dir()  # ours, for env ids the zoo lacks
+    assert hyperparams_file("r2po", "CartPole-v1") == config_dir() / "r2po.yml"
+
+
+def test_cli_errors() -> None:
+    with pytest.raises(SystemExit):
+        main(["--methods", "r2po", "--budget", "5"])  # R2PO without --llm
+    with pytest.raises(SystemExit):
+        main(["--methods", "nope", "--budget", "5"])

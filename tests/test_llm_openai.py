@@ -1,0 +1,501 @@
+"""OpenAIBackend against real HTTP servers on 127.0.0.1.
+
+- ``real_server``: ``transformers serve`` of the tiny gpt-oss model when its server dependencies (fastapi,
+  uvicorn, accelerate) are importable, otherwise an OpenAI-compatible ``http.server`` that runs the same
+  tiny model with ``transformers``. ``R2PO_TEST_SERVE_PYTHONPATH`` adds a folder to the server's
+  ``PYTHONPATH`` (a place where those dependencies are installed apart from the project's environment).
+- ``scripted``: a small ``http.server`` that answers from a script (faults included) and records every
+  request, for the retry, error, key and reasoning-effort tests.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import contextlib
+import importlib.util
+import json
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tiny_gptoss import DEFAULT_FINAL, harmony_reply, one_torch_thread, tiny_model
+
+import sb3_r2po
+from sb3_r2po.llm.base import LLMBackendError
+from sb3_r2po.llm.harmony import final_channel
+from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, split_model_url
+from sb3_r2po.llm.resolve import make_backend
+
+USER = [{"role": "user", "content": "Propose a parameter vector."}]
+SCRIPTED_MODEL = "scripted-model"
+
+Response = tuple[int, Any, dict[str, str]]
+
+
+def completion(
+    content: str | None = DEFAULT_FINAL,
+    *,
+    reasoning: str | None = None,
+    finish_reason: str = "stop",
+    prompt_tokens: int = 11,
+    completion_tokens: int = 7,
+) -> Response:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    body = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": SCRIPTED_MODEL,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": 18},
+    }
+    return 200, body, {}
+
+
+def error(status: int, headers: dict[str, str] | None = None) -> Response:
+    return status, {"error": {"message": f"injected HTTP {status}", "type": "test", "code": status}}, headers or {}
+
+
+def _lower(headers: Any) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in headers.items()}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------------------------- servers
+
+
+@dataclass
+class ScriptedServer:
+    """An OpenAI-compatible HTTP server on 127.0.0.1 answering chat completions from a script."""
+
+    script: list[Response | Callable[[dict[str, Any]], Response]] = field(default_factory=list)
+    default: Response | Callable[[dict[str, Any]], Response] = field(default_factory=completion)
+    delay: float = 0.0
+    model_id: str = SCRIPTED_MODEL
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    max_in_flight: int = 0
+    _in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["path"].endswith("/chat/completions")]
+
+    def start(self) -> ScriptedServer:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, response: Response) -> None:
+                status, body, headers = response
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                outer.requests.append({"path": self.path, "headers": _lower(self.headers), "body": None})
+                if self.path.endswith("/models"):
+                    self._send((200, {"object": "list", "data": [{"id": outer.model_id, "object": "model"}]}, {}))
+                else:
+                    self._send(error(404))
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with outer._lock:
+                    outer.requests.append({"path": self.path, "headers": _lower(self.headers), "body": body})
+                    outer._in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer._in_flight)
+                    step = outer.script.pop(0) if outer.script else outer.default
+                try:
+                    time.sleep(outer.delay)
+                    self._send(step(body) if callable(step) else step)
+                finally:
+                    with outer._lock:
+                        outer._in_flight -= 1
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedServer]:
+    server = ScriptedServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class RealServer:
+    url: str
+    model_id: str
+    kind: str
+
+
+def _serve_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HUB_DISABLE_UPDATE_CHECK="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        OMP_NUM_THREADS="1",
+    )
+    extra = os.environ.get("R2PO_TEST_SERVE_PYTHONPATH")
+    if extra:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _can_transformers_serve(env: dict[str, str]) -> bool:
+    if not env.get("R2PO_TEST_SERVE_PYTHONPATH") and not all(
+        importlib.util.find_spec(m) for m in ("fastapi", "uvicorn", "accelerate")
+    ):
+        return False
+    check = subprocess.run(
+        [sys.executable, "-c", "import fastapi, uvicorn, accelerate"], env=env, capture_output=True, timeout=120
+    )
+    return check.returncode == 0
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes] | None, log: Path | None, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            text = log.read_text(errors="replace")[-3000:] if log else ""
+            raise RuntimeError(f"the server exited with code {process.returncode}:\n{text}")
+        try:
+            with urllib.request.urlopen(f"{url}/models", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"{url} was not ready within {limit:.0f} s")
+
+
+@contextlib.contextmanager
+def transformers_serve(directory: Path, env: dict[str, str]) -> Iterator[RealServer]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    cli = "from transformers.cli.transformers import main; main()"
+    args = ["serve", str(directory), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "serve.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen([sys.executable, "-c", cli, *args], env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait_ready(url, process, log, limit=120)
+            yield RealServer(url=url, model_id=str(directory), kind="transformers serve")
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def tiny_http_server(directory: Path) -> Iterator[RealServer]:
+    """An OpenAI-compatible ``http.server`` that generates with the tiny model (flattened harmony, like serve)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForCausalLM.from_pretrained(directory)
+    lock = threading.Lock()
+    model_id = str(directory)
+
+    def answer(body: dict[str, Any]) -> Response:
+        if body.get("model") not in (None, model_id):
+            return error(404)
+        kwargs = dict(body.get("chat_template_kwargs") or {})
+        enc = tok.apply_chat_template(
+            body["messages"], add_generation_prompt=True, return_tensors="pt", return_dict=True, **kwargs
+        )
+        with lock, one_torch_thread():
+            out = model.generate(**enc, max_new_tokens=int(body.get("max_tokens") or 256), do_sample=False)
+        new = out[0, enc["input_ids"].shape[1] :]
+        text = tok.decode(new, skip_special_tokens=True)
+        n = len(new)
+        return completion(text, prompt_tokens=int(enc["input_ids"].shape[1]), completion_tokens=n, finish_reason="stop")
+
+    server = ScriptedServer(default=answer, model_id=model_id)
+    server.start()
+    try:
+        yield RealServer(url=server.url, model_id=model_id, kind="http.server fallback")
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def real_server() -> Iterator[RealServer]:
+    directory = tiny_model("trained")
+    env = _serve_env()
+    manager = transformers_serve(directory, env) if _can_transformers_serve(env) else tiny_http_server(directory)
+    with manager as server:
+        yield server
+
+
+# ---------------------------------------------------------------------------------------------- real server
+
+
+def test_reply_from_a_real_server(real_server: RealServer) -> None:
+    b = OpenAIBackend(real_server.url, model=real_server.model_id, max_tokens=96, reasoning_effort="low", max_retries=0)
+    reply = b.chat(USER)
+    assert reply.text == DEFAULT_FINAL, real_server.kind
+    assert reply.prompt_tokens and reply.prompt_tokens > 10
+    assert reply.completion_tokens and reply.completion_tokens >= 30
+    assert reply.seconds > 0
+
+
+def test_url_fragment_names_the_model_and_models_lists_it(real_server: RealServer) -> None:
+    b = make_backend(f"{real_server.url}#{real_server.model_id}")
+    assert isinstance(b, OpenAIBackend) and b.model == real_server.model_id and b.base_url == real_server.url
+    b.max_tokens = 96
+    assert b.chat(USER).text == DEFAULT_FINAL
+    assert OpenAIBackend(real_server.url).resolved_model() == real_server.model_id
+
+
+# ---------------------------------------------------------------------------------------------- scripted server
+
+
+def fast(url: str, **kwargs: Any) -> OpenAIBackend:
+    kwargs.setdefault("model", SCRIPTED_MODEL)
+    kwargs.setdefault("backoff", 0.01)
+    kwargs.setdefault("backoff_max", 0.05)
+    kwargs.setdefault("timeout", 10.0)
+    return OpenAIBackend(url, **kwargs)
+
+
+def test_split_model_url() -> None:
+    assert split_model_url("http://h:1/v1#org/model") == ("http://h:1/v1", "org/model")
+    assert split_model_url("http://h:1/v1/") == ("http://h:1/v1", None)
+
+
+def test_usage_and_harmony_content(scripted: ScriptedServer) -> None:
+    scripted.script = [completion(harmony_reply(DEFAULT_FINAL), prompt_tokens=40, completion_tokens=9)]
+    reply = fast(scripted.url).chat(USER)
+    assert (reply.text, reply.prompt_tokens, reply.completion_tokens) == (DEFAULT_FINAL, 40, 9)
+    assert scripted.chat_requests[0]["body"]["messages"] == USER
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 429])
+def test_retries_on_5xx_and_429(scripted: ScriptedServer, status: int) -> None:
+    scripted.script = [error(status), error(status)]
+    b = fast(scripted.url, max_retries=3)
+    assert b.chat(USER).text == DEFAULT_FINAL
+    assert len(scripted.chat_requests) == 3
+
+
+def test_retry_after_header_is_honoured(scripted: ScriptedServer) -> None:
+    scripted.script = [error(429, {"Retry-After": "0"})]
+    assert fast(scripted.url, backoff=5.0, backoff_max=5.0).chat(USER).text == DEFAULT_FINAL
+    assert len(scripted.chat_requests) == 2
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+def test_no_retry_on_other_4xx(scripted: ScriptedServer, status: int) -> None:
+    scripted.script = [error(status)]
+    with pytest.raises(LLMServerError) as info:
+        fast(scripted.url, max_retries=3).chat(USER)
+    assert len(scripted.chat_requests) == 1
+    assert info.value.status_code == status and not info.value.retryable and info.value.attempts == 1
+    assert scripted.url in str(info.value) and f"HTTP {status}" in str(info.value)
+
+
+def test_retries_exhausted_give_a_typed_error(scripted: ScriptedServer) -> None:
+    scripted.default = error(503)
+    with pytest.raises(LLMServerError) as info:
+        fast(scripted.url, max_retries=2).chat(USER)
+    assert isinstance(info.value, LLMBackendError)
+    assert info.value.attempts == 3 and info.value.retryable and info.value.status_code == 503
+    assert len(scripted.chat_requests) == 3
+    assert "after 3 attempt(s)" in str(info.value) and "HTTP 503" in str(info.value)
+
+
+def test_connection_refused_gives_a_typed_error_after_bounded_retries() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    b = fast(url, max_retries=2)
+    start = time.perf_counter()
+    with pytest.raises(LLMServerError) as info:
+        b.chat(USER)
+    assert time.perf_counter() - start < 10
+    assert info.value.attempts == 3 and info.value.status_code is None and info.value.retryable
+    message = str(info.value)
+    assert url in message and "connection failed" in message and "3 attempt" in message
+
+
+def test_timeout_is_retried_then_reported(scripted: ScriptedServer) -> None:
+    scripted.delay = 1.0
+    with pytest.raises(LLMServerError, match="timed out") as info:
+        fast(scripted.url, timeout=0.2, max_retries=1).chat(USER)
+    assert info.value.attempts == 2
+
+
+def test_model_is_asked_from_the_server_when_not_given(scripted: ScriptedServer) -> None:
+    b = OpenAIBackend(scripted.url, backoff=0.01)
+    assert b.chat(USER).text == DEFAULT_FINAL
+    assert b.model == SCRIPTED_MODEL
+    assert scripted.chat_requests[0]["body"]["model"] == SCRIPTED_MODEL
+
+
+def test_api_key_is_read_from_the_named_env_var_and_never_pickled(
+    scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-test-0123456789-secret"
+    monkeypatch.setenv("R2PO_TEST_API_KEY", secret)
+    b = fast(scripted.url, api_key_env="R2PO_TEST_API_KEY")
+    assert b.chat(USER).text == DEFAULT_FINAL
+    assert scripted.chat_requests[0]["headers"]["authorization"] == f"Bearer {secret}"
+    data = pickle.dumps(b)
+    assert secret.encode() not in data and b"R2PO_TEST_API_KEY" in data
+    clone = pickle.loads(data)
+    assert clone.chat(USER).text == DEFAULT_FINAL  # reads the key again
+
+
+def test_missing_api_key_env_var_is_a_clear_error(scripted: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("R2PO_TEST_NO_KEY", raising=False)
+    with pytest.raises(LLMBackendError, match="R2PO_TEST_NO_KEY"):
+        fast(scripted.url, api_key_env="R2PO_TEST_NO_KEY").chat(USER)
+
+
+@pytest.mark.parametrize(
+    ("via", "field_sent", "kwargs_sent"),
+    [("both", True, True), ("field", True, False), ("chat_template_kwargs", False, True)],
+)
+def test_reasoning_effort_placement(scripted: ScriptedServer, via: str, field_sent: bool, kwargs_sent: bool) -> None:
+    fast(scripted.url, reasoning_effort="high", reasoning_effort_via=via).chat(USER)  # type: ignore[arg-type]
+    body = scripted.chat_requests[0]["body"]
+    assert (body.get("reasoning_effort") == "high") is field_sent
+    assert (body.get("chat_template_kwargs") == {"reasoning_effort": "high"}) is kwargs_sent
+
+
+def test_no_reasoning_effort_sends_nothing(scripted: ScriptedServer) -> None:
+    fast(scripted.url).chat(USER)
+    body = scripted.chat_requests[0]["body"]
+    assert "reasoning_effort" not in body and "chat_template_kwargs" not in body
+
+
+def test_reasoning_without_answer_is_retried_with_more_budget_and_less_effort(scripted: ScriptedServer) -> None:
+    scripted.script = [completion(None, reasoning="thinking...", finish_reason="length", completion_tokens=64)]
+    b = fast(scripted.url, reasoning_effort="medium", max_tokens=64)
+    reply = b.chat(USER)
+    assert reply.text == DEFAULT_FINAL
+    first, second = (r["body"] for r in scripted.chat_requests)
+    assert (first["max_tokens"], first["reasoning_effort"]) == (64, "medium")
+    assert (second["max_tokens"], second["reasoning_effort"]) == (128, "low")
+    assert reply.completion_tokens == 64 + 7
+    assert b.stats["retries"] == 1 and b.stats["no_final"] == 0
+
+
+def test_still_no_final_channel_returns_unanswered_harmony_text(scripted: ScriptedServer) -> None:
+    scripted.default = completion("<|channel|>analysis<|message|>still thinking", finish_reason="length")
+    b = fast(scripted.url, max_tokens=16)
+    reply = b.chat(USER)
+    assert final_channel(reply.text) is None
+    assert len(scripted.chat_requests) == 2 and b.stats["no_final"] == 1
+    scripted.default = completion(None, reasoning="only reasoning", finish_reason="length")
+    assert final_channel(b.chat(USER).text) is None
+
+
+def test_flattened_harmony_content(scripted: ScriptedServer) -> None:
+    scripted.script = [completion(f"analysisshort thoughtassistantfinal{DEFAULT_FINAL}")]
+    assert fast(scripted.url).chat(USER).text == DEFAULT_FINAL
+
+
+def test_chat_batch_sends_concurrently(scripted: ScriptedServer) -> None:
+    scripted.delay = 0.3
+    b = fast(scripted.url)
+    convs = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
+    replies = b.chat_batch(convs)
+    assert [r.text for r in replies] == [DEFAULT_FINAL] * 3
+    assert scripted.max_in_flight >= 2  # the requests overlapped on the server
+    assert sorted(r["body"]["messages"][0]["content"] for r in scripted.chat_requests) == [c[0]["content"] for c in convs]
+
+
+def test_construction_is_offline_and_validated() -> None:
+    b = OpenAIBackend("http://127.0.0.1:9/v1#m")  # nothing listens there; nothing is contacted
+    assert b.model == "m" and b._client is None
+    with pytest.raises(ValueError):
+        OpenAIBackend("ftp://example/v1")
+    with pytest.raises(ValueError):
+        OpenAIBackend("http://127.0.0.1:9/v1", reasoning_effort="max")
+    with pytest.raises(ValueError):
+        OpenAIBackend("http://127.0.0.1:9/v1", reasoning_effort_via="header")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------- with R2PO
+
+
+@pytest.mark.skipif(not hasattr(sb3_r2po, "R2PO"), reason="needs the R2PO algorithm core")
+def test_server_stopped_mid_run_keeps_finished_iterations(scripted: ScriptedServer) -> None:
+    from sb3_r2po import R2PO
+    from sb3_r2po.llm.example import ExampleLLM
+
+    example = ExampleLLM(seed=0)
+    answered = {"n": 0}
+
+    def respond(body: dict[str, Any]) -> Response:
+        answered["n"] += 1
+        if answered["n"] == 2:  # the first iteration's Critic call: stop the server after answering it
+            threading.Thread(target=scripted.stop, daemon=True).start()
+        return completion(example.chat(body["messages"]).text)
+
+    scripted.default = respond
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=fast(scripted.url, max_retries=1),
+        n_eval_episodes=2,
+        warmup_episodes=2,
+        seed=0,
+        max_episodes=20,
+    )
+    with pytest.raises(LLMServerError):
+        model.learn(total_timesteps=100_000)
+    kinds = [entry["kind"] for entry in model.history]
+    assert kinds[:2] == ["warmup", "warmup"]
+    assert len(kinds) == 3 and kinds[2] in ("search", "critic") and model.history[2]["iteration"] == 1

@@ -1,0 +1,169 @@
+"""RecordingBackend and ReplayBackend: record calls to JSONL, answer them again by request hash."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+
+from sb3_r2po.llm.base import CallableBackend, ChatReply, LLMBackendError, chat_batch
+from sb3_r2po.llm.recording import (
+    RecordingBackend,
+    ReplayBackend,
+    ReplayMissError,
+    read_records,
+    request_hash,
+    request_settings,
+)
+from sb3_r2po.llm.resolve import make_backend
+
+
+class Counter:
+    """A deterministic backend whose replies depend on the prompt and on how often it was called."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.batches = 0
+
+    def chat(self, messages, *, temperature: float = 0.0) -> ChatReply:  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return ChatReply(
+            text=f"reply {self.calls} to {messages[-1]['content']} at {temperature}",
+            prompt_tokens=len(messages[-1]["content"]),
+            completion_tokens=self.calls,
+            seconds=0.01,
+        )
+
+    def chat_batch(self, conversations, *, temperature: float = 0.0) -> list[ChatReply]:  # type: ignore[no-untyped-def]
+        self.batches += 1
+        return [self.chat(c, temperature=temperature) for c in conversations]
+
+
+def conv(text: str, system: str | None = None) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": system}] if system else []
+    return [*messages, {"role": "user", "content": text}]
+
+
+def record_session(path: Path) -> list[ChatReply]:
+    rec = RecordingBackend(Counter(), path)
+    replies = [rec.chat(conv("a")), rec.chat(conv("b", "sys")), rec.chat(conv("a")), rec.chat(conv("a"), temperature=0.7)]
+    replies += chat_batch(rec, [conv("c"), conv("d")])
+    return replies
+
+
+def test_recording_writes_one_flushed_line_per_call(tmp_path: Path) -> None:
+    path = tmp_path / "runs" / "calls.jsonl"
+    inner = Counter()
+    rec = RecordingBackend(inner, path)
+    reply = rec.chat(conv("hello", "be brief"), temperature=0.0)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1  # on disk before chat() returned
+    record = json.loads(lines[0])
+    assert record["messages"] == conv("hello", "be brief")
+    assert record["settings"] == {"temperature": 0.0}
+    assert record["reply"] == reply.to_dict()
+    assert record["hash"] == request_hash(conv("hello", "be brief"), request_settings(0.0))
+    assert record["backend"]["class"] == "Counter"
+    chat_batch(rec, [conv("x"), conv("y")])
+    assert inner.batches == 1  # the inner backend's batch is used
+    assert [r["messages"][-1]["content"] for r in read_records(path)] == ["hello", "x", "y"]
+
+
+def test_replay_gives_the_recorded_replies(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    recorded = record_session(path)
+    replay = ReplayBackend(path)
+    assert len(replay) == 6
+    again = [
+        replay.chat(conv("a")),
+        replay.chat(conv("b", "sys")),
+        replay.chat(conv("a")),  # the same request twice: the recorded replies in order
+        replay.chat(conv("a"), temperature=0.7),  # the temperature is part of the request
+    ]
+    again += chat_batch(replay, [conv("c"), conv("d")])
+    assert again == recorded
+    assert replay.stats == {"hits": 6, "misses": 0}
+
+
+def test_replay_in_another_order_still_matches_by_hash(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    recorded = record_session(path)
+    replay = ReplayBackend(path)
+    assert replay.chat(conv("d")) == recorded[5]
+    assert replay.chat(conv("a")) == recorded[0]
+
+
+def test_a_miss_names_the_request(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    record_session(path)
+    replay = ReplayBackend(path)
+    with pytest.raises(ReplayMissError) as info:
+        replay.chat(conv("a question that was never asked, with a long tail " * 5))
+    message = str(info.value)
+    assert "never recorded" in message and "a question that was never asked" in message and str(path) in message
+    assert info.value.request_hash in request_hash(
+        conv("a question that was never asked, with a long tail " * 5), {"temperature": 0.0}
+    )
+    assert isinstance(info.value, LLMBackendError)
+    replay.chat(conv("b", "sys"))
+    with pytest.raises(ReplayMissError, match="recorded 1 time"):
+        replay.chat(conv("b", "sys"))  # asked more often than recorded
+
+
+def test_fallback_answers_misses(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    recorded = record_session(path)
+    replay = ReplayBackend(path, fallback=lambda messages: "from the fallback")
+    assert replay.chat(conv("a")) == recorded[0]
+    assert replay.chat(conv("new")).text == "from the fallback"
+    assert replay.stats == {"hits": 1, "misses": 1}
+
+
+def test_replay_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    replay = ReplayBackend(tmp_path / "nope.jsonl")  # nothing is read before the first call
+    with pytest.raises(LLMBackendError, match="does not exist"):
+        replay.chat(conv("a"))
+
+
+def test_a_half_written_last_line_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    recorded = record_session(path)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"hash": "abc", "repl')
+    with pytest.warns(RuntimeWarning, match="half-written"):
+        assert ReplayBackend(path).chat(conv("a")) == recorded[0]
+
+
+def test_record_then_replay_through_llm_strings(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(lambda messages: "ok " + messages[-1]["content"], path)
+    assert isinstance(rec.inner, CallableBackend)
+    rec.chat(conv("z"))
+    replay = make_backend(f"replay:{path}")
+    assert isinstance(replay, ReplayBackend)
+    assert replay.chat(conv("z")).text == "ok z"
+
+
+def test_recording_is_thread_safe_and_picklable(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(lambda messages: messages[-1]["content"], path)
+    threads = [threading.Thread(target=rec.chat, args=(conv(f"t{i}"),)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r["reply"]["text"] for r in read_records(path)) == sorted(f"t{i}" for i in range(8))
+    clone = pickle.loads(pickle.dumps(RecordingBackend(Counter(), path)))
+    clone.chat(conv("after pickling"))
+    replay = pickle.loads(pickle.dumps(ReplayBackend(path)))
+    assert replay.chat(conv("after pickling")).text.startswith("reply 1 to after pickling")
+
+
+def test_request_hash_ignores_extra_message_keys_and_is_stable() -> None:
+    a = request_hash([{"role": "user", "content": "x", "name": "n"}], request_settings(0.0))
+    b = request_hash([{"role": "user", "content": "x"}], request_settings(0))
+    assert a == b and len(a) == 64
+    assert a != request_hash([{"role": "user", "content": "x"}], request_settings(0.5))

@@ -1,0 +1,82 @@
+"""The llm string forms: each maps to its backend class without loading or contacting anything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sb3_r2po.llm.openai_backend import OpenAIBackend
+from sb3_r2po.llm.recording import ReplayBackend
+from sb3_r2po.llm.resolve import STRING_FORMS, check_llm_spec, make_backend
+from sb3_r2po.llm.transformers_backend import TransformersBackend
+
+
+@pytest.mark.parametrize(
+    ("spec", "cls"),
+    [
+        ("openai/gpt-oss-20b", TransformersBackend),
+        ("Qwen/Qwen2.5-0.5B-Instruct", TransformersBackend),
+        ("/path/to/model_dir", TransformersBackend),
+        ("./models/tiny", TransformersBackend),
+        ("../tiny", TransformersBackend),
+        ("~/models/tiny", TransformersBackend),
+        ("http://127.0.0.1:8000/v1", OpenAIBackend),
+        ("https://llm.example.org/v1#openai/gpt-oss-20b", OpenAIBackend),
+        ("http://localhost:11434/v1#gpt-oss:20b", OpenAIBackend),
+        ("replay:/tmp/calls.jsonl", ReplayBackend),
+        ("replay:calls.jsonl", ReplayBackend),
+    ],
+)
+def test_string_forms_build_the_right_backend_lazily(spec: str, cls: type) -> None:
+    check_llm_spec(spec)
+    backend = make_backend(spec)
+    assert isinstance(backend, cls)
+    if isinstance(backend, TransformersBackend):
+        assert not backend.loaded
+    if isinstance(backend, OpenAIBackend):
+        assert backend._client is None
+
+
+def test_details_of_the_built_backends() -> None:
+    url = make_backend("http://localhost:11434/v1#gpt-oss:20b")
+    assert isinstance(url, OpenAIBackend) and url.base_url == "http://localhost:11434/v1" and url.model == "gpt-oss:20b"
+    assert isinstance(make_backend("http://127.0.0.1:8000/v1"), OpenAIBackend)
+    assert make_backend("http://127.0.0.1:8000/v1").model is None  # asked from /models on first use
+    replay = make_backend("replay:/tmp/calls.jsonl")
+    assert isinstance(replay, ReplayBackend) and str(replay.path) == "/tmp/calls.jsonl"
+    local = make_backend("~/models/tiny")
+    assert isinstance(local, TransformersBackend) and not local.model.startswith("~")
+
+
+def test_the_other_forms_are_kept() -> None:
+    names = [form.name for form in STRING_FORMS]
+    assert any(name.startswith("example") for name in names)
+    assert any(name.startswith("package.module:attribute") for name in names)
+    assert type(make_backend("example:3")).__name__ == "ExampleLLM"
+    assert type(make_backend("sb3_r2po.llm.example:ExampleLLM")).__name__ == "ExampleLLM"
+
+
+@pytest.mark.parametrize("spec", ["gpt2", "not a model", "http://", "ftp://host/v1", "a/b/c", "org/../x", ""])
+def test_unknown_strings_list_the_accepted_forms(spec: str) -> None:
+    with pytest.raises(ValueError) as info:
+        make_backend(spec)
+    message = str(info.value)
+    for form in STRING_FORMS:
+        assert form.name in message
+    with pytest.raises(ValueError):
+        check_llm_spec(spec)
+
+
+def test_matching_imports_neither_torch_nor_transformers_nor_openai() -> None:
+    code = (
+        "import sys\n"
+        "from sb3_r2po.llm.resolve import STRING_FORMS, check_llm_spec\n"
+        "before = set(sys.modules)\n"
+        "for s in ['openai/gpt-oss-20b', '/models/x', 'http://127.0.0.1:8000/v1#m', 'replay:x.jsonl']:\n"
+        "    check_llm_spec(s)\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('torch', 'transformers', 'openai')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
