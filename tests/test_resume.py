@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     from stable_baselines3.common.callbacks import BaseCallback
     from sb3_r2po import R2PO
 
-    run_dir, crash_at = sys.argv[1], int(sys.argv[2])
+    run_dir, crash_at, llm = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
     class Crash(BaseCallback):
         def _on_step(self):
@@ -26,19 +26,19 @@ SCRIPT = textwrap.dedent(
 
     path = os.path.join(run_dir, "model.zip")
     if os.path.exists(path):
-        model = R2PO.load(path, env=gym.make("CartPole-v1"))
+        model = R2PO.load(path, env=gym.make("CartPole-v1"), llm=llm)
         model.learn(10**9, callback=Crash(), reset_num_timesteps=False)
     else:
-        model = R2PO("MlpLinear", "CartPole-v1", llm="example:3", n_eval_episodes=3, warmup_episodes=4, seed=11,
+        model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=4, seed=11,
                      max_episodes=4 + 6 * 5, checkpoint_dir=run_dir)
         model.learn(10**9, callback=Crash())
     """
 )
 
 
-def run(run_dir, crash_at: int) -> int:
+def run(run_dir, crash_at: int, llm: str = "example:3") -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir), str(crash_at)], env=env, timeout=120).returncode
+    return subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir), str(crash_at), llm], env=env, timeout=120).returncode
 
 
 @pytest.mark.parametrize("crash_fractions", [[0.01], [0.05, 0.5], [0.2, 0.55, 0.9]])
@@ -48,13 +48,15 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, crash_fra
     expected = json.loads((reference / "history.json").read_text())
     total_steps = expected[-1]["timesteps"]
 
+    # the interrupted run answers from the reference run's recorded LLM replies
+    replay = f"replay:{reference / 'llm_calls.jsonl'}"
     resumed = tmp_path / "resumed"
     for fraction in crash_fractions:  # crash points spread over warm-up, Search and Critic evaluations
         crash_at = max(1, int(fraction * total_steps))
-        assert run(resumed, crash_at) == -9  # killed by SIGKILL
+        assert run(resumed, crash_at, replay) == -9  # killed by SIGKILL
         # the run directory is valid after every crash
         if (resumed / "model.zip").exists():
             R2PO.load(resumed / "model.zip", env=gym.make("CartPole-v1"))
-    assert run(resumed, 0) == 0
+    assert run(resumed, 0, replay) == 0
     assert json.loads((resumed / "history.json").read_text()) == expected
     assert not list(resumed.glob("*.tmp"))

@@ -22,7 +22,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -41,6 +41,7 @@ from sb3_r2po.common.racing import should_stop
 from sb3_r2po.common.rollouts import RolloutResult, run_episodes
 from sb3_r2po.diagnostics import diagnose_revision
 from sb3_r2po.llm.base import ChatBackend
+from sb3_r2po.llm.recording import RecordingBackend
 from sb3_r2po.llm.resolve import check_llm_spec, make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import describe_task
@@ -93,7 +94,8 @@ class R2PO(BaseAlgorithm):
     :param max_llm_retries: Re-asks after an unusable reply before falling back.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
     :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
-        (``history.json``) are written there atomically, so a crashed or interrupted run resumes with
+        (``history.json``) are written there atomically, every LLM call is appended to ``llm_calls.jsonl`` (flushed per
+        call; ``llm="replay:<dir>/llm_calls.jsonl"`` replays it), so a crashed or interrupted run resumes with
         ``R2PO.load(checkpoint_dir + "/model.zip", env=..., llm=...).learn(..., reset_num_timesteps=False)``.
     :param stop_at_target: End training once the target is confirmed: a history candidate reached the target in
         every one of its K episodes (see :meth:`target_confirmed`).
@@ -259,10 +261,25 @@ class R2PO(BaseAlgorithm):
         return spec.id, spec.reward_threshold, spec.max_episode_steps
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges", "_last_result"]
-        if not isinstance(self.llm, str):
-            excluded.append("llm")  # a backend object or callable is never saved (it may hold keys or clients)
-        return excluded
+        return [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges", "_last_result"]
+
+    def save(
+        self,
+        path: str | os.PathLike[str] | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+    ) -> None:
+        """
+        Save the model (SB3's zip format). An ``llm`` given as a string is saved; a backend object or callable never
+        is (it may hold API keys, clients or file handles): it is stored as ``None``, and ``load`` needs ``llm=...``.
+        """
+        llm = self.llm
+        if not isinstance(llm, str):
+            self.llm = None
+        try:
+            super().save(path, exclude=exclude, include=include)
+        finally:
+            self.llm = llm
 
     @property
     def variant_spec(self) -> Variant:
@@ -297,10 +314,16 @@ class R2PO(BaseAlgorithm):
                     "This model has no llm: it was saved with an llm object, which is never stored. "
                     "Pass one again, e.g. R2PO.load(path, env=env, llm=...), or set model.llm before learn()."
                 )
-            self._backend = make_backend(self.llm)  # type: ignore[arg-type]
-            constrain = getattr(self._backend, "constrain", None)
-            if callable(constrain):
+            backend = make_backend(self.llm)  # type: ignore[arg-type]
+            check_resources = getattr(backend, "check_resources", None)
+            if callable(check_resources):  # fail before any download or load when the model cannot fit
+                check_resources()
+            constrain = getattr(backend, "constrain", None)
+            if callable(constrain):  # constrained decoding (e.g. a grammar) from the parameter space
                 constrain(self.policy.parameter_space)
+            if self.checkpoint_dir is not None:  # the run directory keeps a transcript of every call, flushed per call
+                backend = RecordingBackend(backend, Path(self.checkpoint_dir) / "llm_calls.jsonl")
+            self._backend = backend
         if self._prompts is None:
             self._prompts = PromptBuilder(self.prompt_template_dir)
         return self._backend
