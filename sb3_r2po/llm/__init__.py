@@ -11,16 +11,16 @@ from sb3_r2po.llm.recording import RecordingBackend, ReplayBackend, ReplayMissEr
 from sb3_r2po.llm.resolve import STRING_FORMS, make_backend
 
 __all__ = [
+    "STRING_FORMS",
     "CallableBackend",
     "ChatBackend",
     "ChatReply",
     "ExampleLLM",
+    "LLMBackendError",
+    "Message",
     "RecordingBackend",
     "ReplayBackend",
     "ReplayMissError",
-    "STRING_FORMS",
-    "LLMBackendError",
-    "Message",
     "chat_batch",
     "make_backend",
 ]
