@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -165,6 +166,7 @@ class Call:
     prompt_eval_ms: float
     gen_tokens: int
     gen_ms: float
+    other_ms: float  # wall time outside llama.cpp's decode: mostly the grammar sampler, when on
     in_range: bool | None = None
     duplicate: bool | None = None
     degenerate: bool | None = None
@@ -184,6 +186,7 @@ class Summary:
     mean_completion_tokens: float
     prompt_tok_per_s: float
     gen_tok_per_s: float
+    other_ms_per_token: float
     out_of_range: int
     duplicates: int
     degenerate: int
@@ -227,6 +230,7 @@ def run_mode(backend: EmbeddedBackend, mode: str, n: int, histories: list[list[t
             prompt_eval_ms=t_p,
             gen_tokens=n_g,
             gen_ms=t_g,
+            other_ms=1000 * reply.seconds - t_p - t_g,
             best_history=max(r for _, r in history),
             text=reply.text,
         )
@@ -265,6 +269,7 @@ def summarize(mode: str, calls: list[Call]) -> Summary:
         mean_completion_tokens=statistics.mean(c.completion_tokens for c in calls),
         prompt_tok_per_s=1000 * p_tok / p_ms if p_ms else float("nan"),
         gen_tok_per_s=1000 * g_tok / g_ms if g_ms else float("nan"),
+        other_ms_per_token=sum(c.other_ms for c in calls) / max(1, sum(c.completion_tokens for c in calls)),
         out_of_range=sum(1 for c in ok if c.in_range is False),
         duplicates=sum(1 for c in ok if c.duplicate),
         degenerate=sum(1 for c in ok if c.degenerate),
@@ -289,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}")
 
+    print(f"load average at start: {os.getloadavg()}", file=sys.stderr)
     histories = [make_history(seed) for seed in range(args.n)]
     backend = EmbeddedBackend(args.size, n_ctx=args.n_ctx, n_threads=args.threads, max_tokens=args.max_tokens)
     start = time.perf_counter()
@@ -309,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     header = (
         "| mode | parse failures | mean s/call | median s | prompt tok | completion tok | prompt tok/s | gen tok/s "
-        "| out of range | duplicates | all-equal | mean return of proposals (5 ep.) | mean best in history |"
+        "| other ms/tok | out of range | duplicates | all-equal | mean return of proposals (5 ep.) | mean best in history |"
     )
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
@@ -318,9 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {s.mode} | {s.parse_failures}/{s.n} | {s.mean_seconds:.1f} | {s.median_seconds:.1f} "
             f"| {s.mean_prompt_tokens:.0f} | {s.mean_completion_tokens:.0f} | {s.prompt_tok_per_s:.0f} "
-            f"| {s.gen_tok_per_s:.1f} | {s.out_of_range} "
+            f"| {s.gen_tok_per_s:.1f} | {s.other_ms_per_token:.0f} | {s.out_of_range} "
             f"| {s.duplicates} | {s.degenerate} | {ret} | {s.mean_best_history:.1f} |"
         )
+    print(f"load average at the end (1, 5, 15 min): {os.getloadavg()}")
     for s in summaries:
         print(f"\n[{s.mode}] first reply:\n{s.examples[0] if s.examples else ''}")
     if args.json:
@@ -330,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                     "size": args.size,
                     "n": args.n,
                     "load_seconds": load_s,
+                    "loadavg_end": os.getloadavg(),
                     "summaries": [asdict(s) for s in summaries],
                     "calls": [asdict(c) for c in all_calls],
                 },
