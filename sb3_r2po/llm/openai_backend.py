@@ -7,7 +7,8 @@ Design:
   pickling the backend touch no network). Its own retries are off; this module retries itself, so the
   policy and the final error are ours.
 - **Retries** with exponential backoff (``backoff`` seconds, doubled per attempt, at most ``backoff_max``,
-  honouring a ``Retry-After`` header) on connection errors, timeouts, HTTP 408, 429 and 5xx; none on other
+  honouring a ``Retry-After`` header) on connection errors (refused, dropped mid-response), timeouts, HTTP
+  408, 429 and 5xx, and malformed bodies (a 200 that is not JSON or not a chat completion); none on other
   4xx (a bad request stays bad). After the last attempt :class:`LLMServerError` (an
   :class:`~sb3_r2po.llm.base.LLMBackendError`) says which URL, what happened and how many attempts were made.
 - **The model name**: the ``model`` setting, else the ``#MODEL`` part of the URL, else the first model the
@@ -35,6 +36,7 @@ Design:
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -59,7 +61,7 @@ class LLMServerError(LLMBackendError):
     :param url: The server's base URL.
     :param attempts: Requests made.
     :param status_code: The last HTTP status, when the server answered at all.
-    :param retryable: Whether the failure was of a retried kind (connection, timeout, 408/429/5xx).
+    :param retryable: Whether the failure was of a retried kind (connection, timeout, 408/429/5xx, malformed body).
     """
 
     def __init__(self, message: str, *, url: str, attempts: int, status_code: int | None = None, retryable: bool) -> None:
@@ -185,17 +187,23 @@ class OpenAIBackend:
         return self._client
 
     def _with_retries(self, what: str, request: Any) -> Any:
-        """Run ``request()``; retry connection errors, timeouts, 408, 429 and 5xx with exponential backoff."""
+        """Run ``request()``; retry connection errors, timeouts, 408, 429, 5xx and malformed bodies, with backoff."""
         import openai
 
         attempts = 0
         delay = self.backoff
+        last: Exception
+        status_code: int | None
         while True:
             attempts += 1
             self._count("requests")
             retry_after: float | None = None
             try:
-                return request()
+                return _well_formed(request())
+            except (_MalformedResponse, json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+                # a 200 whose body is not JSON, or not of the expected shape (a truncating proxy, a broken server)
+                detail = str(exc) if isinstance(exc, _MalformedResponse) else f"{type(exc).__name__}: {_short(exc)}"
+                last, happened, status_code = exc, f"malformed response body ({detail})", 200
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status not in _RETRY_STATUS and status < 500:
@@ -208,9 +216,9 @@ class OpenAIBackend:
                         status_code=status,
                         retryable=False,
                     ) from exc
-                last: Exception = exc
+                last = exc
                 happened = f"HTTP {status}: {_short(exc)}"
-                status_code: int | None = status
+                status_code = status
                 retry_after = _retry_after(exc)
             except openai.APITimeoutError as exc:
                 last, happened, status_code = exc, f"timed out after {self.timeout:g} s", None
@@ -342,6 +350,31 @@ class OpenAIBackend:
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.base_url!r}, model={self.model!r}, reasoning_effort={self.reasoning_effort!r})"
+
+
+class _MalformedResponse(ValueError):
+    """A response the client parsed, but that is not what the request returns (retried like a transient fault)."""
+
+
+def _well_formed(response: Any) -> Any:
+    """``response`` if it has the shape the backend reads (a model listing, or a chat completion), else raise."""
+    if isinstance(response, (str, bytes)):  # a 200 whose Content-Type is not JSON: the client hands back the text
+        raise _MalformedResponse(f"not JSON: {str(response)[:100]!r}")
+    if not hasattr(response, "choices"):
+        if hasattr(response, "data"):  # a model listing
+            return response
+        raise _MalformedResponse(f"not a chat completion: {type(response).__name__}")
+    choices = response.choices
+    if choices is None or (isinstance(choices, list) and not choices):
+        return response  # no choice at all: an unanswered reply (see _ask)
+    if not isinstance(choices, list):
+        raise _MalformedResponse(f"'choices' is of type {type(choices).__name__}, not a list")
+    message = getattr(choices[0], "message", None)
+    if message is None or not hasattr(message, "content"):
+        raise _MalformedResponse("the first choice has no message")
+    if message.content is not None and not isinstance(message.content, str):
+        raise _MalformedResponse(f"the message content is of type {type(message.content).__name__}, not a string")
+    return response
 
 
 def _add(a: int | None, b: int | None) -> int | None:
