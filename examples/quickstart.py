@@ -24,9 +24,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="example", help="llm string: example[:seed], embedded[:size], a server URL, an HF id")
     parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--episodes", type=int, default=200, help="episode budget (the paper uses 4000)")
-    parser.add_argument("--k", type=int, default=10, help="episodes per candidate (the paper uses 20)")
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--episodes", type=int, default=65, help="episode budget, warm-up included (the paper: 4000)")
+    parser.add_argument("--k", type=int, default=5, help="episodes per candidate (the paper uses 20)")
+    parser.add_argument("--warmup", type=int, default=5, help="random candidates before the first iteration (paper: 20)")
+    parser.add_argument("--full-prompts", action="store_true", help="whole history and 40-step trajectories (slow on CPU)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="save the trained model to this path")
     args = parser.parse_args()
@@ -42,6 +43,10 @@ def main() -> None:
         tau_c=480,
         max_episodes=args.episodes,
         seed=args.seed,
+        # lean prompts for CPU models: the 8 best and 4 latest history entries, 20 trajectory steps, 2 digits
+        **(
+            {} if args.full_prompts else dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2)
+        ),
         verbose=0,
     )
 
