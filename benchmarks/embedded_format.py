@@ -203,7 +203,8 @@ def perf(llm: Any) -> tuple[int, float, int, float]:
     return int(data.n_p_eval), float(data.t_p_eval_ms), int(data.n_eval), float(data.t_eval_ms)
 
 
-def run_mode(backend: EmbeddedBackend, mode: str, n: int, histories: list[list[tuple[np.ndarray, float]]]) -> list[Call]:
+def run_call(backend: EmbeddedBackend, mode: str, seed: int, history: list[tuple[np.ndarray, float]]) -> Call:
+    """One reply of ``mode`` to the prompt of ``seed``, checked, timed and (when it parses) evaluated."""
     import llama_cpp
 
     cfg = MODES[mode]
@@ -212,44 +213,42 @@ def run_mode(backend: EmbeddedBackend, mode: str, n: int, histories: list[list[t
     backend.reason_chars = 160 if cfg["reason"] else 0
     backend.constrain(SPACE)
     llm = backend.load()
-    calls = []
-    for seed in range(n):
-        history = histories[seed]
-        llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
-        reply = backend.chat(make_prompt(history, cfg["style"], cfg["reason"]), temperature=0.0)
-        n_p, t_p, n_g, t_g = perf(llm)
-        values = parse_reply(reply.text)
-        call = Call(
-            mode=mode,
-            seed=seed,
-            ok=values is not None,
-            seconds=reply.seconds,
-            prompt_tokens=reply.prompt_tokens or 0,
-            completion_tokens=reply.completion_tokens or 0,
-            prompt_eval_tokens=n_p,
-            prompt_eval_ms=t_p,
-            gen_tokens=n_g,
-            gen_ms=t_g,
-            other_ms=1000 * reply.seconds - t_p - t_g,
-            best_history=max(r for _, r in history),
-            text=reply.text,
-        )
-        if values is not None:
-            vec = np.asarray(values)
-            call.in_range = bool(np.all((vec >= SPACE.low) & (vec <= SPACE.high)))
-            projected = SPACE.project(vec).params
-            call.duplicate = any(np.array_equal(projected, theta) for theta, _ in history)
-            call.degenerate = bool(np.all(projected == projected[0]))
-            call.proposal_return = rollout(projected, seed=10_000 + seed, episodes=5)
-        calls.append(call)
-        status = "ok  " if call.ok else "FAIL"
-        print(
-            f"[{mode}] seed {seed}: {status} {call.seconds:5.1f}s prompt {call.prompt_tokens} (evaluated {n_p}) "
-            f"completion {call.completion_tokens} return {call.proposal_return}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return calls
+    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+    reply = backend.chat(make_prompt(history, cfg["style"], cfg["reason"]), temperature=0.0)
+    n_p, t_p, n_g, t_g = perf(llm)
+    values = parse_reply(reply.text)
+    call = Call(
+        mode=mode,
+        seed=seed,
+        ok=values is not None,
+        seconds=reply.seconds,
+        prompt_tokens=reply.prompt_tokens or 0,
+        completion_tokens=reply.completion_tokens or 0,
+        prompt_eval_tokens=n_p,
+        prompt_eval_ms=t_p,
+        gen_tokens=n_g,
+        gen_ms=t_g,
+        other_ms=1000 * reply.seconds - t_p - t_g,
+        best_history=max(r for _, r in history),
+        text=reply.text,
+    )
+    if values is not None:
+        vec = np.asarray(values)
+        call.in_range = bool(np.all((vec >= SPACE.low) & (vec <= SPACE.high)))
+        projected = SPACE.project(vec).params
+        call.duplicate = any(np.array_equal(projected, theta) for theta, _ in history)
+        call.degenerate = bool(np.all(projected == projected[0]))
+        call.proposal_return = rollout(projected, seed=10_000 + seed, episodes=5)
+    status = "ok  " if call.ok else "FAIL"
+    print(
+        f"[{mode}] seed {seed}: {status} {call.seconds:6.1f}s prompt {call.prompt_tokens} "
+        f"(evaluated {n_p} in {t_p / 1000:.1f}s) "
+        f"completion {call.completion_tokens} ({t_g / 1000:.1f}s decode, {call.other_ms / 1000:.1f}s other) "
+        f"return {call.proposal_return} threads {backend._threads} load {os.getloadavg()[0]:.1f}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return call
 
 
 def summarize(mode: str, calls: list[Call]) -> Summary:
@@ -287,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--n-ctx", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--order",
+        default="mode",
+        choices=["mode", "seed"],
+        help="mode: every prompt of a mode, then the next mode (calls share only the fixed prompt prefix, as in "
+        "R2PO); seed: every mode for one prompt, then the next (later modes reuse the cached prompt: much faster, "
+        "but only the first mode's latency is that of a fresh prompt)",
+    )
     parser.add_argument("--json", default=None, help="write every call and the summaries here")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -303,14 +310,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"loaded {backend.spec.model} in {load_s:.1f} s (join included when it was not cached)", file=sys.stderr)
 
     all_calls: list[Call] = []
-    summaries = []
-    for mode in modes:
-        calls = run_mode(backend, mode, args.n, histories)
-        all_calls += calls
-        summaries.append(summarize(mode, calls))
+    if args.order == "mode":
+        pairs = [(mode, seed) for mode in modes for seed in range(args.n)]
+    else:
+        pairs = [(mode, seed) for seed in range(args.n) for mode in modes]
+    for mode, seed in pairs:
+        all_calls.append(run_call(backend, mode, seed, histories[seed]))
+    summaries = [summarize(mode, [c for c in all_calls if c.mode == mode]) for mode in modes]
 
     print(
-        f"\nmodel {backend.spec.model}, {args.n} prompts per mode, temperature 0, "
+        f"\nmodel {backend.spec.model}, {args.n} prompts per mode, order {args.order}, temperature 0, "
         f"max_tokens {args.max_tokens}, load {load_s:.1f} s"
     )
     header = (
@@ -335,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(
                 {
                     "size": args.size,
+                    "order": args.order,
                     "n": args.n,
                     "load_seconds": load_s,
                     "loadavg_end": os.getloadavg(),

@@ -3,15 +3,18 @@ subset the grammars use), plus llama.cpp's own parser when ``llama-cpp-python`` 
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import itertools
 import re
+from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.grammar import compile_grammar, magnitude_rule, parameter_grammar
+from sb3_r2po.llm.grammar import compile_grammar, magnitude_rule, max_reply_chars, parameter_grammar
 
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 
@@ -145,6 +148,21 @@ def test_optional_reason_line() -> None:
     assert not gbnf_to_regex(parameter_grammar(space)).fullmatch("why\nparams: [1.0, 2.0]")
 
 
+@pytest.mark.parametrize("style", ["list", "indexed"])
+def test_max_reply_chars_bounds_the_longest_reply(style: str) -> None:
+    cases = [
+        (ParameterSpace(size=12, low=-6, high=6, decimals=1), "-6.0"),
+        (ParameterSpace(size=3, low=-1.5, high=123.45, decimals=2), "123.45"),
+        (ParameterSpace(size=11, values=(1, 2, 3)), "3"),
+    ]
+    for space, longest in cases:
+        for reason in (0, 30):
+            bound = max_reply_chars(space, style=style, reason_chars=reason)  # type: ignore[arg-type]
+            reply = ("r" * reason + "\n" if reason else "") + _reply([longest] * space.size, style)
+            assert gbnf_to_regex(parameter_grammar(space, style=style, reason_chars=reason)).fullmatch(reply)  # type: ignore[arg-type]
+            assert len(reply) <= bound <= len(reply) + 1
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="style"):
         parameter_grammar(ParameterSpace(size=2), style="json")  # type: ignore[arg-type]
@@ -154,18 +172,40 @@ def test_bad_arguments() -> None:
         magnitude_rule(float("inf"), 1)
 
 
+@pytest.fixture(scope="module")
+def vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The 0.5B model's vocabulary in llama.cpp (joined into a temporary cache from the part wheels)."""
+    from sb3_r2po.llm.embedded import MODELS, ensure_model_file
+
+    spec = MODELS["0.5b"]
+    try:
+        for i in range(1, spec.n_parts + 1):
+            importlib.metadata.distribution(spec.dist_name(i))
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"the 0.5B model wheels are not installed: {spec.pip_command()}")
+    from llama_cpp import Llama
+
+    directory = tmp_path_factory.mktemp("vocab")
+    path = ensure_model_file("0.5b", directory)
+    yield Llama(str(path), vocab_only=True, verbose=False)
+    for file in directory.iterdir():
+        file.unlink()
+
+
+@pytest.mark.embedded
 @pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
-@pytest.mark.parametrize(
-    "space",
-    [
+def test_llama_cpp_parses_the_grammars(vocab_model: Any) -> None:
+    spaces = [
         ParameterSpace(size=10),
         ParameterSpace(size=18, low=-6, high=6, decimals=2),
         ParameterSpace(size=3, low=-1.5, high=123.45, decimals=0),
+        ParameterSpace(size=2, low=0.5, high=3.0, decimals=1),
         ParameterSpace(size=16, values=(0, 1, 2, 3)),
-    ],
-)
-@pytest.mark.parametrize("style", ["list", "indexed"])
-@pytest.mark.parametrize("reason_chars", [0, 160])
-def test_llama_cpp_parses_the_grammar(space: ParameterSpace, style: str, reason_chars: int) -> None:
-    grammar = compile_grammar(parameter_grammar(space, style=style, reason_chars=reason_chars))  # type: ignore[arg-type]
-    assert grammar is not None
+    ]
+    for space in spaces:
+        for style in ("list", "indexed"):
+            for reason_chars in (0, 160):
+                text = parameter_grammar(space, style=style, reason_chars=reason_chars)  # type: ignore[arg-type]
+                assert compile_grammar(text, vocab_model) is not None
+    with pytest.raises(ValueError, match="rejected"):
+        compile_grammar("root ::= undefined_rule", vocab_model)

@@ -56,7 +56,7 @@ from typing import Any, ClassVar
 
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message
-from sb3_r2po.llm.grammar import REPLY_STYLES, ReplyStyle, parameter_grammar
+from sb3_r2po.llm.grammar import REPLY_STYLES, ReplyStyle, compile_grammar, max_reply_chars, parameter_grammar
 
 logger = logging.getLogger(__name__)
 
@@ -361,6 +361,36 @@ def _default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def busy_cpus(samples: int = 5, interval: float = 0.01) -> int | None:
+    """
+    How many other tasks are running right now: the smallest count of runnable tasks in ``/proc/loadavg``
+    over a few samples, less this process's own thread. ``None`` where ``/proc/loadavg`` is missing.
+    """
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg") as fh:
+                counts.append(int(fh.read().split()[3].split("/")[0]))
+        except (OSError, ValueError, IndexError):
+            return None
+        if i + 1 < samples:
+            time.sleep(interval)
+    return max(0, min(counts) - 1)
+
+
+def adaptive_threads(max_threads: int) -> int:
+    """
+    Threads for the next call: ``max_threads`` on an idle machine, one fewer for each other running task,
+    at least one. llama.cpp's threads meet at hundreds of barriers per token, so when the cores are
+    oversubscribed every barrier waits for a descheduled thread: on 2 cores with other work running,
+    2 threads generated 1-3 tokens/s where 1 thread kept its share of about 11.
+    """
+    busy = busy_cpus()
+    if busy is None:
+        return max_threads
+    return max(1, min(max_threads, _default_threads() - busy))
+
+
 class EmbeddedBackend:
     """
     A Qwen2.5-Coder-Instruct model run on the CPU, in-process, with ``llama-cpp-python``.
@@ -370,9 +400,11 @@ class EmbeddedBackend:
 
     :param size: ``"0.5b"`` (about 0.8 GB of memory) or ``"1.5b"`` (about 1.5 GB).
     :param n_ctx: The context window in tokens (prompt and reply together).
-    :param n_threads: CPU threads for prompt processing and generation (default: every CPU this
-        process may use).
-    :param max_tokens: The most tokens one reply may have.
+    :param n_threads: CPU threads for prompt processing and generation. ``None`` (default) adapts before
+        every call: every CPU this process may use, less one for each other task running at that moment
+        (see :func:`adaptive_threads`), at least one.
+    :param max_tokens: The most tokens one reply may have. Under the grammar the budget is raised, when
+        needed, to the longest reply the grammar admits, so a constrained reply is never cut short.
     :param grammar: Whether to decode under a parameter grammar once :meth:`constrain` was called.
     :param reply_style: The reply shape the grammar enforces: ``"indexed"``
         (``params[0]: v, params[1]: v, ...``) or ``"list"`` (``params: [v0, v1, ...]``).
@@ -429,9 +461,11 @@ class EmbeddedBackend:
         self.passive_wait = bool(passive_wait)
         self.space: ParameterSpace | None = None
         self.grammar_text: str | None = None
+        self.grammar_max_chars = 0
         self.calls = 0
         self._llm: Any = None
         self._grammar: Any = None
+        self._threads = 0
         self._lock = threading.Lock()
 
     SPEC_PATTERN: ClassVar[re.Pattern[str]] = re.compile(r"embedded(?::(0\.5b|1\.5b))?", re.IGNORECASE)
@@ -463,9 +497,11 @@ class EmbeddedBackend:
         """
         with self._lock:
             self.space = space
-            self.grammar_text = (
-                None if space is None else parameter_grammar(space, style=self.reply_style, reason_chars=self.reason_chars)
-            )
+            if space is None:
+                self.grammar_text, self.grammar_max_chars = None, 0
+            else:
+                self.grammar_text = parameter_grammar(space, style=self.reply_style, reason_chars=self.reason_chars)
+                self.grammar_max_chars = max_reply_chars(space, style=self.reply_style, reason_chars=self.reason_chars)
             self._grammar = None
             if self._llm is not None:
                 self._grammar = self._compile(self.grammar_text)
@@ -502,6 +538,7 @@ class EmbeddedBackend:
             ) from exc
         path = self.model_path()
         threads = self.n_threads or _default_threads()
+        self._threads = threads
         extra = self.extra_buffers if self.extra_buffers is not None else not llama_build_has_amx()
         start = time.perf_counter()
         try:
@@ -533,19 +570,16 @@ class EmbeddedBackend:
         return llm
 
     def _compile(self, text: str | None) -> Any:
-        """Compile and validate grammar text against the loaded model's vocabulary."""
-        if text is None:
-            return None
-        import llama_cpp
-        from llama_cpp import LlamaGrammar
+        """Compile grammar text, checked against the loaded model's vocabulary."""
+        return None if text is None else compile_grammar(text, self._llm)
 
-        # LlamaGrammar.from_string does not parse; llama.cpp does when a sampler is built, and a rejected
-        # grammar would otherwise be dropped silently. Build one here to check.
-        sampler = llama_cpp.llama_sampler_init_grammar(self._llm._model.vocab, text.encode("utf-8"), b"root")
-        if not sampler:
-            raise ValueError(f"llama.cpp rejected the parameter grammar:\n{text}")
-        llama_cpp.llama_sampler_free(sampler)
-        return LlamaGrammar.from_string(text, verbose=False)
+    def _set_threads(self, threads: int) -> None:
+        if threads != self._threads:
+            import llama_cpp
+
+            llama_cpp.llama_set_n_threads(self._llm._ctx.ctx, threads, threads)
+            logger.debug("%s now uses %d threads", self.spec.model, threads)
+            self._threads = threads
 
     def close(self) -> None:
         """Free the model (it is loaded again on the next call)."""
@@ -568,7 +602,11 @@ class EmbeddedBackend:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         with self._lock:
             llm = self._load_locked()
+            if self.n_threads is None:
+                self._set_threads(adaptive_threads(_default_threads()))
             grammar = self._grammar if self.grammar else None
+            # a constrained reply is short and bounded: never cut it (a cut reply cannot be parsed)
+            max_tokens = max(self.max_tokens, self.grammar_max_chars + 1) if grammar is not None else self.max_tokens
             call_seed = (self.seed + self.calls) % (2**31)
             self.calls += 1
             start = time.perf_counter()
@@ -576,7 +614,7 @@ class EmbeddedBackend:
                 out = llm.create_chat_completion(
                     messages=[dict(m) for m in messages],
                     temperature=float(temperature),
-                    max_tokens=self.max_tokens,
+                    max_tokens=max_tokens,
                     grammar=grammar,
                     seed=call_seed,
                 )
@@ -604,6 +642,7 @@ class EmbeddedBackend:
         state = self.__dict__.copy()
         state["_llm"] = None
         state["_grammar"] = None
+        state["_threads"] = 0
         state["_lock"] = None
         return state
 

@@ -160,14 +160,53 @@ def parameter_grammar(space: ParameterSpace, *, style: ReplyStyle = "list", reas
     return "\n".join(f"{name} ::= {rule}" for name, rule in rules.items()) + "\n"
 
 
-def compile_grammar(text: str) -> Any:
+def max_value_chars(space: ParameterSpace) -> int:
+    """The length of the longest value the grammar of ``space`` admits."""
+    if space.values is not None:
+        return max(len(str(int(v))) for v in space.values)
+    longest = 0
+    for limit, sign in ((space.high, ""), (-space.low, "-")):
+        if limit >= 0:
+            int_digits = len(str(math.floor(limit)))
+            longest = max(longest, len(sign) + int_digits + (1 + space.decimals if space.decimals else 0))
+    return longest
+
+
+def max_reply_chars(space: ParameterSpace, *, style: ReplyStyle = "list", reason_chars: int = 0) -> int:
     """
-    Compile GBNF text with llama.cpp.
+    The length of the longest reply :func:`parameter_grammar` admits. A token is at least one character,
+    so a reply budget of this many tokens (plus one for the end token) can always finish the reply.
+    """
+    n = space.size
+    values = n * max_value_chars(space) + 2 * (n - 1)
+    if style == "list":
+        body = len("params: [") + values + 1
+    else:
+        body = sum(len(f"params[{i}]: ") for i in range(n)) + values
+    return body + (reason_chars + 1 if reason_chars > 0 else 0)
+
+
+def compile_grammar(text: str, llama: Any = None) -> Any:
+    """
+    Wrap GBNF text for llama.cpp, checking it with llama.cpp's own parser when a model is given.
+
+    ``llama_cpp.LlamaGrammar.from_string`` only stores the text: llama.cpp parses it when a sampler is
+    built, and a sampler whose grammar was rejected is silently left out, so an unchecked bad grammar
+    means unconstrained replies.
 
     :param text: The grammar (see :func:`parameter_grammar`).
+    :param llama: A loaded ``llama_cpp.Llama`` (``vocab_only=True`` is enough) to check the grammar
+        against; ``None`` skips the check.
     :return: A ``llama_cpp.LlamaGrammar``.
+    :raises ValueError: when llama.cpp rejects the grammar.
     :raises ImportError: when ``llama-cpp-python`` is not installed.
     """
+    import llama_cpp
     from llama_cpp import LlamaGrammar
 
+    if llama is not None:
+        sampler = llama_cpp.llama_sampler_init_grammar(llama._model.vocab, text.encode("utf-8"), b"root")
+        if not sampler:
+            raise ValueError(f"llama.cpp rejected the grammar:\n{text}")
+        llama_cpp.llama_sampler_free(sampler)
     return LlamaGrammar.from_string(text, verbose=False)
