@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -41,6 +42,28 @@ class ChatBackend(Protocol):
     """
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply: ...
+
+
+class TransientState:
+    """
+    Mixin for backends that hold things which must never be pickled or saved (models, HTTP clients holding API
+    keys, locks): the attributes named in ``_transient`` are pickled as ``None``, the locks named in ``_locks``
+    are recreated on unpickling.
+    """
+
+    _transient: tuple[str, ...] = ()
+    _locks: tuple[str, ...] = ("_lock",)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in (*self._transient, *self._locks):
+            state[name] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name in self._locks:
+            setattr(self, name, threading.Lock())
 
 
 class LLMBackendError(RuntimeError):

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message
+from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.harmony import analysis_only, final_channel, final_is_truncated, is_harmony
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
@@ -84,7 +84,12 @@ def _lower_effort(effort: str | None) -> str | None:
     return effort
 
 
-class OpenAIBackend:
+class OpenAIBackend(TransientState):
+    """``response`` if it has the shape the backend reads (a model listing, or a chat completion), else raise."""
+
+    _transient = ("_client",)  # the client holds the API key
+    _locks = ("_lock", "_stats_lock")
+
     """
     Chat with a model behind an OpenAI-compatible ``/v1`` API.
 
@@ -337,17 +342,6 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------------ pickling
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None  # holds the API key
-        del state["_lock"], state["_stats_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._stats_lock = threading.Lock()
-
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.base_url!r}, model={self.model!r}, reasoning_effort={self.reasoning_effort!r})"
 
@@ -357,7 +351,6 @@ class _MalformedResponse(ValueError):
 
 
 def _well_formed(response: Any) -> Any:
-    """``response`` if it has the shape the backend reads (a model listing, or a chat completion), else raise."""
     if isinstance(response, (str, bytes)):  # a 200 whose Content-Type is not JSON: the client hands back the text
         raise _MalformedResponse(f"not JSON: {str(response)[:100]!r}")
     if not hasattr(response, "choices"):

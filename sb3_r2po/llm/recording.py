@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.llm.base import ChatBackend, ChatReply, LLMBackendError, Message
+from sb3_r2po.llm.base import ChatBackend, ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.base import chat_batch as _chat_batch
 
 RECORD_VERSION = 1
@@ -67,7 +67,7 @@ def _describe(backend: Any) -> dict[str, Any]:
     return info
 
 
-class RecordingBackend:
+class RecordingBackend(TransientState):
     """
     Pass calls to ``inner`` and append each call and its reply to a JSONL file (flushed and fsynced per call).
 
@@ -124,15 +124,6 @@ class RecordingBackend:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
     def __repr__(self) -> str:
         return f"RecordingBackend({self.inner!r}, {str(self.path)!r})"
 
@@ -174,7 +165,7 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
-class ReplayBackend:
+class ReplayBackend(TransientState):
     """
     Answer from a recording made by :class:`RecordingBackend`, by request hash.
 
@@ -262,15 +253,6 @@ class ReplayBackend:
         :param temperature: Sampling temperature.
         """
         return [self.chat(c, temperature=temperature) for c in conversations]
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ReplayBackend({str(self.path)!r}, fallback={self.fallback!r})"

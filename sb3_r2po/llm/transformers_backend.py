@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message
+from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, final_channel, final_is_truncated, is_harmony
 
 DEFAULT_MODEL = "openai/gpt-oss-20b"
@@ -122,7 +122,11 @@ def _lower_effort(effort: str | None) -> str | None:
     return effort
 
 
-class TransformersBackend:
+class TransformersBackend(TransientState):
+    """The model's end-of-sequence ids plus harmony's stop tokens, when the tokenizer has harmony tokens."""
+
+    _transient = ("_pipe", "_stop_ids")
+
     """
     Run a chat model in-process with a ``transformers`` text-generation pipeline (gpt-oss harmony aware).
 
@@ -368,17 +372,6 @@ class TransformersBackend:
             text = text.replace(special, "")
         return text.strip()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_pipe"] = None
-        state["_stop_ids"] = None
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
     def __repr__(self) -> str:
         return (
             f"TransformersBackend({self.model_name!r}, reasoning_effort={self.reasoning_effort!r}, "
@@ -397,7 +390,6 @@ def _offline() -> bool:
 
 
 def _stop_token_ids(pipe: Any) -> list[int] | None:
-    """The model's end-of-sequence ids plus harmony's stop tokens, when the tokenizer has harmony tokens."""
     tok = pipe.tokenizer
     vocab = tok.get_vocab()
     harmony = [vocab[t] for t in HARMONY_STOP_TOKENS if t in vocab]
