@@ -51,6 +51,8 @@ def test_r2po_runs_end_to_end_on_the_embedded_model(tmp_path) -> None:
     assert model.iteration == len(iterations) >= 2
     assert model.llm_stats["calls"] >= 2 * model.iteration - sum(r["revision"]["status"] == "skipped" for r in iterations)
     assert model.llm_stats["prompt_tokens"] > 0 and model.llm_stats["completion_tokens"] > 0
-    # with the grammar, the model's replies parse: no Search fell back
-    assert all(r["search"]["kind"] == "search" for r in iterations), [r["search"]["failures"] for r in iterations]
+    # with the grammar every reply is well-formed: the only unusable replies are copies of a history vector
+    # (a 0.5B model often copies; the grammar guarantees the format, not novelty)
+    reasons = [reason for r in iterations for reason in r["search"]["failures"] + r["revision"]["failures"]]
+    assert all("already" in reason for reason in reasons), reasons
     assert (tmp_path / "llm_calls.jsonl").read_text().count("\n") == model.llm_stats["calls"]
