@@ -31,6 +31,11 @@ no parameter-space argument, so a backend that can constrain its output exposes
 :class:`~sb3_r2po.common.parameters.ParameterSpace` before asking for parameters, and the backend then
 decodes every reply under a llama.cpp grammar (:mod:`sb3_r2po.llm.grammar`) that admits only a
 well-formed parameter reply with the right count of in-range values. ``constrain(None)`` lifts it.
+
+**CPU threads.** By default the thread count is chosen before every call from the CPUs that are free at
+that moment, and llama.cpp's OpenMP threads spin only briefly at barriers: both keep generation from
+collapsing when other processes share the cores. llama.cpp builds with AMX kernels get their "extra
+buffer types" turned off (they crashed on the AMX machine this was tested on). See ``docs/embedded.md``.
 """
 
 from __future__ import annotations
@@ -444,8 +449,10 @@ class EmbeddedBackend:
     :param max_tokens: The most tokens one reply may have. Under the grammar the budget is raised, when
         needed, to the longest reply the grammar admits, so a constrained reply is never cut short.
     :param grammar: Whether to decode under a parameter grammar once :meth:`constrain` was called.
-    :param reply_style: The reply shape the grammar enforces: ``"indexed"``
-        (``params[0]: v, params[1]: v, ...``) or ``"list"`` (``params: [v0, v1, ...]``).
+    :param reply_style: The reply shape the grammar enforces: ``"list"`` (``params: [v0, v1, ...]``, the
+        default: 52 generated tokens for 10 parameters against 89, equally reliable in the measurements of
+        ``docs/embedded.md``, also under prompts that ask for the other shape) or ``"indexed"``
+        (``params[0]: v, params[1]: v, ...``). R2PO's parser reads both.
     :param reason_chars: When positive, the grammar lets the reply start with one line of at most this
         many characters of free text before the parameter line.
     :param cache_dir: Where the joined GGUF is kept (default: :func:`default_cache_dir`).
@@ -455,10 +462,12 @@ class EmbeddedBackend:
         interleaved AVX layouts). ``None`` (default): off when the llama.cpp build has AMX kernels, which
         crashed (segmentation fault on the first decode) on the AMX-capable virtual machine this backend was
         tested on; on otherwise.
-    :param passive_wait: Set ``OMP_WAIT_POLICY=PASSIVE`` (unless already set) before ``llama_cpp`` is first
-        imported, so idle llama.cpp threads sleep instead of spinning. With spinning threads, generation on
-        2 cores slowed from about 11 to 1-3 tokens/s whenever another process was busy on the machine.
-        It has no effect when ``llama_cpp`` was imported before the first model load.
+    :param spin_count: How long llama.cpp's OpenMP threads spin before they sleep at a barrier, set as
+        ``GOMP_SPINCOUNT`` before ``llama_cpp`` is first imported (libgomp reads it once), unless the user
+        set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``; ``None`` keeps OpenMP's default (a long spin). On 2
+        cores, 3000 (default) kept 96 % of the idle generation speed and was 1.5 times faster than the
+        default when another process was busy (``0`` sleeps at once: fastest under load, 38 % slower idle).
+        No effect when ``llama_cpp`` was imported before the first model load.
     """
 
     def __init__(
@@ -468,12 +477,12 @@ class EmbeddedBackend:
         n_threads: int | None = None,
         max_tokens: int = 512,
         grammar: bool = True,
-        reply_style: ReplyStyle = "indexed",
+        reply_style: ReplyStyle = "list",
         reason_chars: int = 0,
         cache_dir: str | os.PathLike[str] | None = None,
         seed: int = 0,
         extra_buffers: bool | None = None,
-        passive_wait: bool = True,
+        spin_count: int | None = 3000,
     ) -> None:
         self.spec = model_spec(size)
         if n_ctx < 256:
@@ -482,6 +491,8 @@ class EmbeddedBackend:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        if spin_count is not None and spin_count < 0:
+            raise ValueError(f"spin_count must be >= 0 or None, got {spin_count}")
         if reply_style not in REPLY_STYLES:
             raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
         if reason_chars < 0:
@@ -496,7 +507,7 @@ class EmbeddedBackend:
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.seed = int(seed)
         self.extra_buffers = extra_buffers
-        self.passive_wait = bool(passive_wait)
+        self.spin_count = spin_count
         self.space: ParameterSpace | None = None
         self.grammar_text: str | None = None
         self.grammar_max_chars = 0
@@ -590,11 +601,12 @@ class EmbeddedBackend:
         if self._llm is not None:
             return self._llm
         self.check_resources()
-        if self.passive_wait and "llama_cpp" not in sys.modules:
-            # llama.cpp's OpenMP threads spin while waiting; when another process shares the cores (parallel
-            # runs, a test suite), generation then slows down up to ten-fold. libgomp reads this once, when
-            # llama_cpp loads it; an explicit setting of the user wins.
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        if self.spin_count is not None and "llama_cpp" not in sys.modules:
+            # llama.cpp's OpenMP threads spin at every barrier; when another process shares the cores, a long
+            # spin slows generation several-fold. libgomp reads this once, when llama_cpp loads it; an
+            # explicit setting of the user wins.
+            if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+                os.environ["GOMP_SPINCOUNT"] = str(int(self.spin_count))
         try:
             from llama_cpp import Llama
         except ImportError as exc:
@@ -692,7 +704,7 @@ class EmbeddedBackend:
         text = choice["message"].get("content") or ""
         usage = out.get("usage") or {}
         if choice.get("finish_reason") == "length":
-            logger.warning("%s reply hit max_tokens=%d and may be cut short", self.spec.model, self.max_tokens)
+            logger.warning("%s reply hit max_tokens=%d and may be cut short", self.spec.model, max_tokens)
         return ChatReply(
             text=text,
             prompt_tokens=usage.get("prompt_tokens"),
