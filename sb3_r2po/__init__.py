@@ -1,12 +1,8 @@
 """sb3_r2po: R2PO (Reflective Prompted Policy Optimization) for Stable-Baselines3."""
 
-import importlib.util
-
+import sb3_r2po.envs  # noqa: F401  (registers the custom envs and the task descriptions)
 from sb3_r2po.llm import ChatBackend, ChatReply, ExampleLLM, make_backend
 from sb3_r2po.r2po import R2PO, LinearPolicy, TabularPolicy
-
-if importlib.util.find_spec("sb3_r2po.envs.descriptions") is not None:
-    import sb3_r2po.envs  # noqa: F401  (registers the custom envs and the task descriptions)
 
 __version__ = "0.1.0"
 

@@ -68,26 +68,19 @@ def report(runs: list[dict[str, Any]], command: str) -> str:
     """The markdown report of a set of runs."""
     envs = list(dict.fromkeys(r["env"] for r in runs))
     variants = list(dict.fromkeys(r["variant"] for r in runs))
-    lines = [
-        "## Mean return over iterations (mean +- std over seeds)",
-        "",
-        "| env | " + " | ".join(variants) + " |",
-        "|---|" + "---|" * len(variants),
-    ]
-    for env in envs:
-        cells = [_mean_std([r["mean_return"] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
-        lines.append(f"| {env} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "## Best iteration (mean +- std over seeds)",
-        "",
-        "| env | " + " | ".join(variants) + " |",
-        "|---|" + "---|" * len(variants),
-    ]
-    for env in envs:
-        cells = [_mean_std([r["best_return"] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
-        lines.append(f"| {env} | " + " | ".join(cells) + " |")
-    lines += ["", "## Salience diagnostics (all envs and seeds pooled)", ""]
+    lines: list[str] = []
+    for title, key in (("Mean return over iterations", "mean_return"), ("Best iteration", "best_return")):
+        lines += [
+            f"## {title} (mean +- std over seeds)",
+            "",
+            "| env | " + " | ".join(variants) + " |",
+            "|---|" + "---|" * len(variants),
+        ]
+        for env in envs:
+            cells = [_mean_std([r[key] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
+            lines.append(f"| {env} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Salience diagnostics (all envs and seeds pooled)", ""]
     pooled = {}
     for v in variants:
         history = [rec for r in runs if r["variant"] == v for rec in r["history"]]

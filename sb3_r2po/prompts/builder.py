@@ -7,7 +7,7 @@ can inject template code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import jinja2
@@ -91,20 +91,9 @@ class PromptBuilder:
         return f"params[0]: <value>, params[1]: <value>, ..., params[{space.size - 1}]: <value>"
 
     def _common(self, ctx: PromptContext) -> dict[str, Any]:
-        return dict(
-            task=ctx.task,
-            layout=ctx.layout,
-            space=ctx.space,
-            target=ctx.target,
-            history=ctx.history,
-            iteration=ctx.iteration,
-            total_iterations=ctx.total_iterations,
-            step_size=ctx.step_size,
-            best=ctx.best,
-            example=self._example(ctx.space),
-            trajectory_titles=TRAJECTORY_TITLES,
-            **{"history_omitted": 0, **ctx.extra},
-        )
+        values = {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name != "extra"}
+        defaults = {"example": self._example(ctx.space), "trajectory_titles": TRAJECTORY_TITLES, "history_omitted": 0}
+        return {**values, **defaults, **ctx.extra}
 
     def search(self, ctx: PromptContext) -> list[Message]:
         """The Search-LLM's messages: propose a new vector from the history."""
