@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,106 @@ class EpisodeBudget(StopTrainingOnMaxEpisodes):
 # --------------------------------------------------------------------------- one run
 
 
+@dataclass
+class PreparedRun:
+    """A model built by the zoo and ready to learn, with what :func:`finish_run` needs to measure it."""
+
+    method: str
+    algo: str
+    seed: int
+    budget: int
+    model: Any
+    horizon: int
+    callback: EpisodeBudget
+    bar: Any
+    saved_hyperparams: dict[str, Any]
+    conf: Path
+    log_folder: tempfile.TemporaryDirectory
+    start: float
+
+
+def prepare_run(
+    method: str,
+    env_id: str,
+    seed: int,
+    budget: int,
+    llm: str | None = None,
+    n_eval_episodes: int | None = None,
+    warmup_episodes: int | None = None,
+    device: str = "cpu",
+    progress: bool = False,
+) -> PreparedRun:
+    """Build one method's model on one seed with RL Zoo's ``ExperimentManager`` (arguments as :func:`run_one`)."""
+    register_r2po()  # before the zoo's modules are imported (they share ALGOS)
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    algo = method_algo(method)
+    conf = hyperparams_file(algo, env_id)
+    custom: dict[str, Any] | None = None
+    if algo == ALGO_NAME:
+        if llm is None:
+            raise ValueError(f"method {method!r} needs an llm string")
+        custom = r2po_overrides(method, env_id, llm, budget, n_eval_episodes, warmup_episodes)
+    cap, add_cap = episode_cap(env_id)
+    env_kwargs = None
+    if add_cap:  # an env without a time limit: every method gets the same cap (merged with the file's env_kwargs)
+        env_kwargs = {**(zoo_entry(conf, env_id).get("env_kwargs") or {}), "max_episode_steps": cap}
+
+    start = time.perf_counter()
+    log_folder = tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_")
+    manager = ExperimentManager(
+        argparse.Namespace(),
+        algo,
+        env_id,
+        log_folder.name,
+        eval_freq=-1,  # no evaluation env: nothing but training episodes
+        hyperparams=custom,
+        env_kwargs=env_kwargs,
+        seed=seed,
+        log_interval=-2,  # no auto-logging
+        verbose=0,
+        device=device,
+        config=str(conf),
+    )
+    with contextlib.redirect_stdout(io.StringIO()):  # the zoo prints the hyperparameters and paths
+        setup = manager.setup_experiment()
+    assert setup is not None
+    model, saved_hyperparams = setup
+    horizon = max(int(manager.n_timesteps), budget * cap)
+    bar = tqdm(total=budget, desc=f"{method} seed {seed}", unit="ep", leave=False, disable=not progress)
+    callback = EpisodeBudget(budget, hard_stop=algo in IGNORE_STOP, progress=bar)
+    return PreparedRun(method, algo, seed, budget, model, horizon, callback, bar, saved_hyperparams, conf, log_folder, start)
+
+
+def finish_run(run: PreparedRun) -> dict[str, Any]:
+    """Close a run's env and log folder and return its measurements (see :func:`run_one`)."""
+    run.bar.close()
+    run.callback.poll()
+    model = run.model
+    assert model.env is not None
+    model.env.close()
+    run.log_folder.cleanup()
+    result: dict[str, Any] = {
+        "method": run.method,
+        "algo": run.algo,
+        "seed": run.seed,
+        "returns": run.callback.returns[: run.budget],
+        "lengths": run.callback.lengths[: run.budget],
+        "episodes_run": len(run.callback.returns),
+        "timesteps": int(model.num_timesteps),
+        "horizon": run.horizon,
+        "wall_time_s": time.perf_counter() - run.start,
+        "hyperparams": {key: _jsonable(value) for key, value in run.saved_hyperparams.items()},
+        "hyperparams_file": str(run.conf),
+    }
+    if run.algo == ALGO_NAME:
+        if model._episode_num != result["episodes_run"]:
+            raise RuntimeError(f"R2PO ran {model._episode_num} episodes, the Monitor saw {result['episodes_run']}")
+        result["iterations"] = int(model.iteration)
+        result["llm_calls"] = int(model.llm_stats["calls"])
+    return result
+
+
 def run_one(
     method: str,
     env_id: str,
@@ -280,74 +381,39 @@ def run_one(
         order), ``episodes_run``, ``timesteps``, ``horizon``, ``wall_time_s``, ``hyperparams`` (as the zoo read them) and
         ``hyperparams_file``; R2PO runs add ``iterations`` and ``llm_calls``.
     """
-    register_r2po()  # before the zoo's modules are imported (they share ALGOS)
-    from rl_zoo3.exp_manager import ExperimentManager
-
-    algo = method_algo(method)
-    conf = hyperparams_file(algo, env_id)
-    custom: dict[str, Any] | None = None
-    if algo == ALGO_NAME:
-        if llm is None:
-            raise ValueError(f"method {method!r} needs an llm string")
-        custom = r2po_overrides(method, env_id, llm, budget, n_eval_episodes, warmup_episodes)
-    cap, add_cap = episode_cap(env_id)
-    env_kwargs = None
-    if add_cap:  # an env without a time limit: every method gets the same cap (merged with the file's env_kwargs)
-        env_kwargs = {**(zoo_entry(conf, env_id).get("env_kwargs") or {}), "max_episode_steps": cap}
-
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_") as log_folder:
-        manager = ExperimentManager(
-            argparse.Namespace(),
-            algo,
-            env_id,
-            log_folder,
-            eval_freq=-1,  # no evaluation env: nothing but training episodes
-            hyperparams=custom,
-            env_kwargs=env_kwargs,
-            seed=seed,
-            log_interval=-2,  # no auto-logging
-            verbose=0,
-            device=device,
-            config=str(conf),
-        )
-        with contextlib.redirect_stdout(io.StringIO()):  # the zoo prints the hyperparameters and paths
-            setup = manager.setup_experiment()
-        assert setup is not None
-        model, saved_hyperparams = setup
-        horizon = max(int(manager.n_timesteps), budget * cap)
-        bar = tqdm(total=budget, desc=f"{method} seed {seed}", unit="ep", leave=False, disable=not progress)
-        budget_callback = EpisodeBudget(budget, hard_stop=algo in IGNORE_STOP, progress=bar)
-        try:
-            model.learn(total_timesteps=horizon, callback=budget_callback)
-        except BudgetReached:
-            pass
-        finally:
-            bar.close()
-            budget_callback.poll()
-            assert model.env is not None
-            model.env.close()
-    wall = time.perf_counter() - start
-
-    result: dict[str, Any] = {
-        "method": method,
-        "algo": algo,
-        "seed": seed,
-        "returns": budget_callback.returns[:budget],
-        "lengths": budget_callback.lengths[:budget],
-        "episodes_run": len(budget_callback.returns),
-        "timesteps": int(model.num_timesteps),
-        "horizon": horizon,
-        "wall_time_s": wall,
-        "hyperparams": {key: _jsonable(value) for key, value in saved_hyperparams.items()},
-        "hyperparams_file": str(conf),
-    }
-    if algo == ALGO_NAME:
-        if model._episode_num != result["episodes_run"]:
-            raise RuntimeError(f"R2PO ran {model._episode_num} episodes, the Monitor saw {result['episodes_run']}")
-        result["iterations"] = int(model.iteration)
-        result["llm_calls"] = int(model.llm_stats["calls"])
+    run = prepare_run(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress)
+    try:
+        run.model.learn(total_timesteps=run.horizon, callback=run.callback)
+    except BudgetReached:
+        pass
+    finally:
+        result = finish_run(run)
     return result
+
+
+def run_r2po_seeds_in_lockstep(
+    method: str,
+    env_id: str,
+    seeds: Sequence[int],
+    budget: int,
+    llm: str,
+    n_eval_episodes: int | None = None,
+    warmup_episodes: int | None = None,
+    device: str = "cpu",
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """
+    Train an R2PO method on all ``seeds`` at once (:func:`sb3_r2po.lockstep.learn_in_lockstep`: their LLM calls go
+    out as batches); each run's result is what :func:`run_one` returns for it, ``wall_time_s`` being the shared one.
+    """
+    from sb3_r2po.lockstep import learn_in_lockstep
+
+    runs = [prepare_run(method, env_id, s, budget, llm, n_eval_episodes, warmup_episodes, device, progress) for s in seeds]
+    try:
+        learn_in_lockstep([r.model for r in runs], max(r.horizon for r in runs), callbacks=[r.callback for r in runs])
+    finally:
+        results = [finish_run(r) for r in runs]
+    return results
 
 
 def _jsonable(value: Any) -> Any:
@@ -577,9 +643,11 @@ def run_comparison(
     device: str = "cpu",
     progress: bool = True,
     command: str = "",
+    lockstep: bool = False,
 ) -> dict[str, Any]:
     """
-    Run every method on every seed (method by method) and return ``settings``, ``runs`` (see :func:`run_one`),
+    Run every method on every seed (method by method; with ``lockstep`` the seeds of an R2PO method train together,
+    their LLM calls batched, see :mod:`sb3_r2po.lockstep`) and return ``settings``, ``runs`` (see :func:`run_one`),
     ``command``, ``versions`` and ``wall_time_s``.
     """
     import sb3_r2po  # noqa: F401  (registers the custom envs)
@@ -618,21 +686,32 @@ def run_comparison(
         "n_eval_episodes": n_eval_episodes,
         "warmup_episodes": warmup_episodes,
         "torch_threads": _torch_threads(),
+        "lockstep": lockstep,
     }
     start = time.perf_counter()
-    runs = []
-    pairs = [(m, s) for m in methods for s in seeds]
-    with tqdm(total=len(pairs), desc="runs", unit="run", disable=not progress) as bar:
-        for method, seed in pairs:
-            run = run_one(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress)
+    runs: list[dict[str, Any]] = []
+    with tqdm(total=len(methods) * len(seeds), desc="runs", unit="run", disable=not progress) as bar:
+
+        def done(run: dict[str, Any]) -> None:
             stats = summarize(run["returns"], window, threshold)
             bar.write(
-                f"{method} seed {seed}: {len(run['returns'])} episodes, mean {stats['mean']:.2f}, "
+                f"{run['method']} seed {run['seed']}: {len(run['returns'])} episodes, mean {stats['mean']:.2f}, "
                 f"final {stats['final']:.2f}, {run['wall_time_s']:.1f} s",
                 file=sys.stderr,
             )
             bar.update(1)
             runs.append(run)
+
+        for method in methods:
+            if lockstep and method in R2PO_METHODS and len(seeds) > 1:
+                assert llm is not None
+                for run in run_r2po_seeds_in_lockstep(
+                    method, env_id, seeds, budget, llm, n_eval_episodes, warmup_episodes, device, progress
+                ):
+                    done(run)
+                continue
+            for seed in seeds:
+                done(run_one(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress))
     return {
         "settings": settings,
         "runs": runs,
@@ -682,6 +761,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads during the runs")
     parser.add_argument("--out", default="comparison", help="output directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="train the seeds of each R2PO method together, their LLM calls sent as batches (GPU or server backends)",
+    )
     args = parser.parse_args(argv)
     if args.budget < 1 or args.window < 1:
         parser.error("--budget and --window must be >= 1")
@@ -707,6 +791,7 @@ def main(argv: list[str] | None = None) -> None:
             device=args.device,
             progress=not args.no_progress,
             command=command,
+            lockstep=args.lockstep,
         )
     finally:
         th.set_num_threads(threads)

@@ -83,10 +83,15 @@ def test_curves_png(comparison: Path) -> None:
     assert len(data) > 20_000  # lines and shading, not an empty canvas
 
 
-def test_r2po_numbers_are_deterministic(comparison: Path, tmp_path: Path) -> None:
-    """The same command's R2PO runs again give the same episodes (the example stand-in is deterministic)."""
-    main(["--llm", "example:0", "--methods", "r2po", *TINY, "--out", str(tmp_path), "--no-progress"])
-    again = {r["seed"]: r["returns"] for r in _runs(tmp_path)["runs"]}
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_r2po_numbers_are_deterministic(comparison: Path, tmp_path: Path, lockstep: bool) -> None:
+    """The same command's R2PO runs again give the same episodes (the example stand-in is deterministic), also
+    when the seeds train together with their LLM calls batched."""
+    flags = ["--lockstep"] if lockstep else []
+    main(["--llm", "example:0", "--methods", "r2po", *TINY, "--out", str(tmp_path), "--no-progress", *flags])
+    result = _runs(tmp_path)
+    assert result["settings"]["lockstep"] is lockstep
+    again = {r["seed"]: r["returns"] for r in result["runs"]}
     first = {r["seed"]: r["returns"] for r in _runs(comparison)["runs"] if r["method"] == "r2po"}
     assert again == first
 

@@ -306,6 +306,16 @@ class R2PO(BaseAlgorithm):
         """Length cap of an evaluation episode: the env's own time limit, else ``max_episode_steps``."""
         return int(self.env_time_limit) if self.env_time_limit else int(self.max_episode_steps)
 
+    def set_llm(self, llm: LLMSpec) -> None:
+        """
+        Replace the LLM; the new one is created (or used) at the next ``learn()``.
+
+        :param llm: An ``llm`` string, a ``ChatBackend`` or a callable ``(messages) -> str``.
+        """
+        check_llm_spec(llm)
+        self.llm = llm
+        self._backend = None
+
     def _ensure_llm(self) -> ChatBackend:
         """Create the LLM backend (first ``learn()`` only) and the prompt builder."""
         if self._backend is None:

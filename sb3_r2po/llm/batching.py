@@ -1,0 +1,168 @@
+"""Gather the LLM calls that several training threads make at the same time into one batch.
+
+Several R2PO models trained side by side (seeds of a comparison, variants of an ablation) reach their LLM calls
+at about the same moments. :class:`BatchingBackend` holds each call until every registered worker thread is
+waiting for the LLM (or has finished), then sends the waiting conversations to the inner backend together: one
+padded ``generate`` for :class:`~sb3_r2po.llm.transformers_backend.TransformersBackend`, concurrent requests for
+:class:`~sb3_r2po.llm.openai_backend.OpenAIBackend`, one after another for backends without ``chat_batch``.
+
+A call from a thread that did not register (or when no worker is registered) is sent as soon as nothing else is
+in flight, so a model keeps working with this backend after its lockstep run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, chat_batch
+
+
+@dataclass
+class _Request:
+    messages: Sequence[Message]
+    temperature: float
+    reply: ChatReply | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+class BatchingBackend:
+    """
+    A :class:`~sb3_r2po.llm.base.ChatBackend` shared by several threads that sends their concurrent calls as
+    batches of ``inner``.
+
+    Batches are formed deterministically in content, not in order: the replies of a deterministic (greedy)
+    ``inner`` do not depend on which calls ended up in the same batch, except for the small numerical effect of
+    padding in a batched ``generate`` (see ``docs/scaling.md``).
+
+    :param inner: The backend (or ``llm`` string, or callable) that answers.
+    :param max_batch: The largest batch sent at once (``None``: every waiting call).
+    """
+
+    def __init__(self, inner: ChatBackend | Callable[[list[Message]], str] | str, max_batch: int | None = None) -> None:
+        from sb3_r2po.llm.resolve import make_backend
+
+        if max_batch is not None and max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 or None, got {max_batch}")
+        self.inner: ChatBackend = make_backend(inner)
+        self.max_batch = max_batch
+        self.batch_sizes: list[int] = []
+        """The size of every batch sent, in order (for tests and benchmarks)."""
+        self._cond = threading.Condition()
+        self._pending: list[_Request] = []
+        self._workers = 0
+        self._in_flight = False
+        self._setup_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ workers
+
+    @contextmanager
+    def worker(self) -> Iterator[None]:
+        """Register the calling thread for as long as the block runs: batches wait for its call."""
+        with self._cond:
+            self._workers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._workers -= 1
+                self._cond.notify_all()  # the others may now be a full batch
+
+    @property
+    def workers(self) -> int:
+        """Threads currently registered with :meth:`worker`."""
+        return self._workers
+
+    # ------------------------------------------------------------------ the backend seam
+
+    def check_resources(self) -> None:
+        """Forwarded to ``inner`` (once at a time)."""
+        self._forward("check_resources")
+
+    def constrain(self, space: Any) -> None:
+        """Forwarded to ``inner``: every model sharing this backend must have the same parameter space."""
+        self._forward("constrain", space)
+
+    def _forward(self, name: str, *args: Any) -> None:
+        method = getattr(self.inner, name, None)
+        if callable(method):
+            with self._setup_lock:
+                method(*args)
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        """
+        Answer one conversation, as part of the next batch.
+
+        :param messages: Chat messages.
+        :param temperature: Sampling temperature.
+        """
+        request = _Request(messages, temperature)
+        with self._cond:
+            self._pending.append(request)
+            self._cond.notify_all()
+            while not request.done:
+                batch = self._take_batch()
+                if batch:
+                    self._send(batch)  # releases the lock while the inner backend works
+                else:
+                    self._cond.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.reply is not None
+        return request.reply
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        """
+        Answer several conversations at once (passed straight to ``inner``).
+
+        :param conversations: The conversations.
+        :param temperature: Sampling temperature.
+        """
+        return chat_batch(self.inner, conversations, temperature=temperature)
+
+    # ------------------------------------------------------------------ batching (called with the lock held)
+
+    def _take_batch(self) -> list[_Request]:
+        """The next batch when it is complete and nothing is in flight, else ``[]``."""
+        if self._in_flight or not self._pending:
+            return []
+        wanted = max(1, self._workers)
+        if self.max_batch is not None:
+            wanted = min(wanted, self.max_batch)
+        if len(self._pending) < wanted:
+            return []
+        batch, self._pending = self._pending[:wanted], self._pending[wanted:]
+        if self.max_batch is None:  # everything waiting goes (calls from unregistered threads included)
+            batch, self._pending = batch + self._pending, []
+        return batch
+
+    def _send(self, batch: list[_Request]) -> None:
+        self._in_flight = True
+        self._cond.release()
+        try:
+            groups: dict[float, list[_Request]] = {}
+            for request in batch:
+                groups.setdefault(request.temperature, []).append(request)
+            for temperature, group in groups.items():
+                try:
+                    replies = chat_batch(self.inner, [r.messages for r in group], temperature=temperature)
+                except BaseException as exc:  # every caller of the batch sees the failure
+                    for request in group:
+                        request.error = exc
+                else:
+                    for request, reply in zip(group, replies, strict=True):
+                        request.reply = reply
+        finally:
+            self._cond.acquire()
+            self.batch_sizes.append(len(batch))
+            for request in batch:
+                request.done = True
+            self._in_flight = False
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return f"BatchingBackend({self.inner!r}, max_batch={self.max_batch})"

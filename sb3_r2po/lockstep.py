@@ -1,0 +1,109 @@
+"""Train several R2PO models side by side, their LLM calls sent together as batches.
+
+    models = [R2PO("MlpLinear", "CartPole-v1", llm=llm, seed=seed, max_episodes=200) for seed in range(4)]
+    learn_in_lockstep(models, total_timesteps=100_000)
+
+Each model learns in its own thread; one :class:`~sb3_r2po.llm.batching.BatchingBackend` holds every LLM call
+until all models still training wait for the LLM, then sends the calls as one batch (one ``generate`` on a GPU,
+concurrent requests to a server). Environment steps stay in the threads (they are cheap next to an LLM call), so
+a run of N seeds costs about one seed's LLM time when the backend batches well. Results do not depend on the
+batching: every model keeps its own env, random generator, history and checkpoint directory, and a seed trained
+in lockstep gives the same history as the same seed trained alone with a deterministic LLM (tested).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from stable_baselines3.common.type_aliases import MaybeCallback
+
+from sb3_r2po.llm.batching import BatchingBackend
+from sb3_r2po.llm.resolve import make_backend
+from sb3_r2po.r2po.r2po import R2PO
+
+
+class LockstepError(RuntimeError):
+    """One or more models of a lockstep run raised; the others finished. ``errors`` maps model index to exception."""
+
+    def __init__(self, errors: dict[int, BaseException]) -> None:
+        self.errors = errors
+        lines = "; ".join(f"model {i}: {type(e).__name__}: {e}" for i, e in sorted(errors.items()))
+        super().__init__(f"{len(errors)} model(s) of the lockstep run failed ({lines})")
+
+
+def shared_llm(models: Sequence[R2PO]) -> Any:
+    """The one ``llm`` of ``models``: equal strings, or the same object; a ``ValueError`` otherwise."""
+    first = models[0].llm
+    for i, model in enumerate(models[1:], start=1):
+        same = model.llm == first if isinstance(first, str) else model.llm is first
+        if not same:
+            raise ValueError(f"learn_in_lockstep needs one llm for all models; model 0 has {first!r}, model {i} {model.llm!r}")
+    if first is None:
+        raise ValueError("the models have no llm (llm=None): give one, e.g. R2PO.load(path, env=env, llm=...)")
+    return first
+
+
+def learn_in_lockstep(
+    models: Sequence[R2PO],
+    total_timesteps: int,
+    callbacks: Sequence[MaybeCallback] | None = None,
+    max_batch: int | None = None,
+    **learn_kwargs: Any,
+) -> list[R2PO]:
+    """
+    Train ``models`` together, each in its own thread, batching their LLM calls.
+
+    The models must share one ``llm`` (equal strings, or one backend object) and, when the backend constrains its
+    decoding (the embedded model's grammar), one parameter space. The backend is built once. Afterwards each
+    model keeps its ``llm`` string (for ``save()``) and, until ``set_llm``, the shared backend.
+
+    :param models: The models (distinct objects, each with its own env).
+    :param total_timesteps: Passed to every ``learn()``.
+    :param callbacks: One callback (or ``None``) per model.
+    :param max_batch: The largest batch sent to the LLM at once (``None``: all waiting calls).
+    :param learn_kwargs: Other ``learn()`` arguments (``log_interval``, ``reset_num_timesteps``, ...), for every model.
+    :return: The trained models.
+    :raises LockstepError: when some models raised (the others are trained; every finished iteration is kept).
+    """
+    models = list(models)
+    if not models:
+        return []
+    if len({id(m) for m in models}) != len(models):
+        raise ValueError("learn_in_lockstep got the same model twice")
+    if callbacks is None:
+        callbacks = [None] * len(models)
+    if len(callbacks) != len(models):
+        raise ValueError(f"got {len(callbacks)} callbacks for {len(models)} models")
+    spaces = {str(m.policy.parameter_space) for m in models}
+    llm = shared_llm(models)
+    backend = BatchingBackend(make_backend(llm), max_batch=max_batch)
+    if len(spaces) > 1 and callable(getattr(backend.inner, "constrain", None)):
+        raise ValueError(f"{backend.inner!r} constrains decoding to one parameter space; the models have {len(spaces)}")
+
+    errors: dict[int, BaseException] = {}
+    ready = threading.Barrier(len(models))  # every worker registered before the first call: full first batch
+
+    def train(i: int) -> None:
+        with backend.worker():
+            ready.wait()
+            try:
+                models[i].learn(total_timesteps, callback=callbacks[i], **learn_kwargs)
+            except BaseException as exc:  # reported after every thread has finished
+                errors[i] = exc
+
+    for model in models:
+        model.set_llm(backend)
+    try:
+        threads = [threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}") for i in range(len(models))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for model in models:
+            model.llm = llm  # the spec is what save() stores; the backend object is never saved
+    if errors:
+        raise LockstepError(errors)
+    return models

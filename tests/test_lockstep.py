@@ -1,0 +1,134 @@
+"""Batched LLM calls: the BatchingBackend and several seeds trained in lockstep (issue 7, section 4)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from sb3_r2po import R2PO, ExampleLLM
+from sb3_r2po.llm.base import ChatReply, Message
+from sb3_r2po.llm.batching import BatchingBackend
+from sb3_r2po.lockstep import LockstepError, learn_in_lockstep
+
+BUDGET = 3 + 3 * 6  # warm-up 3, then six 3-episode evaluations
+
+
+class BatchCounter:
+    """ExampleLLM answers; every ``chat_batch`` call's size is recorded (a backend that batches)."""
+
+    def __init__(self) -> None:
+        self.inner = ExampleLLM(seed=1)
+        self.batches: list[int] = []
+        self.threads: set[str] = set()
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        return self.chat_batch([messages], temperature=temperature)[0]
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        self.batches.append(len(conversations))
+        self.threads.add(threading.current_thread().name)
+        return [self.inner.chat(c, temperature=temperature) for c in conversations]
+
+
+def make(seed: int, llm, env: str | gym.Env = "CartPole-v1", **kwargs) -> R2PO:
+    return R2PO("MlpLinear", env, llm=llm, n_eval_episodes=3, warmup_episodes=3, max_episodes=BUDGET, seed=seed, **kwargs)
+
+
+def test_lockstep_histories_equal_separate_runs_and_calls_are_batched() -> None:
+    seeds = [0, 1, 2]
+    alone = [make(seed, ExampleLLM(seed=1)).learn(10**9) for seed in seeds]
+    counter = BatchCounter()
+    together = learn_in_lockstep([make(seed, counter) for seed in seeds], 10**9)
+    for a, b in zip(alone, together, strict=True):
+        assert b.history == a.history
+        np.testing.assert_array_equal(b.policy.get_flat(), a.policy.get_flat())
+        assert b.llm is counter  # the spec is given back (save() stores strings, never objects)
+    calls = sum(m.llm_stats["calls"] for m in together)
+    assert sum(counter.batches) == calls
+    assert counter.batches[0] == len(seeds)  # the first Search calls of all seeds form one batch
+    assert len(counter.batches) < calls  # calls were batched, not sent one by one
+    assert max(counter.batches) <= len(seeds)
+
+
+def test_a_string_llm_is_built_once_and_kept_for_save(tmp_path) -> None:
+    models = learn_in_lockstep([make(seed, "example:3") for seed in (0, 1)], 10**9)
+    assert all(m.llm == "example:3" for m in models)
+    models[1].save(tmp_path / "m.zip")
+    loaded = R2PO.load(tmp_path / "m.zip", env=gym.make("CartPole-v1"))
+    assert loaded.llm == "example:3" and loaded.history == models[1].history
+    # the shared backend keeps serving a model trained on alone afterwards
+    models[0].learn(10**9, reset_num_timesteps=False)
+
+
+def test_max_batch_limits_the_batch_size() -> None:
+    counter = BatchCounter()
+    learn_in_lockstep([make(seed, counter) for seed in (0, 1, 2)], 10**9, max_batch=2)
+    assert max(counter.batches) == 2
+
+
+class FailingEnv(gym.Wrapper):
+    """CartPole that raises on its 30th step."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 30:
+            raise RuntimeError("simulator crashed")
+        return self.env.step(action)
+
+
+def test_a_failing_model_does_not_stall_the_others() -> None:
+    counter = BatchCounter()
+    models = [make(0, counter), make(1, counter, env=FailingEnv()), make(2, counter)]
+    with pytest.raises(LockstepError, match="model 1: RuntimeError: simulator crashed") as info:
+        learn_in_lockstep(models, 10**9)
+    assert list(info.value.errors) == [1]
+    for model in (models[0], models[2]):  # the others trained to the end of their budget
+        assert model._episode_num == BUDGET and model.iteration > 0
+
+
+def test_models_must_share_one_llm() -> None:
+    with pytest.raises(ValueError, match="one llm for all models"):
+        learn_in_lockstep([make(0, "example:1"), make(1, "example:2")], 10)
+    model = make(0, "example:1")
+    with pytest.raises(ValueError, match="same model twice"):
+        learn_in_lockstep([model, model], 10)
+    with pytest.raises(ValueError, match="2 callbacks for 1 models"):
+        learn_in_lockstep([model], 10, callbacks=[None, None])
+
+
+def test_batching_backend_without_workers_answers_at_once_and_forwards_errors() -> None:
+    backend = BatchingBackend(ExampleLLM(seed=0))
+    messages = [{"role": "user", "content": "Parameter space: 2 parameters in [-6.0, 6.0]"}]
+    reply = backend.chat(messages)
+    assert reply.text == ExampleLLM(seed=0).chat(messages).text
+    assert backend.batch_sizes == [1]
+
+    def broken(messages):
+        raise ConnectionError("server gone")
+
+    failing = BatchingBackend(broken)
+    results: list[BaseException] = []
+
+    def ask() -> None:
+        with failing.worker():
+            try:
+                failing.chat(messages)
+            except ConnectionError as exc:
+                results.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(results) == 3 and all("server gone" in str(e) for e in results)
+    with pytest.raises(ValueError, match="max_batch"):
+        BatchingBackend(broken, max_batch=0)
