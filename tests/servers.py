@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -197,11 +197,11 @@ def wait_ready(url: str, process: subprocess.Popen[bytes] | None, log: Path | No
 
 
 @contextlib.contextmanager
-def transformers_serve(directory: Path, env: dict[str, str]) -> Iterator[RealServer]:
+def transformers_serve(directory: Path, env: dict[str, str], extra_args: Sequence[str] = ()) -> Iterator[RealServer]:
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     cli = "from transformers.cli.transformers import main; main()"
-    args = ["serve", str(directory), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    args = ["serve", str(directory), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", *extra_args]
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "serve.log"
         with open(log, "wb") as out:

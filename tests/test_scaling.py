@@ -1,0 +1,76 @@
+"""docs/scaling.md, the part that runs here: two worker processes share one OpenAI-compatible server on loopback.
+
+Each worker is the documented command, ``python -m sb3_r2po.zoo train --algo r2po ... --hyperparams llm:'URL#MODEL'``;
+the server is ``transformers serve`` of the tiny gpt-oss model (or its ``http.server`` stand-in when the server
+extras are missing), which answers every prompt with the 10-value CartPole vector it was trained on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+if importlib.util.find_spec("rl_zoo3") is None:  # not importorskip: importing rl_zoo3 patches gymnasium's TimeLimit
+    pytest.skip("rl_zoo3 is not installed", allow_module_level=True)
+pytest.importorskip("openai")
+
+from servers import real_tiny_server
+from tiny_gptoss import CARTPOLE_FINAL, tiny_model
+
+from sb3_r2po.common.parsing import parse_params
+from sb3_r2po.common.parameters import ParameterSpace
+
+SEEDS = (1, 2)
+
+
+def worker(log_dir: Path, run_dir: Path, url: str, seed: int) -> subprocess.Popen[str]:
+    hyperparams = [
+        f"llm:'{url}'",
+        "n_eval_episodes:3",
+        "warmup_episodes:4",
+        "max_episodes:10",
+        f"checkpoint_dir:'{run_dir}'",
+    ]
+    args = [
+        "train", "--algo", "r2po", "--env", "CartPole-v1", "-f", str(log_dir), "-n", "100000", "--seed", str(seed),
+        "--eval-freq", "-1", "--save-freq", "-1", "--num-threads", "1", "--hyperparams", *hyperparams,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sb3_r2po.zoo", *args],
+        cwd=log_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def test_two_workers_share_one_loopback_server(tmp_path: Path) -> None:
+    expected = parse_params(CARTPOLE_FINAL, ParameterSpace(size=10, low=-6.0, high=6.0, decimals=1)).params
+    with real_tiny_server(tiny_model("cartpole")) as server:
+        url = f"{server.url}#{server.model_id}"
+        procs = {seed: worker(tmp_path, tmp_path / f"run{seed}", url, seed) for seed in SEEDS}
+        outputs = {seed: proc.communicate(timeout=420)[0] for seed, proc in procs.items()}
+    for seed, proc in procs.items():
+        assert proc.returncode == 0, f"worker {seed} exited {proc.returncode}:\n{outputs[seed][-4000:]}"
+
+    for seed in SEEDS:
+        run_dir = tmp_path / f"run{seed}"
+        calls = [json.loads(line) for line in (run_dir / "llm_calls.jsonl").read_text().splitlines()]
+        assert calls and all(c["backend"]["base_url"] == server.url for c in calls)
+        history = json.loads((run_dir / "history.json").read_text())
+        assert [r["kind"] for r in history[:4]] == ["warmup"] * 4 and len(history) >= 5
+        search = history[4]["search"]
+        assert search["kind"] == "search"  # the server's answer was used, not a fallback
+        np.testing.assert_array_equal(search["params"], expected)
+    # the two workers had their own seeds: different warm-ups, the same server answers
+    warmups = [json.loads((tmp_path / f"run{s}" / "history.json").read_text())[0]["params"] for s in SEEDS]
+    assert warmups[0] != warmups[1]
