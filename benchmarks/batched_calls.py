@@ -45,11 +45,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from embedded_format import SPACE, make_history, make_prompt  # noqa: E402
+from embedded_format import SPACE, make_history, make_prompt
 
-from sb3_r2po.llm.base import ChatBackend, Message  # noqa: E402
-from sb3_r2po.llm.batching import BatchingBackend  # noqa: E402
-from sb3_r2po.llm.resolve import make_backend  # noqa: E402
+from sb3_r2po.llm.base import ChatBackend, Message
+from sb3_r2po.llm.batching import BatchingBackend
+from sb3_r2po.llm.resolve import make_backend
 
 TINY_MAX_TOKENS = 96
 
