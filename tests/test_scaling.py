@@ -74,3 +74,36 @@ def test_two_workers_share_one_loopback_server(tmp_path: Path) -> None:
     # the two workers had their own seeds: different warm-ups, the same server answers
     warmups = [json.loads((tmp_path / f"run{s}" / "history.json").read_text())[0]["params"] for s in SEEDS]
     assert warmups[0] != warmups[1]
+
+
+def test_optuna_trials_shared_through_one_storage(tmp_path: Path) -> None:
+    """RL Zoo's ``-optimize`` tunes R2PO (our sampler), and two processes with one ``--storage`` share the study."""
+    optuna = pytest.importorskip("optuna")
+    from sb3_r2po.zoo.sampler import SEARCH_SPACE
+
+    storage = f"sqlite:///{tmp_path / 'r2po.db'}"
+    args = [
+        "train", "--algo", "r2po", "--env", "CartPole-v1", "-optimize", "--n-trials", "1", "--n-jobs", "1",
+        "--n-startup-trials", "1", "--n-evaluations", "1", "--storage", storage, "--study-name", "shared",
+        "-n", "1000", "-f", str(tmp_path / "logs"), "--num-threads", "1",
+        "--hyperparams", "llm:'example:0'", "warmup_episodes:4",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "sb3_r2po.zoo", *args, "--seed", str(seed)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for seed in SEEDS
+    ]
+    outputs = [proc.communicate(timeout=300)[0] for proc in procs]
+    for proc, output in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, output[-4000:]
+    trials = optuna.load_study(study_name="shared", storage=storage).trials
+    assert len(trials) == 2
+    assert all(set(t.params) == set(SEARCH_SPACE) for t in trials)
+    assert any(t.value is not None and t.value > 0 for t in trials)  # an evaluation of a trained R2PO policy

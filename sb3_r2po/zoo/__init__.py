@@ -122,7 +122,19 @@ def register_r2po(name: str = ALGO_NAME) -> list[str]:
             algos[name] = R2PO
             seen.add(id(algos))
         patched.append(mod_name)
+    _register_sampler(name)
     return list(dict.fromkeys(patched))
+
+
+def _register_sampler(name: str) -> None:
+    """Add :func:`sb3_r2po.zoo.sampler.sample_r2po_params` to the zoo's Optuna samplers (``-optimize``)."""
+    try:
+        from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
+    except ImportError:  # optuna missing: only -optimize needs it
+        return
+    from sb3_r2po.zoo.sampler import sample_r2po_params
+
+    HYPERPARAMS_SAMPLER[name] = sample_r2po_params
 
 
 def _given(argv: Sequence[str], flags: Sequence[str], long_flag: str) -> bool:
