@@ -1,0 +1,116 @@
+"""What lean prompts cost in results: R2PO on CartPole with full vs compact prompts, same LLM, same seeds.
+
+- ``full``: the whole history in every prompt, whole trajectories (no step budget), 3 significant digits,
+  no folding of repeated steps (the reference's rendering);
+- ``lean``: the quickstart's settings: the 8 best and 4 most recent history entries, 20 trajectory steps (head and
+  tail), 2 digits, repeated steps folded.
+
+For each setting the seeds train together (``sb3_r2po.lockstep.learn_in_lockstep``, one loaded model). Printed per
+setting, mean +- std over seeds: the best K-episode mean, the mean return of the iterations' kept candidates,
+prompt tokens per call, LLM seconds per call and unusable replies. Token counts are the backend's own (the embedded
+model's tokenizer).
+
+Usage::
+
+    python benchmarks/prompt_settings.py --llm embedded --seeds 0 1 2 --episodes 45
+    python benchmarks/prompt_settings.py --llm example --episodes 200     # the pipeline only: not an LLM
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sb3_r2po import R2PO
+from sb3_r2po.lockstep import learn_in_lockstep
+
+SETTINGS: dict[str, dict[str, Any]] = {
+    "full": {"max_trajectory_steps": None, "trajectory_digits": 3, "fold_repeated_steps": False},
+    "lean": {
+        "history_best_k": 8,
+        "history_recent": 4,
+        "max_trajectory_steps": 20,
+        "trajectory_digits": 2,
+        "fold_repeated_steps": True,
+    },
+}
+
+
+def mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{statistics.mean(values):.1f} +- {statistics.pstdev(values):.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--llm", default="embedded")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--episodes", type=int, default=45, help="episode budget per run, warm-up included")
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    rows = []
+    for name, settings in SETTINGS.items():
+        models = [
+            R2PO(
+                "MlpLinear",
+                "CartPole-v1",
+                llm=args.llm,
+                n_eval_episodes=args.k,
+                warmup_episodes=args.warmup,
+                max_episodes=args.episodes,
+                seed=seed,
+                **settings,
+            )
+            for seed in args.seeds
+        ]
+        start = time.perf_counter()
+        learn_in_lockstep(models, 10**9)
+        wall = time.perf_counter() - start
+        per_seed = []
+        for model in models:
+            stats = model.llm_stats
+            iterations = [r["mean_return"] for r in model.history if r["kind"] != "warmup"]
+            per_seed.append(
+                {
+                    "seed": model.seed,
+                    "best": model.best_record()["mean_return"],
+                    "mean_iterations": float(np.mean(iterations)) if iterations else float("nan"),
+                    "iterations": len(iterations),
+                    "calls": stats["calls"],
+                    "unusable": stats["parse_failures"],
+                    "prompt_tokens_per_call": stats["prompt_tokens"] / max(1, stats["calls"]),
+                    "seconds_per_call": stats["seconds"] / max(1, stats["calls"]),
+                }
+            )
+        rows.append({"setting": name, "settings": settings, "wall_s": wall, "runs": per_seed})
+
+    print(f"\nR2PO on CartPole-v1, llm={args.llm}, {args.episodes} episodes (K={args.k}, warm-up {args.warmup}), seeds {args.seeds}:\n")
+    print("| prompts | best K-mean | mean of iterations | iterations | prompt tokens/call | LLM s/call | unusable/calls | wall s |")
+    print("|---|---|---|---|---|---|---|---:|")
+    for row in rows:
+        runs = row["runs"]
+
+        def col(key: str, runs: list[dict[str, Any]] = runs) -> str:
+            return mean_std([r[key] for r in runs])
+
+        unusable = f"{sum(r['unusable'] for r in runs)}/{sum(r['calls'] for r in runs)}"
+        print(
+            f"| {row['setting']} | {col('best')} | {col('mean_iterations')} | {col('iterations')} "
+            f"| {col('prompt_tokens_per_call')} | {col('seconds_per_call')} | {unusable} | {row['wall_s']:.0f} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
