@@ -94,8 +94,12 @@ def main() -> None:
             )
         rows.append({"setting": name, "settings": settings, "wall_s": wall, "runs": per_seed})
 
-    print(f"\nR2PO on CartPole-v1, llm={args.llm}, {args.episodes} episodes (K={args.k}, warm-up {args.warmup}), seeds {args.seeds}:\n")
-    print("| prompts | best K-mean | mean of iterations | iterations | prompt tokens/call | LLM s/call | unusable/calls | wall s |")
+    budget = f"{args.episodes} episodes (K={args.k}, warm-up {args.warmup})"
+    print(f"\nR2PO on CartPole-v1, llm={args.llm}, {budget}, seeds {args.seeds}:\n")
+    print(
+        "| prompts | best K-mean | mean of iterations | iterations | prompt tokens/call | LLM s/call | unusable/calls "
+        "| wall s |"
+    )
     print("|---|---|---|---|---|---|---|---:|")
     for row in rows:
         runs = row["runs"]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -119,7 +118,8 @@ def main() -> None:
         )
 
     label = {"r2po": f"R2PO (`{args.llm}`, task description, K={args.n_eval_episodes})", "ars": "ARS", "ppo": "PPO"}
-    print(f"\nCartPole-v1, training episodes until the {WINDOW}-episode rolling mean reaches {THRESHOLD:g}, seeds {args.seeds}:\n")
+    goal = f"the {WINDOW}-episode rolling mean reaches {THRESHOLD:g}"
+    print(f"\nCartPole-v1, training episodes until {goal}, seeds {args.seeds}:\n")
     print("| method | budget (episodes) | episodes to 475, per seed | best rolling mean, per seed | reference (issue) |")
     print("|---|---:|---|---|---|")
     for row in rows:
