@@ -132,3 +132,14 @@ def test_batching_backend_without_workers_answers_at_once_and_forwards_errors() 
     assert len(results) == 3 and all("server gone" in str(e) for e in results)
     with pytest.raises(ValueError, match="max_batch"):
         BatchingBackend(broken, max_batch=0)
+
+
+def test_pure_search_asks_its_two_proposals_as_one_batch() -> None:
+    counter = BatchCounter()
+    model = make(0, counter, variant="pure_search").learn(10**9)
+    iterations = [r for r in model.history if r["kind"] != "warmup"]
+    assert iterations and counter.batches[0] == 2  # warm-up needs no LLM: the first call is the first pair
+    assert counter.batches.count(2) == len(iterations)  # one pair per iteration (re-asks go one by one)
+    for record in iterations:
+        second = record["revision"]
+        assert second["role"] == "search" and second["params"] != record["search"]["params"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.parsing import parse_params
-from sb3_r2po.llm.base import ChatBackend, Message
+from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, chat_batch
 
 MAX_ECHOED_REPLY_CHARS = 2000
 """A re-ask quotes at most this much of the unusable reply back to the model."""
@@ -70,6 +70,7 @@ def ask_for_params(
     check: Callable[[np.ndarray], str | None] = lambda params: None,
     temperature: float = 0.0,
     max_retries: int = 1,
+    first_reply: ChatReply | None = None,
 ) -> Answer:
     """
     Ask for a vector, re-asking up to ``max_retries`` times with the reason of the failure.
@@ -82,11 +83,15 @@ def ask_for_params(
     :param check: Extra validation of a parsed vector (e.g. "already in the history"); returns an error or ``None``.
     :param temperature: Sampling temperature passed to the backend.
     :param max_retries: Number of re-asks after the first unusable reply.
+    :param first_reply: The reply to the first attempt when it was already asked (see :func:`ask_together`).
     """
     conversation = [dict(m) for m in messages]
     answer = Answer(params=None)
-    for _ in range(1 + max(0, max_retries)):
-        reply = backend.chat(conversation, temperature=temperature)
+    for attempt in range(1 + max(0, max_retries)):
+        if attempt == 0 and first_reply is not None:
+            reply = first_reply
+        else:
+            reply = backend.chat(conversation, temperature=temperature)
         result = parse_params(reply.text, space)
         error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
         answer.calls.append(
@@ -101,3 +106,42 @@ def ask_for_params(
             retry_message(error),
         ]
     return answer
+
+
+def ask_together(
+    backend: ChatBackend,
+    conversations: Sequence[Sequence[Message]],
+    space: ParameterSpace,
+    *,
+    role: str,
+    retry_message: Callable[[str], Message],
+    checks: Sequence[Callable[[list[Answer]], Callable[[np.ndarray], str | None]]],
+    temperature: float = 0.0,
+    max_retries: int = 1,
+) -> list[Answer]:
+    """
+    Ask several independent prompts: the first attempts go out as one batch (see
+    :func:`~sb3_r2po.llm.base.chat_batch`), the re-asks of unusable replies one by one, in order.
+
+    :param conversations: The prompts.
+    :param checks: One factory per prompt: given the answers settled so far (earlier prompts), it returns the
+        extra validation of this prompt's vector (so that a later answer can be required to differ from an earlier one).
+    :return: One :class:`Answer` per prompt.
+    """
+    firsts = chat_batch(backend, conversations, temperature=temperature)
+    answers: list[Answer] = []
+    for messages, make_check, first in zip(conversations, checks, firsts, strict=True):
+        answers.append(
+            ask_for_params(
+                backend,
+                messages,
+                space,
+                role=role,
+                retry_message=retry_message,
+                check=make_check(answers),
+                temperature=temperature,
+                max_retries=max_retries,
+                first_reply=first,
+            )
+        )
+    return answers

@@ -35,7 +35,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
-from sb3_r2po.common.asking import Answer, ask_for_params
+from sb3_r2po.common.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.common.evidence import EvidencePackage, build_evidence, success_tolerance
 from sb3_r2po.common.racing import should_stop
 from sb3_r2po.common.rollouts import RolloutResult, run_episodes
@@ -507,6 +507,10 @@ class R2PO(BaseAlgorithm):
             temperature=self.temperature,
             max_retries=self.max_llm_retries,
         )
+        return self._account(role, answer)
+
+    def _account(self, role: str, answer: Answer) -> Answer:
+        """Count an answer's calls in ``llm_stats`` and keep the last exchange for the logs."""
         for call in answer.calls:
             self.llm_stats["calls"] += 1
             self.llm_stats["parse_failures"] += int(call.error is not None)
@@ -534,6 +538,26 @@ class R2PO(BaseAlgorithm):
         """The Search-LLM proposes a new vector from the history (plus ``extra``); never one of ``also``."""
         assert self._prompts is not None
         return self._ask("search", self._prompts.search(self._context(extra)), self._not_new(also))
+
+    def _search_pair(self) -> tuple[Answer, Answer]:
+        """``pure_search``: two independent Search proposals from the same history, asked as one batch."""
+        assert self._backend is not None and self._prompts is not None
+        space = self.policy.parameter_space
+        messages = self._prompts.search(self._context())
+        first, second = ask_together(
+            self._backend,
+            [messages, messages],
+            space,
+            role="search",
+            retry_message=lambda reason: self._prompts.retry(reason, space),  # type: ignore[union-attr]
+            checks=[
+                lambda settled: self._not_new(),
+                lambda settled: self._not_new(tuple(a.params for a in settled if a.params is not None)),
+            ],
+            temperature=self.temperature,
+            max_retries=self.max_llm_retries,
+        )
+        return self._account("search", first), self._account("search", second)
 
     def _fallback_params(self) -> np.ndarray:
         """A Gaussian perturbation of the best candidate at ``step_size`` that is not in the history."""
@@ -598,7 +622,11 @@ class R2PO(BaseAlgorithm):
         if variant.search == "none":
             return self._iterate_critic_only(callback)
 
-        search = self._search()  # 1. Search-LLM proposes theta_init
+        paired = None
+        if variant.search == "two_independent" and self._episodes_left() >= 2 * k:
+            search, paired = self._search_pair()  # 1. both Search proposals at once (one batch)
+        else:
+            search = self._search()  # 1. Search-LLM proposes theta_init
         theta_init, init_kind = (
             (search.params, "search") if search.params is not None else (self._fallback_params(), "fallback")
         )
@@ -621,7 +649,8 @@ class R2PO(BaseAlgorithm):
                     answer = self._revise(theta_init, init_mean, k, evidence)  # 4. Critic-LLM revises
                 else:
                     shown = ((theta_init, init),) if variant.search == "two_sequential" else ()
-                    answer = self._search(extra=shown, also=(theta_init,))  # second Search proposal
+                    usable = paired is not None and (paired.params is None or not np.array_equal(paired.params, theta_init))
+                    answer = paired if usable else self._search(extra=shown, also=(theta_init,))  # second Search proposal
                     evidence = None
                 second["failures"] = answer.failures
                 theta_2 = answer.params
