@@ -9,7 +9,9 @@ the goal is <= 3000 tokens per Critic prompt at iteration 100. Each setting is o
 
 - ``paper-like``: the whole trajectory (``max_trajectory_steps=None``), no folding, 4 significant figures, whole history;
 - ``default``: 40 trajectory steps (head and tail), folding of repeated steps, 3 significant figures, whole history;
-- ``compact``: ``default`` plus history compression (``history_best_k=10``, ``history_recent=10``) and 2 figures.
+- ``compact``: ``default`` plus history compression (``history_best_k=10``, ``history_recent=10``) and 2 figures;
+- ``lean``: the quickstart's settings: the 8 best plus the 4 latest history entries, 20 trajectory steps, 2 figures;
+- ``minimal``: the 5 best plus the 3 latest history entries, 16 trajectory steps, 2 figures.
 
 Tokens are counted with the GGUF's own tokenizer (llama-cpp-python, ``vocab_only``), chat template excluded.
 """
@@ -25,6 +27,8 @@ SETTINGS = {
     "paper-like": dict(max_trajectory_steps=None, fold_repeated_steps=False, trajectory_digits=4),
     "default": dict(),
     "compact": dict(history_best_k=10, history_recent=10, trajectory_digits=2),
+    "lean": dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2),
+    "minimal": dict(history_best_k=5, history_recent=3, max_trajectory_steps=16, trajectory_digits=2),
 }
 ENVS = {
     "CartPole-v1": dict(target_return=500, tau_c=480, step_size=1.0, warmup_episodes=20),
@@ -54,6 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     parser.add_argument("--envs", nargs="+", default=list(ENVS))
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--k", type=int, default=5, help="episodes per candidate (prompt length does not depend on it)")
     args = parser.parse_args()
 
@@ -70,7 +75,8 @@ def main() -> None:
     print("| env | setting | " + " | ".join(f"search @{i} | critic @{i}" for i in CHECKPOINTS) + " |")
     print("|---|---|" + "---|---|" * len(CHECKPOINTS))
     for env_id in args.envs:
-        for name, setting in SETTINGS.items():
+        for name in args.settings:
+            setting = SETTINGS[name]
             llm = PromptCapture()
             env_settings = ENVS[env_id]
             model = R2PO(
