@@ -600,6 +600,12 @@ def report(result: dict[str, Any]) -> str:
     ]
     if any(m in R2PO_METHODS for m in s["methods"]):
         lines += ["", f"R2PO's LLM: `{s['llm']}`."]
+        if s.get("lockstep"):
+            lines += [
+                "",
+                "The seeds of each R2PO method trained together (`--lockstep`), their LLM calls sent as batches; each "
+                "seed's wall time is the shared one.",
+            ]
         if str(s["llm"]).split(":")[0] == "example":
             lines += [
                 "",

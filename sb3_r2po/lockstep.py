@@ -96,7 +96,10 @@ def learn_in_lockstep(
     for model in models:
         model.set_llm(backend)
     try:
-        threads = [threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}") for i in range(len(models))]
+        # daemon threads: Ctrl-C in the caller ends the process (every history entry is already checkpointed atomically)
+        threads = [
+            threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(models))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
