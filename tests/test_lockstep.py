@@ -143,3 +143,19 @@ def test_pure_search_asks_its_two_proposals_as_one_batch() -> None:
     for record in iterations:
         second = record["revision"]
         assert second["role"] == "search" and second["params"] != record["search"]["params"]
+
+
+def test_set_llm_validates_and_takes_effect_at_the_next_learn() -> None:
+    first = BatchCounter()
+    model = make(0, first)
+    with pytest.raises(TypeError, match="llm must be a string"):
+        model.set_llm(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="matches no accepted form"):
+        model.set_llm("no such thing here")
+    assert model.llm is first  # a rejected llm changes nothing
+    model.learn(10**9)
+    other = BatchCounter()
+    model.set_llm(other)
+    model.max_episodes += 6
+    model.learn(10**9, reset_num_timesteps=False)
+    assert other.batches and model.llm is other
