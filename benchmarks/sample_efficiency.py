@@ -9,9 +9,9 @@ with the 0.5B model). A run that does not get there within its budget says so: t
 The reference column is the issue's measurement (RL Zoo 2.9 tuned hyperparameters, seeds 0-2): ARS 92, 110 and
 not within its 5e4-step budget (460 at the end); PPO 177, 186, 168.
 
-Usage (one command; about 35 minutes on 2 cores with the 0.5B model)::
+Usage (one command)::
 
-    python benchmarks/sample_efficiency.py --llm embedded --r2po-budget 100 --baseline-budget 400
+    python benchmarks/sample_efficiency.py --llm embedded --r2po-budget 60 --baseline-budget 400
 
 An existing ``python -m sb3_r2po.compare`` output with the same R2PO settings can stand in for the R2PO runs
 (``--r2po-runs comparison/runs.json``): the settings are checked and the table says where the runs came from.
@@ -55,7 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="embedded")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--r2po-budget", type=int, default=100)
+    parser.add_argument("--r2po-budget", type=int, default=60)
     parser.add_argument("--n-eval-episodes", type=int, default=5)
     parser.add_argument("--warmup-episodes", type=int, default=10)
     parser.add_argument("--baseline-budget", type=int, default=400)
