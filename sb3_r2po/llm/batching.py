@@ -6,8 +6,9 @@ waiting for the LLM (or has finished), then sends the waiting conversations to t
 padded ``generate`` for :class:`~sb3_r2po.llm.transformers_backend.TransformersBackend`, concurrent requests for
 :class:`~sb3_r2po.llm.openai_backend.OpenAIBackend`, one after another for backends without ``chat_batch``.
 
-A call from a thread that did not register (or when no worker is registered) is sent as soon as nothing else is
-in flight, so a model keeps working with this backend after its lockstep run.
+When no worker is registered, a call is sent as soon as nothing else is in flight, so a model keeps working with
+this backend after its lockstep run. A call from an unregistered thread while workers are registered joins their
+next batch.
 """
 
 from __future__ import annotations
