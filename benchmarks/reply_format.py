@@ -94,7 +94,7 @@ def main() -> None:
     for grammar in (True, False):
         backend.grammar = grammar
         for role, convs in prompts.items():
-            failures, repeats, seconds, p_tok, c_tok = 0, 0, [], [], []
+            failures, repeats, degenerate, seconds, p_tok, c_tok = 0, 0, 0, [], [], []
             for i, messages in enumerate(convs):
                 start = time.perf_counter()
                 reply = backend.chat(messages, temperature=0.0)
@@ -106,6 +106,7 @@ def main() -> None:
                 repeat = result.ok and any(np.array_equal(result.params, v) for v in listed)
                 failures += int(not result.ok)
                 repeats += int(bool(repeat))
+                degenerate += int(result.ok and bool(np.all(result.params == result.params[0])))
                 calls.append({"grammar": grammar, "role": role, "i": i, "text": reply.text, "error": result.error})
                 status = "ok" if result.ok else f"FAIL ({result.error})"
                 print(f"[grammar={grammar} {role} {i}] {seconds[-1]:.1f} s {status}", file=sys.stderr, flush=True)
@@ -116,6 +117,7 @@ def main() -> None:
                     "n": len(convs),
                     "parse_failures": failures,
                     "repeats": repeats,
+                    "all_equal": degenerate,
                     "mean_s": statistics.mean(seconds),
                     "mean_prompt_tokens": statistics.mean(p_tok),
                     "mean_completion_tokens": statistics.mean(c_tok),
@@ -124,12 +126,15 @@ def main() -> None:
     backend.close()
 
     print(f"\n{backend.spec.model}, R2PO's CartPole prompts (lean settings), greedy, one reply per prompt:\n")
-    print("| grammar | prompt | parse failures | repeats a listed vector | mean s/call | prompt tokens | completion tokens |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(
+        "| grammar | prompt | parse failures | repeats a listed vector | all values equal | mean s/call | prompt tokens "
+        "| completion tokens |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {'on' if r['grammar'] else 'off'} | {r['role']} | {r['parse_failures']}/{r['n']} | {r['repeats']}/{r['n']} "
-            f"| {r['mean_s']:.1f} | {r['mean_prompt_tokens']:.0f} | {r['mean_completion_tokens']:.0f} |"
+            f"| {r['all_equal']}/{r['n']} | {r['mean_s']:.1f} | {r['mean_prompt_tokens']:.0f} | {r['mean_completion_tokens']:.0f} |"
         )
     print(
         "\n'repeats a listed vector': for Search a copy of a history entry (R2PO rejects it and re-asks); for the "
