@@ -134,7 +134,8 @@ def main() -> None:
     for r in rows:
         print(
             f"| {'on' if r['grammar'] else 'off'} | {r['role']} | {r['parse_failures']}/{r['n']} | {r['repeats']}/{r['n']} "
-            f"| {r['all_equal']}/{r['n']} | {r['mean_s']:.1f} | {r['mean_prompt_tokens']:.0f} | {r['mean_completion_tokens']:.0f} |"
+            f"| {r['all_equal']}/{r['n']} | {r['mean_s']:.1f} | {r['mean_prompt_tokens']:.0f} "
+            f"| {r['mean_completion_tokens']:.0f} |"
         )
     print(
         "\n'repeats a listed vector': for Search a copy of a history entry (R2PO rejects it and re-asks); for the "
