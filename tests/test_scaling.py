@@ -82,6 +82,9 @@ def test_optuna_trials_shared_through_one_storage(tmp_path: Path) -> None:
     from sb3_r2po.zoo.sampler import SEARCH_SPACE
 
     storage = f"sqlite:///{tmp_path / 'r2po.db'}"
+    # created once before the workers start, as docs/scaling.md says (two processes initialising an empty database
+    # at the same moment can collide on its schema table); the zoo then loads it
+    optuna.create_study(storage=storage, study_name="shared", direction="maximize")
     args = [
         "train", "--algo", "r2po", "--env", "CartPole-v1", "-optimize", "--n-trials", "1", "--n-jobs", "1",
         "--n-startup-trials", "1", "--n-evaluations", "1", "--storage", storage, "--study-name", "shared",
