@@ -161,9 +161,10 @@ def measure(name: str, ns: list[int], repeats: int, workdir: Path) -> list[dict[
         for n in ns:
             seq, bat = [], []
             for r in range(repeats):  # alternate the two ways so that drift hits both
-                convs = prompts(n, offset=100 * r)
-                seq.append(sequential(backend, convs))
-                bat.append(batched(backend, convs))
+                # different prompts for the two ways: a backend that caches prompt prefixes (llama.cpp) must not
+                # answer the second way from the first way's cache
+                seq.append(sequential(backend, prompts(n, offset=100 * r)))
+                bat.append(batched(backend, prompts(n, offset=100 * r + 50)))
             row = {
                 "backend": name,
                 "n": n,
