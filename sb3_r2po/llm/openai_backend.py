@@ -85,11 +85,6 @@ def _lower_effort(effort: str | None) -> str | None:
 
 
 class OpenAIBackend(TransientState):
-    """``response`` if it has the shape the backend reads (a model listing, or a chat completion), else raise."""
-
-    _transient = ("_client",)  # the client holds the API key
-    _locks = ("_lock", "_stats_lock")
-
     """
     Chat with a model behind an OpenAI-compatible ``/v1`` API.
 
@@ -111,6 +106,9 @@ class OpenAIBackend(TransientState):
     :param max_concurrency: Most requests in flight from one :meth:`chat_batch`.
     :param extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 1}``).
     """
+
+    _transient = ("_client",)  # the client holds the API key
+    _locks = ("_lock", "_stats_lock")
 
     def __init__(
         self,
@@ -351,6 +349,7 @@ class _MalformedResponse(ValueError):
 
 
 def _well_formed(response: Any) -> Any:
+    """``response`` if it has the shape the backend reads (a model listing, or a chat completion), else raise."""
     if isinstance(response, (str, bytes)):  # a 200 whose Content-Type is not JSON: the client hands back the text
         raise _MalformedResponse(f"not JSON: {str(response)[:100]!r}")
     if not hasattr(response, "choices"):

@@ -123,10 +123,6 @@ def _lower_effort(effort: str | None) -> str | None:
 
 
 class TransformersBackend(TransientState):
-    """The model's end-of-sequence ids plus harmony's stop tokens, when the tokenizer has harmony tokens."""
-
-    _transient = ("_pipe", "_stop_ids")
-
     """
     Run a chat model in-process with a ``transformers`` text-generation pipeline (gpt-oss harmony aware).
 
@@ -149,6 +145,8 @@ class TransformersBackend(TransientState):
     :param model_kwargs: Extra ``from_pretrained`` keyword arguments.
     :param generate_kwargs: Extra ``generate`` keyword arguments (e.g. ``{"top_p": 1.0}``).
     """
+
+    _transient = ("_pipe", "_stop_ids")
 
     def __init__(
         self,
@@ -390,6 +388,7 @@ def _offline() -> bool:
 
 
 def _stop_token_ids(pipe: Any) -> list[int] | None:
+    """The model's end-of-sequence ids plus harmony's stop tokens, when the tokenizer has harmony tokens."""
     tok = pipe.tokenizer
     vocab = tok.get_vocab()
     harmony = [vocab[t] for t in HARMONY_STOP_TOKENS if t in vocab]
