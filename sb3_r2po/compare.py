@@ -53,7 +53,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,7 +283,7 @@ def prepare_run(
     device: str = "cpu",
     progress: bool = False,
 ) -> PreparedRun:
-    """Build one method's model on one seed with RL Zoo's ``ExperimentManager`` (arguments as :func:`run_one`)."""
+    """Build one method's model on one seed with RL Zoo's ``ExperimentManager`` (arguments as :func:`run_seeds`)."""
     register_r2po()  # before the zoo's modules are imported (they share ALGOS)
     from rl_zoo3.exp_manager import ExperimentManager
 
@@ -326,7 +326,7 @@ def prepare_run(
 
 
 def finish_run(run: PreparedRun) -> dict[str, Any]:
-    """Close a run's env and log folder and return its measurements (see :func:`run_one`)."""
+    """Close a run's env and log folder and return its measurements (see :func:`run_seeds`)."""
     run.bar.close()
     run.callback.poll()
     model = run.model
@@ -354,66 +354,61 @@ def finish_run(run: PreparedRun) -> dict[str, Any]:
     return result
 
 
-def run_one(
+def run_seeds(
     method: str,
     env_id: str,
-    seed: int,
+    seeds: Sequence[int],
     budget: int,
     llm: str | None = None,
     n_eval_episodes: int | None = None,
     warmup_episodes: int | None = None,
     device: str = "cpu",
     progress: bool = False,
-) -> dict[str, Any]:
+    lockstep: bool = False,
+) -> Iterator[dict[str, Any]]:
     """
-    Train one method on one seed until the episode budget is spent; return its training episodes.
+    Train one method on each seed until the episode budget is spent; yield each run's training episodes as it ends.
 
     :param method: ``r2po`` (or a variant name such as ``props``) or a baseline (:data:`BASELINES`).
     :param env_id: The gymnasium env id.
-    :param seed: The seed of the model and the env.
+    :param seeds: The seeds of the models and the envs.
     :param budget: Training episodes.
     :param llm: R2PO's ``llm`` string (required for R2PO methods).
     :param n_eval_episodes: R2PO's K (default: the hyperparameter file's).
     :param warmup_episodes: R2PO's warm-up episodes (default: the hyperparameter file's).
     :param device: Torch device of the models.
     :param progress: Show a per-episode progress bar.
-    :return: ``method``, ``algo``, ``seed``, ``returns`` and ``lengths`` (the first ``budget`` training episodes, in
-        order), ``episodes_run``, ``timesteps``, ``horizon``, ``wall_time_s``, ``hyperparams`` (as the zoo read them) and
-        ``hyperparams_file``; R2PO runs add ``iterations`` and ``llm_calls``.
+    :param lockstep: Train the seeds together, their LLM calls sent as batches (:func:`sb3_r2po.lockstep.learn_in_lockstep`;
+        R2PO methods only); each run's ``wall_time_s`` is then the shared one. Otherwise one seed after another.
+    :return: Per run: ``method``, ``algo``, ``seed``, ``returns`` and ``lengths`` (the first ``budget`` training episodes,
+        in order), ``episodes_run``, ``timesteps``, ``horizon``, ``wall_time_s``, ``hyperparams`` (as the zoo read them)
+        and ``hyperparams_file``; R2PO runs add ``iterations`` and ``llm_calls``.
     """
-    run = prepare_run(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress)
-    try:
-        run.model.learn(total_timesteps=run.horizon, callback=run.callback)
-    except BudgetReached:
-        pass
-    finally:
-        result = finish_run(run)
-    return result
 
+    def prepare(seed: int) -> PreparedRun:
+        return prepare_run(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress)
 
-def run_r2po_seeds_in_lockstep(
-    method: str,
-    env_id: str,
-    seeds: Sequence[int],
-    budget: int,
-    llm: str,
-    n_eval_episodes: int | None = None,
-    warmup_episodes: int | None = None,
-    device: str = "cpu",
-    progress: bool = False,
-) -> list[dict[str, Any]]:
-    """
-    Train an R2PO method on all ``seeds`` at once (:func:`sb3_r2po.lockstep.learn_in_lockstep`: their LLM calls go
-    out as batches); each run's result is what :func:`run_one` returns for it, ``wall_time_s`` being the shared one.
-    """
-    from sb3_r2po.lockstep import learn_in_lockstep
+    if lockstep:
+        from sb3_r2po.lockstep import learn_in_lockstep
 
-    runs = [prepare_run(method, env_id, s, budget, llm, n_eval_episodes, warmup_episodes, device, progress) for s in seeds]
-    try:
-        learn_in_lockstep([r.model for r in runs], max(r.horizon for r in runs), callbacks=[r.callback for r in runs])
-    finally:
-        results = [finish_run(r) for r in runs]
-    return results
+        if method not in R2PO_METHODS:
+            raise ValueError(f"only R2PO methods train in lockstep, got {method!r}")
+        runs = [prepare(seed) for seed in seeds]
+        try:
+            learn_in_lockstep([r.model for r in runs], max(r.horizon for r in runs), callbacks=[r.callback for r in runs])
+        finally:
+            results = [finish_run(r) for r in runs]
+        yield from results
+        return
+    for seed in seeds:
+        run = prepare(seed)
+        try:
+            run.model.learn(total_timesteps=run.horizon, callback=run.callback)
+        except BudgetReached:
+            pass
+        finally:
+            result = finish_run(run)
+        yield result
 
 
 def _jsonable(value: Any) -> Any:
@@ -653,7 +648,7 @@ def run_comparison(
 ) -> dict[str, Any]:
     """
     Run every method on every seed (method by method; with ``lockstep`` the seeds of an R2PO method train together,
-    their LLM calls batched, see :mod:`sb3_r2po.lockstep`) and return ``settings``, ``runs`` (see :func:`run_one`),
+    their LLM calls batched, see :mod:`sb3_r2po.lockstep`) and return ``settings``, ``runs`` (see :func:`run_seeds`),
     ``command``, ``versions`` and ``wall_time_s``.
     """
     import sb3_r2po  # noqa: F401  (registers the custom envs)
@@ -697,27 +692,19 @@ def run_comparison(
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
     with tqdm(total=len(methods) * len(seeds), desc="runs", unit="run", disable=not progress) as bar:
-
-        def done(run: dict[str, Any]) -> None:
-            stats = summarize(run["returns"], window, threshold)
-            bar.write(
-                f"{run['method']} seed {run['seed']}: {len(run['returns'])} episodes, mean {stats['mean']:.2f}, "
-                f"final {stats['final']:.2f}, {run['wall_time_s']:.1f} s",
-                file=sys.stderr,
-            )
-            bar.update(1)
-            runs.append(run)
-
         for method in methods:
-            if lockstep and method in R2PO_METHODS and len(seeds) > 1:
-                assert llm is not None
-                for run in run_r2po_seeds_in_lockstep(
-                    method, env_id, seeds, budget, llm, n_eval_episodes, warmup_episodes, device, progress
-                ):
-                    done(run)
-                continue
-            for seed in seeds:
-                done(run_one(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress))
+            together = lockstep and method in R2PO_METHODS and len(seeds) > 1
+            for run in run_seeds(
+                method, env_id, seeds, budget, llm, n_eval_episodes, warmup_episodes, device, progress, together
+            ):
+                stats = summarize(run["returns"], window, threshold)
+                bar.write(
+                    f"{method} seed {run['seed']}: {len(run['returns'])} episodes, mean {stats['mean']:.2f}, "
+                    f"final {stats['final']:.2f}, {run['wall_time_s']:.1f} s",
+                    file=sys.stderr,
+                )
+                bar.update(1)
+                runs.append(run)
     return {
         "settings": settings,
         "runs": runs,
