@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message
+from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.grammar import REPLY_STYLES, ReplyStyle, compile_grammar, max_reply_chars, parameter_grammar
 
 logger = logging.getLogger(__name__)
@@ -434,7 +434,7 @@ def adaptive_threads(max_threads: int) -> int:
     return max(1, min(max_threads, _default_threads() - busy))
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(TransientState):
     """
     A Qwen2.5-Coder-Instruct model run on the CPU, in-process, with ``llama-cpp-python``.
 
@@ -469,6 +469,8 @@ class EmbeddedBackend:
         default when another process was busy (``0`` sleeps at once: fastest under load, 38 % slower idle).
         No effect when ``llama_cpp`` was imported before the first model load.
     """
+
+    _transient = ("_llm", "_grammar", "_threads")  # the loaded model and what belongs to it
 
     def __init__(
         self,
@@ -713,18 +715,6 @@ class EmbeddedBackend:
         )
 
     # -- pickling (SB3 save/load) ----------------------------------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_llm"] = None
-        state["_grammar"] = None
-        state["_threads"] = 0
-        state["_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
     def __repr__(self) -> str:
         return (
             f"EmbeddedBackend(size={self.size!r}, n_ctx={self.n_ctx}, max_tokens={self.max_tokens}, grammar={self.grammar}, "
