@@ -36,9 +36,8 @@ class BatchingBackend:
     A :class:`~sb3_r2po.llm.base.ChatBackend` shared by several threads that sends their concurrent calls as
     batches of ``inner``.
 
-    Batches are formed deterministically in content, not in order: the replies of a deterministic (greedy)
-    ``inner`` do not depend on which calls ended up in the same batch, except for the small numerical effect of
-    padding in a batched ``generate`` (see ``docs/scaling.md``).
+    Which calls share a batch depends on timing; the replies of a deterministic (greedy) ``inner`` do not, except
+    for the small numerical effect of padding in a batched ``generate`` (see ``docs/scaling.md``).
 
     :param inner: The backend (or ``llm`` string, or callable) that answers.
     :param max_batch: The largest batch sent at once (``None``: every waiting call).
@@ -72,11 +71,6 @@ class BatchingBackend:
             with self._cond:
                 self._workers -= 1
                 self._cond.notify_all()  # the others may now be a full batch
-
-    @property
-    def workers(self) -> int:
-        """Threads currently registered with :meth:`worker`."""
-        return self._workers
 
     # ------------------------------------------------------------------ the backend seam
 
