@@ -20,7 +20,6 @@ from typing import Any
 from stable_baselines3.common.type_aliases import MaybeCallback
 
 from sb3_r2po.llm.batching import BatchingBackend
-from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.r2po.r2po import R2PO
 
 
@@ -78,7 +77,7 @@ def learn_in_lockstep(
         raise ValueError(f"got {len(callbacks)} callbacks for {len(models)} models")
     spaces = {str(m.policy.parameter_space) for m in models}
     llm = shared_llm(models)
-    backend = BatchingBackend(make_backend(llm), max_batch=max_batch)
+    backend = BatchingBackend(llm, max_batch=max_batch)  # built once, here
     if len(spaces) > 1 and callable(getattr(backend.inner, "constrain", None)):
         raise ValueError(f"{backend.inner!r} constrains decoding to one parameter space; the models have {len(spaces)}")
 
@@ -96,7 +95,7 @@ def learn_in_lockstep(
     for model in models:
         model.set_llm(backend)
     try:
-        # daemon threads: Ctrl-C in the caller ends the process (every history entry is already checkpointed atomically)
+        # daemon threads: Ctrl-C in the caller ends the process (with checkpoint_dir every history entry is on disk)
         threads = [
             threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(models))
         ]
