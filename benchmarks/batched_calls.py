@@ -42,6 +42,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -68,7 +70,7 @@ def open_backend(name: str, workdir: Path) -> Iterator[ChatBackend]:
 
         directory = workdir / "tiny"
         if not directory.exists():
-            make_tiny_gptoss(directory, final=SPACE.format(SPACE.sample(__import__("numpy").random.default_rng(0))))
+            make_tiny_gptoss(directory, final=SPACE.format(SPACE.sample(np.random.default_rng(0))))
         if name == "tiny-transformers":
             from sb3_r2po.llm.transformers_backend import TransformersBackend
 
