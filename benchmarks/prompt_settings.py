@@ -3,7 +3,9 @@
 - ``full``: the whole history in every prompt, whole trajectories (no step budget), 3 significant digits,
   no folding of repeated steps (the reference's rendering);
 - ``lean``: the quickstart's settings: the 8 best and 4 most recent history entries, 20 trajectory steps (head and
-  tail), 2 digits, repeated steps folded.
+  tail), 2 digits, repeated steps folded;
+- ``lean-list``: ``lean`` with vectors written as lists (``reply_style="list"``: ``params: [v, v, ...]`` in the history,
+  the candidate and the reply format), the shape the embedded backend's grammar enforces.
 
 For each setting the seeds train together (``sb3_r2po.lockstep.learn_in_lockstep``, one loaded model). Printed per
 setting, mean +- std over seeds: the best K-episode mean, the mean return of the iterations' kept candidates,
@@ -14,6 +16,10 @@ Usage::
 
     python benchmarks/prompt_settings.py --llm embedded --seeds 0 1 2 --episodes 45
     python benchmarks/prompt_settings.py --llm example --episodes 200     # the pipeline only: not an LLM
+    python benchmarks/prompt_settings.py --settings lean-list --reuse runs.json --json runs.json  # add one setting
+
+``--reuse FILE`` takes the rows of settings already in FILE (an earlier ``--json`` output of this script with the same
+LLM, seeds and budget: checked) instead of training them again; the table marks them ``(reused)``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "fold_repeated_steps": True,
     },
 }
+SETTINGS["lean-list"] = {**SETTINGS["lean"], "reply_style": "list"}
 
 
 def mean_std(values: list[float]) -> str:
@@ -55,11 +62,20 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=45, help="episode budget per run, warm-up included")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--reuse", default=None, help="JSON of an earlier run whose rows are shown instead of retrained")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    run_args = {"llm": args.llm, "seeds": args.seeds, "episodes": args.episodes, "k": args.k, "warmup": args.warmup}
+    reused = {}
+    if args.reuse and Path(args.reuse).exists():
+        for row in json.loads(Path(args.reuse).read_text()):
+            if row["settings"] == SETTINGS.get(row["setting"]) and row.get("args") == run_args:
+                reused[row["setting"]] = {**row, "args": run_args, "reused": True}
 
-    rows = []
-    for name, settings in SETTINGS.items():
+    rows = [reused[name] for name in reused if name not in args.settings]
+    for name in args.settings:
+        settings = SETTINGS[name]
         models = [
             R2PO(
                 "MlpLinear",
@@ -92,7 +108,7 @@ def main() -> None:
                     "seconds_per_call": stats["seconds"] / max(1, stats["calls"]),
                 }
             )
-        rows.append({"setting": name, "settings": settings, "wall_s": wall, "runs": per_seed})
+        rows.append({"setting": name, "settings": settings, "args": run_args, "wall_s": wall, "runs": per_seed})
 
     budget = f"{args.episodes} episodes (K={args.k}, warm-up {args.warmup})"
     print(f"\nR2PO on CartPole-v1, llm={args.llm}, {budget}, seeds {args.seeds}:\n")
@@ -109,11 +125,12 @@ def main() -> None:
 
         unusable = f"{sum(r['unusable'] for r in runs)}/{sum(r['calls'] for r in runs)}"
         print(
-            f"| {row['setting']} | {col('best')} | {col('mean_iterations')} | {col('iterations')} "
+            f"| {row['setting']}{' (reused)' if row.get('reused') else ''} "
+            f"| {col('best')} | {col('mean_iterations')} | {col('iterations')} "
             f"| {col('prompt_tokens_per_call')} | {col('seconds_per_call')} | {unusable} | {row['wall_s']:.0f} |"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        Path(args.json).write_text(json.dumps([{k: v for k, v in r.items() if k != "reused"} for r in rows], indent=1))
 
 
 if __name__ == "__main__":

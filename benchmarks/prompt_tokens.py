@@ -11,7 +11,9 @@ the goal is <= 3000 tokens per Critic prompt at iteration 100. Each setting is o
 - ``default``: 40 trajectory steps (head and tail), folding of repeated steps, 3 significant figures, whole history;
 - ``compact``: ``default`` plus history compression (``history_best_k=10``, ``history_recent=10``) and 2 figures;
 - ``lean``: the quickstart's settings: the 8 best plus the 4 latest history entries, 20 trajectory steps, 2 figures;
-- ``minimal``: the 5 best plus the 3 latest history entries, 16 trajectory steps, 2 figures.
+- ``minimal``: the 5 best plus the 3 latest history entries, 16 trajectory steps, 2 figures;
+- ``minimal-list``: ``minimal`` with vectors written as lists (``reply_style="list"``: ``params: [v, v, ...]``);
+- ``tight``: ``minimal-list`` with 12 trajectory steps.
 
 Tokens are counted with the GGUF's own tokenizer (llama-cpp-python, ``vocab_only``), chat template excluded.
 """
@@ -29,6 +31,8 @@ SETTINGS = {
     "compact": dict(history_best_k=10, history_recent=10, trajectory_digits=2),
     "lean": dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2),
     "minimal": dict(history_best_k=5, history_recent=3, max_trajectory_steps=16, trajectory_digits=2),
+    "minimal-list": dict(history_best_k=5, history_recent=3, max_trajectory_steps=16, trajectory_digits=2, reply_style="list"),
+    "tight": dict(history_best_k=5, history_recent=3, max_trajectory_steps=12, trajectory_digits=2, reply_style="list"),
 }
 ENVS = {
     "CartPole-v1": dict(target_return=500, tau_c=480, step_size=1.0, warmup_episodes=20),

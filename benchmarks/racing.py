@@ -12,6 +12,8 @@ iterations the saved episodes bought.
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 from sb3_r2po import R2PO
 from sb3_r2po.common.racing import race
@@ -57,13 +59,19 @@ def main() -> None:
         "| env | challengers | challenger episodes (full K) | saved by racing | decisions changed | "
         "iterations without / with racing |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|", flush=True)
     for env_id in args.envs:
         challengers = full = saved = changed = 0
         iterations_full = iterations_raced = 0
         for seed in args.seeds:
+            start = time.perf_counter()
             model = train(env_id, args.llm, seed, False, args.chunk, args.z, args.budget, args.k)
             iterations_full += model.iteration
+            print(
+                f"# {env_id} seed {seed} without racing: {model.iteration} iterations, {time.perf_counter() - start:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             for record in model.history:
                 second = record.get("revision") or {}
                 returns = second.get("returns")
@@ -75,10 +83,20 @@ def main() -> None:
                 full += len(returns)
                 saved += len(returns) - ran
                 changed += int(ran < len(returns) and second["mean_return"] >= incumbent)
-            iterations_raced += train(env_id, args.llm, seed, True, args.chunk, args.z, args.budget, args.k).iteration
+            start = time.perf_counter()
+            raced = train(env_id, args.llm, seed, True, args.chunk, args.z, args.budget, args.k)
+            iterations_raced += raced.iteration
+            print(
+                f"# {env_id} seed {seed} with racing: {raced.iteration} iterations, "
+                f"{time.perf_counter() - start:.0f} s; so far {challengers} challengers, {saved}/{full} episodes saved, "
+                f"{changed} decisions changed",
+                file=sys.stderr,
+                flush=True,
+            )
         print(
             f"| {env_id} | {challengers} | {full} | {saved} ({100 * saved / max(1, full):.0f} %) | {changed} | "
-            f"{iterations_full} / {iterations_raced} |"
+            f"{iterations_full} / {iterations_raced} |",
+            flush=True,
         )
 
 

@@ -137,3 +137,12 @@ def test_duplicate_of_history_counts_as_failure() -> None:
     second = model.history[-1]
     assert "already evaluated" in second["search"]["failures"][0]
     assert second["search"]["params"] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("style", ["indexed", "list"])
+@pytest.mark.parametrize("space", [ParameterSpace(10, -6.0, 6.0, 1), ParameterSpace(16, values=(0, 1, 2, 3))])
+def test_formatted_vector_parses_back_exactly(style: str, space: ParameterSpace) -> None:
+    params = space.sample(np.random.default_rng(0))
+    text = space.format(params, style)  # type: ignore[arg-type]
+    assert text.startswith("params: [" if style == "list" else "params[0]: ")
+    np.testing.assert_array_equal(parse_params(text, space).params, params)

@@ -110,3 +110,26 @@ def test_history_compression_keeps_the_best_and_the_most_recent() -> None:
     last_search = [call for call in llm.calls if "Search" in call[0]["content"]][-1][1]["content"]
     assert "not shown are neither among the best nor the most recent" in last_search
     assert last_search.split("## History")[1].count("; mean return:") <= 5
+
+
+def test_list_reply_style_writes_every_vector_as_a_list() -> None:
+    replies = [f"params: [{', '.join(['0.5'] * 9 + [str(i)])}]" for i in range(1, 10)]
+    llm = ScriptedLLM(replies)
+    model = R2PO(
+        "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=8, reply_style="list"
+    )
+    model.learn(10**6)
+    search, critic = llm.calls[0][1]["content"], llm.calls[1][1]["content"]
+    for prompt in (search, critic):
+        assert "exactly like this:\nparams: [<value>, <value>, ..., <value>]" in prompt
+        history = prompt.split("## History")[1].split("## Your step")[0]
+        assert history.count("params: [") == 2 and "params[0]:" not in history
+    assert "## Candidate under review\nparams: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0]; mean return" in critic
+    np.testing.assert_array_equal(model.history[2]["search"]["params"], [0.5] * 9 + [1.0])  # the list reply, read back
+
+
+def test_bad_reply_style_is_rejected() -> None:
+    with pytest.raises(ValueError, match="reply_style must be one of"):
+        R2PO("MlpLinear", "CartPole-v1", llm="example", reply_style="json")
+    with pytest.raises(ValueError, match="reply_style must be one of"):
+        PromptBuilder(reply_style="json")  # type: ignore[arg-type]

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
+
+ReplyStyle = Literal["indexed", "list"]
+"""How a vector is written: ``"indexed"`` (``params[0]: v0, params[1]: v1, ...``) or ``"list"`` (``params: [v0, v1, ...]``)."""
+
+REPLY_STYLES: tuple[str, ...] = ("indexed", "list")
 
 
 @dataclass(frozen=True)
@@ -120,9 +126,18 @@ class ParameterSpace:
             return out
         return self.project(np.asarray(center, dtype=np.float64) + rng.normal(0.0, scale, size=self.size)).params
 
-    def format(self, params: np.ndarray) -> str:
-        """Format a vector in the reply format, ``params[0]: v, params[1]: v, ...``."""
-        return ", ".join(f"params[{i}]: {self.format_value(v)}" for i, v in enumerate(params))
+    def format(self, params: np.ndarray, style: ReplyStyle = "indexed") -> str:
+        """
+        Format a vector in a reply format the parser reads back exactly.
+
+        :param params: The vector.
+        :param style: ``"indexed"`` for ``params[0]: v, params[1]: v, ...``; ``"list"`` for ``params: [v, v, ...]``
+            (about 45 % fewer tokens with the embedded model's tokenizer).
+        """
+        values = [self.format_value(v) for v in params]
+        if style == "list":
+            return "params: [" + ", ".join(values) + "]"
+        return ", ".join(f"params[{i}]: {v}" for i, v in enumerate(values))
 
     def format_value(self, value: float) -> str:
         """Format one value at the space's precision."""

@@ -101,7 +101,7 @@ def parse_params(reply: str, space: ParameterSpace) -> ParseResult:
     found = _candidates(text)
     if not found:
         return ParseResult(
-            None, f"no parameter vector found; expected {space.size} values as params[0]: v, ..., params[{space.size - 1}]: v"
+            None, f"no parameter vector found; expected one line with all {space.size} values in the reply format"
         )
     _, last = found[-1]
     if isinstance(last, str):

@@ -26,14 +26,9 @@ from __future__ import annotations
 
 import math
 from decimal import ROUND_DOWN, Decimal
-from typing import Any, Literal
+from typing import Any
 
-from sb3_r2po.common.parameters import ParameterSpace
-
-ReplyStyle = Literal["list", "indexed"]
-"""The two reply shapes a grammar can enforce."""
-
-REPLY_STYLES: tuple[str, ...] = ("list", "indexed")
+from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 
 
 def _fixed_width_at_most(bound: str) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 
 from sb3_r2po.common.evidence import EvidencePackage, sig
-from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import Message
 from sb3_r2po.prompts.tasks import TaskDescription
 
@@ -64,9 +64,18 @@ class PromptContext:
 
 
 class PromptBuilder:
-    """Renders chat messages from the package's templates (or from ``template_dir`` when given)."""
+    """
+    Renders chat messages from the package's templates (or from ``template_dir`` when given).
 
-    def __init__(self, template_dir: str | None = None) -> None:
+    :param template_dir: A directory of Jinja2 templates replacing the packaged ones.
+    :param reply_style: The vector format the reply-format line asks for (``"indexed"`` or ``"list"``, see
+        :meth:`ParameterSpace.format`); history vectors are rendered by the caller in the same style.
+    """
+
+    def __init__(self, template_dir: str | None = None, reply_style: ReplyStyle = "indexed") -> None:
+        if reply_style not in REPLY_STYLES:
+            raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
+        self.reply_style: ReplyStyle = reply_style
         loader: jinja2.BaseLoader
         if template_dir is None:
             loader = jinja2.PackageLoader("sb3_r2po", "prompts/templates")
@@ -84,11 +93,12 @@ class PromptBuilder:
     def _render(self, name: str, **values: Any) -> str:
         return self.env.get_template(name).render(**values).strip() + "\n"
 
-    @staticmethod
-    def _example(space: ParameterSpace) -> str:
-        if space.size <= 3:
-            return ", ".join(f"params[{i}]: <value>" for i in range(space.size))
-        return f"params[0]: <value>, params[1]: <value>, ..., params[{space.size - 1}]: <value>"
+    def _example(self, space: ParameterSpace) -> str:
+        """The reply-format line: every value for up to 3 parameters, else the first two, an ellipsis and the last."""
+        shown = list(range(space.size)) if space.size <= 3 else [0, 1, None, space.size - 1]
+        if self.reply_style == "list":
+            return "params: [" + ", ".join("..." if i is None else "<value>" for i in shown) + "]"
+        return ", ".join("..." if i is None else f"params[{i}]: <value>" for i in shown)
 
     def _common(self, ctx: PromptContext) -> dict[str, Any]:
         values = {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name != "extra"}

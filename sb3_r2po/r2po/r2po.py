@@ -37,6 +37,7 @@ from stable_baselines3.common.utils import safe_mean
 
 from sb3_r2po.common.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.common.evidence import EvidencePackage, build_evidence, success_tolerance
+from sb3_r2po.common.parameters import REPLY_STYLES, ReplyStyle
 from sb3_r2po.common.racing import should_stop
 from sb3_r2po.common.rollouts import RolloutResult, run_episodes
 from sb3_r2po.diagnostics import diagnose_revision
@@ -91,6 +92,9 @@ class R2PO(BaseAlgorithm):
         best entries plus the ``history_recent`` most recent ones (``None`` for both: the whole history). Duplicate
         detection always uses the whole history.
     :param history_recent: See ``history_best_k``.
+    :param reply_style: How prompts write vectors (history, candidate) and which reply they ask for: ``"indexed"``
+        (``params[0]: v, params[1]: v, ...``, the reference's format) or ``"list"`` (``params: [v, v, ...]``, about 45 %
+        fewer tokens per vector; the shape the embedded backend's grammar enforces by default). The parser reads both.
     :param max_llm_retries: Re-asks after an unusable reply before falling back.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
     :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
@@ -141,6 +145,7 @@ class R2PO(BaseAlgorithm):
         fold_repeated_steps: bool = True,
         history_best_k: int | None = None,
         history_recent: int | None = None,
+        reply_style: ReplyStyle = "indexed",
         max_llm_retries: int = 1,
         prompt_template_dir: str | None = None,
         checkpoint_dir: str | None = None,
@@ -183,6 +188,8 @@ class R2PO(BaseAlgorithm):
             raise ValueError(f"racing_chunk must be >= 2 (the rule needs a standard deviation), got {racing_chunk}")
         if step_size <= 0:
             raise ValueError(f"step_size must be > 0, got {step_size}")
+        if reply_style not in REPLY_STYLES:
+            raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
         if llm is not None and _init_setup_model:  # load() rebuilds with defaults first, then sets the saved llm
             check_llm_spec(llm)
         get_variant(variant)
@@ -204,6 +211,7 @@ class R2PO(BaseAlgorithm):
         self.fold_repeated_steps = fold_repeated_steps
         self.history_best_k = history_best_k
         self.history_recent = history_recent
+        self.reply_style: ReplyStyle = reply_style
         self.max_llm_retries = max_llm_retries
         self.prompt_template_dir = prompt_template_dir
         self.checkpoint_dir = checkpoint_dir
@@ -335,7 +343,7 @@ class R2PO(BaseAlgorithm):
                 backend = RecordingBackend(backend, Path(self.checkpoint_dir) / "llm_calls.jsonl")
             self._backend = backend
         if self._prompts is None:
-            self._prompts = PromptBuilder(self.prompt_template_dir)
+            self._prompts = PromptBuilder(self.prompt_template_dir, self.reply_style)
         return self._backend
 
     # ------------------------------------------------------------------ history
@@ -492,7 +500,7 @@ class R2PO(BaseAlgorithm):
         return [self.history[i] for i in sorted(recent | best)]
 
     def _format(self, params: list[float] | np.ndarray) -> str:
-        return self.policy.parameter_space.format(np.asarray(params, dtype=np.float64))
+        return self.policy.parameter_space.format(np.asarray(params, dtype=np.float64), self.reply_style)
 
     def _ask(self, role: str, messages: list[dict[str, str]], check: Callable[[np.ndarray], str | None]) -> Answer:
         assert self._backend is not None and self._prompts is not None
