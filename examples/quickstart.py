@@ -19,6 +19,8 @@ from stable_baselines3.common.monitor import Monitor
 
 from sb3_r2po import R2PO
 
+LEAN_PROMPTS = dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2, reply_style="list")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,7 +29,11 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=65, help="episode budget, warm-up included (the paper: 4000)")
     parser.add_argument("--k", type=int, default=5, help="episodes per candidate (the paper uses 20)")
     parser.add_argument("--warmup", type=int, default=5, help="random candidates before the first iteration (paper: 20)")
-    parser.add_argument("--full-prompts", action="store_true", help="whole history and 40-step trajectories (slow on CPU)")
+    parser.add_argument(
+        "--full-prompts",
+        action="store_true",
+        help="the reference's prompts: whole history, 40-step trajectories, indexed vectors (slow on CPU)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="save the trained model to this path")
     args = parser.parse_args()
@@ -43,10 +49,9 @@ def main() -> None:
         tau_c=480,
         max_episodes=args.episodes,
         seed=args.seed,
-        # lean prompts for CPU models: the 8 best and 4 latest history entries, 20 trajectory steps, 2 digits
-        **(
-            {} if args.full_prompts else dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2)
-        ),
+        # lean prompts for CPU models: the 8 best and 4 latest history entries, 20 trajectory steps, 2 digits,
+        # vectors written as lists (params: [v, ...], the shape the embedded model's grammar enforces)
+        **({} if args.full_prompts else LEAN_PROMPTS),
         verbose=0,
     )
 

@@ -184,3 +184,21 @@ def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
     )
     model.learn(10**6)
     assert model.iteration > 1  # off by default
+
+
+def test_example_llm_reads_and_answers_list_style_prompts() -> None:
+    replies: list[str] = []
+
+    class Capturing(ExampleLLM):
+        def chat(self, messages, *, temperature=0.0):  # type: ignore[no-untyped-def]
+            reply = super().chat(messages, temperature=temperature)
+            replies.append(reply.text)
+            return reply
+
+    model = R2PO(
+        "MlpLinear", "CartPole-v1", llm=Capturing(seed=1), n_eval_episodes=5, warmup_episodes=10, seed=1, reply_style="list"
+    )
+    model.learn(total_timesteps=30_000)
+    assert any("Refining the best vector" in reply for reply in replies)  # it read the history back from the prompt
+    assert all("params: [" in reply and "params[0]" not in reply for reply in replies)  # the shape the prompt asked for
+    assert model.llm_stats["parse_failures"] == 0

@@ -20,11 +20,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.base import ChatReply, Message
 
-_HISTORY = re.compile(r"^(params\[0\][^\n;]*); mean return: (\S+)", re.M)
-_CANDIDATE = re.compile(r"## Candidate under review\n(params\[0\][^\n;]*); mean return: (\S+)")
+_VECTOR = r"params(?:\[0\]|: \[)[^\n;]*"  # a vector in either reply style, indexed or list
+_HISTORY = re.compile(rf"^({_VECTOR}); mean return: (\S+)", re.M)
+_CANDIDATE = re.compile(rf"## Candidate under review\n({_VECTOR}); mean return: (\S+)")
 _VALUE = re.compile(r"params\[\d+\]: (\S+?)(?:,|$)")
+_LIST_REPLY = "exactly like this:\nparams: ["
 _SIZE = re.compile(r"There are (\d+) parameters")
 _RANGE = re.compile(r"a number in \[(\S+), (\S+)\] written with (\d+) decimal")
 _CHOICES = re.compile(r"must be one of the values ([\d, -]+)\.")
@@ -32,6 +35,8 @@ _STEP = re.compile(r"(?:by about|at most) (\S+?) (?:each|per parameter)")
 
 
 def _vector(line: str) -> np.ndarray:
+    if line.startswith("params: ["):
+        return np.array([float(v) for v in line[len("params: [") :].rstrip("]").split(",")], dtype=np.float64)
     return np.array([float(v) for v in _VALUE.findall(line)], dtype=np.float64)
 
 
@@ -88,9 +93,8 @@ class ExampleLLM:
 
         if choices is None:
             theta = np.round(np.clip(theta, low, high), decimals)
-            values = ", ".join(f"params[{i}]: {v:.{decimals}f}" for i, v in enumerate(theta))
-        else:
-            values = ", ".join(f"params[{i}]: {int(v)}" for i, v in enumerate(theta))
+        space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
+        values = space.format(theta, "list" if _LIST_REPLY in prompt else "indexed")  # the reply shape the prompt asks for
         text = f"ExampleLLM (seeded local search, not a language model). {note}\n{values}"
         return ChatReply(text=text, seconds=time.perf_counter() - start)
 
