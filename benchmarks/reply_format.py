@@ -8,10 +8,14 @@
    space; a reply is *usable* when it parses and is not a vector of the history (Search) - for the Critic, an
    unchanged candidate is a legal "keep it" answer and is counted separately.
 
+``--reply-styles indexed list`` collects the prompts once per vector format of the prompts (``reply_style`` of R2PO:
+``params[0]: v, ...`` or ``params: [v, ...]``) and compares them; ``--grammar on`` leaves out the unconstrained replies.
+
 Usage::
 
     python benchmarks/reply_format.py --size 0.5b --n 10
     python benchmarks/reply_format.py --size 1.5b --n 10 --json out.json
+    python benchmarks/reply_format.py --size 0.5b --n 6 --reply-styles indexed list --grammar on
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def role_of(messages: list[dict[str, str]]) -> str | None:
     return next((role for role, start in ROLES.items() if system.startswith(start)), None)
 
 
-def collect_prompts(n: int, seed: int = 0) -> tuple[dict[str, list[list[dict[str, str]]]], Any]:
+def collect_prompts(n: int, seed: int = 0, reply_style: str = "indexed") -> tuple[dict[str, list[list[dict[str, str]]]], Any]:
     """``n`` first-attempt prompts per role from an R2PO run with the example stand-in, and the parameter space."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "calls.jsonl"
@@ -55,6 +59,7 @@ def collect_prompts(n: int, seed: int = 0) -> tuple[dict[str, list[list[dict[str
             warmup_episodes=5,
             seed=seed,
             max_episodes=5 + 10 * (n + 4),
+            reply_style=reply_style,
             **LEAN,
         )
         model.learn(10**9)
@@ -84,16 +89,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     parser.add_argument("--n", type=int, default=10, help="prompts per role")
+    parser.add_argument("--reply-styles", nargs="+", default=["indexed"], choices=["indexed", "list"])
+    parser.add_argument("--grammar", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    prompts, space = collect_prompts(args.n)
+    prompt_sets = {style: collect_prompts(args.n, reply_style=style) for style in args.reply_styles}
+    space = next(iter(prompt_sets.values()))[1]
     backend = EmbeddedBackend(args.size)
     backend.constrain(space)
     rows, calls = [], []
-    for grammar in (True, False):
+    for grammar, style in [(g == "on", s) for g in args.grammar for s in args.reply_styles]:
         backend.grammar = grammar
-        for role, convs in prompts.items():
+        for role, convs in prompt_sets[style][0].items():
             failures, repeats, degenerate, seconds, p_tok, c_tok = 0, 0, 0, [], [], []
             for i, messages in enumerate(convs):
                 start = time.perf_counter()
@@ -107,12 +115,15 @@ def main() -> None:
                 failures += int(not result.ok)
                 repeats += int(bool(repeat))
                 degenerate += int(result.ok and bool(np.all(result.params == result.params[0])))
-                calls.append({"grammar": grammar, "role": role, "i": i, "text": reply.text, "error": result.error})
+                calls.append(
+                    {"grammar": grammar, "style": style, "role": role, "i": i, "text": reply.text, "error": result.error}
+                )
                 status = "ok" if result.ok else f"FAIL ({result.error})"
-                print(f"[grammar={grammar} {role} {i}] {seconds[-1]:.1f} s {status}", file=sys.stderr, flush=True)
+                print(f"[grammar={grammar} {style} {role} {i}] {seconds[-1]:.1f} s {status}", file=sys.stderr, flush=True)
             rows.append(
                 {
                     "grammar": grammar,
+                    "style": style,
                     "role": role,
                     "n": len(convs),
                     "parse_failures": failures,
@@ -127,13 +138,14 @@ def main() -> None:
 
     print(f"\n{backend.spec.model}, R2PO's CartPole prompts (lean settings), greedy, one reply per prompt:\n")
     print(
-        "| grammar | prompt | parse failures | repeats a listed vector | all values equal | mean s/call | prompt tokens "
-        "| completion tokens |"
+        "| grammar | vectors in the prompt | prompt | parse failures | repeats a listed vector | all values equal "
+        "| mean s/call | prompt tokens | completion tokens |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| {'on' if r['grammar'] else 'off'} | {r['role']} | {r['parse_failures']}/{r['n']} | {r['repeats']}/{r['n']} "
+            f"| {'on' if r['grammar'] else 'off'} | {r['style']} | {r['role']} | {r['parse_failures']}/{r['n']} "
+            f"| {r['repeats']}/{r['n']} "
             f"| {r['all_equal']}/{r['n']} | {r['mean_s']:.1f} | {r['mean_prompt_tokens']:.0f} "
             f"| {r['mean_completion_tokens']:.0f} |"
         )
