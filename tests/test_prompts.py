@@ -133,3 +133,5 @@ def test_bad_reply_style_is_rejected() -> None:
         R2PO("MlpLinear", "CartPole-v1", llm="example", reply_style="json")
     with pytest.raises(ValueError, match="reply_style must be one of"):
         PromptBuilder(reply_style="json")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="style must be one of"):
+        ParameterSpace(2).format(np.zeros(2), "json")  # type: ignore[arg-type]
