@@ -5,7 +5,9 @@
 - ``lean``: the quickstart's settings: the 8 best and 4 most recent history entries, 20 trajectory steps (head and
   tail), 2 digits, repeated steps folded;
 - ``lean-list``: ``lean`` with vectors written as lists (``reply_style="list"``: ``params: [v, v, ...]`` in the history,
-  the candidate and the reply format), the shape the embedded backend's grammar enforces.
+  the candidate and the reply format), the shape the embedded backend's grammar enforces;
+- ``tight``: the setting that keeps Swimmer's Critic prompt under 3000 tokens at iteration 100 (``prompt_tokens.py``):
+  the 5 best and 3 most recent history entries, 12 trajectory steps, 2 digits, folding, list-style vectors.
 
 For each setting the seeds train together (``sb3_r2po.lockstep.learn_in_lockstep``, one loaded model). Printed per
 setting, mean +- std over seeds: the best K-episode mean, the mean return of the iterations' kept candidates,
@@ -47,6 +49,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 SETTINGS["lean-list"] = {**SETTINGS["lean"], "reply_style": "list"}
+SETTINGS["tight"] = {**SETTINGS["lean-list"], "history_best_k": 5, "history_recent": 3, "max_trajectory_steps": 12}
 
 
 def mean_std(values: list[float]) -> str:
