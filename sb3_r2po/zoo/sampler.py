@@ -18,6 +18,7 @@ SEARCH_SPACE: dict[str, list[Any]] = {
     "n_eval_episodes": [5, 10, 20],
     "temperature": [0.0, 0.3, 0.7, 1.0],
     "max_trajectory_steps": [20, 40, 80],
+    "reply_style": ["indexed", "list"],
 }
 """The sampled R2PO hyperparameters and their choices (categorical: the paper's values are among them)."""
 
