@@ -31,9 +31,9 @@ SETTINGS = {
     "compact": dict(history_best_k=10, history_recent=10, trajectory_digits=2),
     "lean": dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2),
     "minimal": dict(history_best_k=5, history_recent=3, max_trajectory_steps=16, trajectory_digits=2),
-    "minimal-list": dict(history_best_k=5, history_recent=3, max_trajectory_steps=16, trajectory_digits=2, reply_style="list"),
-    "tight": dict(history_best_k=5, history_recent=3, max_trajectory_steps=12, trajectory_digits=2, reply_style="list"),
 }
+SETTINGS["minimal-list"] = {**SETTINGS["minimal"], "reply_style": "list"}
+SETTINGS["tight"] = {**SETTINGS["minimal-list"], "max_trajectory_steps": 12}
 ENVS = {
     "CartPole-v1": dict(target_return=500, tau_c=480, step_size=1.0, warmup_episodes=20),
     "Swimmer-v5": dict(target_return=250, tau_c=230, step_size=0.1, warmup_episodes=100),

@@ -60,9 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
-from sb3_r2po.llm.grammar import REPLY_STYLES, ReplyStyle, compile_grammar, max_reply_chars, parameter_grammar
+from sb3_r2po.llm.grammar import compile_grammar, max_reply_chars, parameter_grammar
 
 logger = logging.getLogger(__name__)
 

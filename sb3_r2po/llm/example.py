@@ -21,23 +21,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.parsing import parse_params
 from sb3_r2po.llm.base import ChatReply, Message
 
 _VECTOR = r"params(?:\[0\]|: \[)[^\n;]*"  # a vector in either reply style, indexed or list
 _HISTORY = re.compile(rf"^({_VECTOR}); mean return: (\S+)", re.M)
 _CANDIDATE = re.compile(rf"## Candidate under review\n({_VECTOR}); mean return: (\S+)")
-_VALUE = re.compile(r"params\[\d+\]: (\S+?)(?:,|$)")
 _LIST_REPLY = "exactly like this:\nparams: ["
 _SIZE = re.compile(r"There are (\d+) parameters")
 _RANGE = re.compile(r"a number in \[(\S+), (\S+)\] written with (\d+) decimal")
 _CHOICES = re.compile(r"must be one of the values ([\d, -]+)\.")
 _STEP = re.compile(r"(?:by about|at most) (\S+?) (?:each|per parameter)")
-
-
-def _vector(line: str) -> np.ndarray:
-    if line.startswith("params: ["):
-        return np.array([float(v) for v in line[len("params: [") :].rstrip("]").split(",")], dtype=np.float64)
-    return np.array([float(v) for v in _VALUE.findall(line)], dtype=np.float64)
 
 
 class ExampleLLM:
@@ -71,18 +65,19 @@ class ExampleLLM:
             if range_match
             else (-6.0, 6.0, 1)
         )
+        space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
 
         candidate = _CANDIDATE.search(prompt)
         if candidate is not None:
-            theta = _vector(candidate.group(1))
+            theta = parse_params(candidate.group(1), space).params
             if "is at or above this threshold" in prompt:
                 note = "The candidate meets the revision threshold: keeping it unchanged."
             else:
                 theta = self._edit(theta, rng, step / 2, choices, n_changes=max(1, size // 4))
                 note = "Small edit of the candidate."
         else:
-            history = [(_vector(line), float(ret)) for line, ret in _HISTORY.findall(prompt)]
-            history = [(v, r) for v, r in history if v.size == size]
+            history = [(parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt)]
+            history = [(v, r) for v, r in history if v is not None]
             if not history or rng.random() < self.explore:
                 theta = self._random(rng, size, choices)
                 note = "Exploring a random vector."
@@ -93,7 +88,6 @@ class ExampleLLM:
 
         if choices is None:
             theta = np.round(np.clip(theta, low, high), decimals)
-        space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
         values = space.format(theta, "list" if _LIST_REPLY in prompt else "indexed")  # the reply shape the prompt asks for
         text = f"ExampleLLM (seeded local search, not a language model). {note}\n{values}"
         return ChatReply(text=text, seconds=time.perf_counter() - start)
