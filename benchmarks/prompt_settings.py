@@ -7,7 +7,10 @@
 - ``lean-list``: ``lean`` with vectors written as lists (``reply_style="list"``: ``params: [v, v, ...]`` in the history,
   the candidate and the reply format), the shape the embedded backend's grammar enforces;
 - ``tight``: the setting that keeps Swimmer's Critic prompt under 3000 tokens at iteration 100 (``prompt_tokens.py``):
-  the 5 best and 3 most recent history entries, 12 trajectory steps, 2 digits, folding, list-style vectors.
+  the 5 best and 3 most recent history entries, 12 trajectory steps, 2 digits, folding, list-style vectors;
+- ``trajectory-only``, ``digits-only``, ``history-only``, ``list-only``: ``full`` with one of ``lean``'s changes
+  (20 trajectory steps with folding; 2 digits; the 8 best and 4 most recent history entries; list-style vectors),
+  so each sub-setting's effect on results is measured alone.
 
 For each setting the seeds train together (``sb3_r2po.lockstep.learn_in_lockstep``, one loaded model). Printed per
 setting, mean +- std over seeds: the best K-episode mean, the mean return of the iterations' kept candidates,
@@ -50,6 +53,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 SETTINGS["lean-list"] = {**SETTINGS["lean"], "reply_style": "list"}
 SETTINGS["tight"] = {**SETTINGS["lean-list"], "history_best_k": 5, "history_recent": 3, "max_trajectory_steps": 12}
+SETTINGS["trajectory-only"] = {**SETTINGS["full"], "max_trajectory_steps": 20, "fold_repeated_steps": True}
+SETTINGS["digits-only"] = {**SETTINGS["full"], "trajectory_digits": 2}
+SETTINGS["history-only"] = {**SETTINGS["full"], "history_best_k": 8, "history_recent": 4}
+SETTINGS["list-only"] = {**SETTINGS["full"], "reply_style": "list"}
 
 
 def mean_std(values: list[float]) -> str:
