@@ -1,13 +1,15 @@
 """What lean prompts cost in results: R2PO on CartPole with full vs compact prompts, same LLM, same seeds.
 
-- ``full``: the whole history in every prompt, whole trajectories (no step budget), 3 significant digits,
-  no folding of repeated steps (the reference's rendering);
-- ``lean``: the quickstart's settings: the 8 best and 4 most recent history entries, 20 trajectory steps (head and
-  tail), 2 digits, repeated steps folded;
-- ``lean-list``: ``lean`` with vectors written as lists (``reply_style="list"``: ``params: [v, v, ...]`` in the history,
-  the candidate and the reply format), the shape the embedded backend's grammar enforces;
-- ``tight``: the setting that keeps Swimmer's Critic prompt under 3000 tokens at iteration 100 (``prompt_tokens.py``):
-  the 5 best and 3 most recent history entries, 12 trajectory steps, 2 digits, folding, list-style vectors;
+- ``full``: the ``full`` preset (``sb3_r2po.prompts``): the whole history in every prompt, whole trajectories (no
+  step budget), 3 significant digits, no folding of repeated steps, indexed vectors (the reference's rendering);
+- ``lean``: the ``lean`` preset with indexed vectors (``params[0]: v, ...``): the 8 best and 4 most recent history
+  entries, 20 trajectory steps (head and tail), 2 digits, repeated steps folded;
+- ``lean-list``: the ``lean`` preset (the quickstart's): ``lean`` with vectors written as lists
+  (``reply_style="list"``: ``params: [v, v, ...]`` in the history, the candidate and the reply format), the shape the
+  embedded backend's grammar enforces;
+- ``tight``: the ``tight`` preset, which keeps Swimmer's Critic prompt under 3000 tokens at iteration 100
+  (``prompt_tokens.py``): the 5 best and 3 most recent history entries, 12 trajectory steps, 2 digits, folding,
+  list-style vectors;
 - ``trajectory-only``, ``digits-only``, ``history-only``, ``list-only``: ``full`` with one of ``lean``'s changes
   (20 trajectory steps with folding; 2 digits; the 8 best and 4 most recent history entries; list-style vectors),
   so each sub-setting's effect on results is measured alone.
@@ -30,6 +32,7 @@ LLM, seeds and budget: checked) instead of training them again; the table marks 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import time
@@ -40,23 +43,24 @@ import numpy as np
 
 from sb3_r2po import R2PO
 from sb3_r2po.lockstep import learn_in_lockstep
+from sb3_r2po.prompts import prompt_preset
 
 SETTINGS: dict[str, dict[str, Any]] = {
-    "full": {"max_trajectory_steps": None, "trajectory_digits": 3, "fold_repeated_steps": False},
-    "lean": {
-        "history_best_k": 8,
-        "history_recent": 4,
-        "max_trajectory_steps": 20,
-        "trajectory_digits": 2,
-        "fold_repeated_steps": True,
-    },
+    "full": prompt_preset("full"),
+    "lean": {**prompt_preset("lean"), "reply_style": "indexed"},
+    "lean-list": prompt_preset("lean"),
+    "tight": prompt_preset("tight"),
 }
-SETTINGS["lean-list"] = {**SETTINGS["lean"], "reply_style": "list"}
-SETTINGS["tight"] = {**SETTINGS["lean-list"], "history_best_k": 5, "history_recent": 3, "max_trajectory_steps": 12}
 SETTINGS["trajectory-only"] = {**SETTINGS["full"], "max_trajectory_steps": 20, "fold_repeated_steps": True}
 SETTINGS["digits-only"] = {**SETTINGS["full"], "trajectory_digits": 2}
 SETTINGS["history-only"] = {**SETTINGS["full"], "history_best_k": 8, "history_recent": 4}
 SETTINGS["list-only"] = {**SETTINGS["full"], "reply_style": "list"}
+
+
+def same_prompts(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two settings give the same R2PO (keys left out take R2PO's defaults)."""
+    defaults = {name: p.default for name, p in inspect.signature(R2PO).parameters.items()}
+    return {**defaults, **a} == {**defaults, **b}
 
 
 def mean_std(values: list[float]) -> str:
@@ -80,7 +84,8 @@ def main() -> None:
     reused = {}
     if args.reuse and Path(args.reuse).exists():
         for row in json.loads(Path(args.reuse).read_text()):
-            if row["settings"] == SETTINGS.get(row["setting"]) and row.get("args") == run_args:
+            known = row["setting"] in SETTINGS and same_prompts(row["settings"], SETTINGS[row["setting"]])
+            if known and row.get("args") == run_args:
                 reused[row["setting"]] = {**row, "args": run_args, "reused": True}
 
     rows = [reused[name] for name in reused if name not in args.settings]

@@ -10,10 +10,11 @@ the goal is <= 3000 tokens per Critic prompt at iteration 100. Each setting is o
 - ``paper-like``: the whole trajectory (``max_trajectory_steps=None``), no folding, 4 significant figures, whole history;
 - ``default``: 40 trajectory steps (head and tail), folding of repeated steps, 3 significant figures, whole history;
 - ``compact``: ``default`` plus history compression (``history_best_k=10``, ``history_recent=10``) and 2 figures;
-- ``lean``: the quickstart's settings: the 8 best plus the 4 latest history entries, 20 trajectory steps, 2 figures;
-- ``minimal``: the 5 best plus the 3 latest history entries, 16 trajectory steps, 2 figures;
+- ``lean``: the ``lean`` preset (``sb3_r2po.prompts``) with indexed vectors: the 8 best plus the 4 latest history
+  entries, 20 trajectory steps, 2 figures;
+- ``minimal``: the 5 best plus the 3 latest history entries, 16 trajectory steps, 2 figures, indexed vectors;
 - ``minimal-list``: ``minimal`` with vectors written as lists (``reply_style="list"``: ``params: [v, v, ...]``);
-- ``tight``: ``minimal-list`` with 12 trajectory steps.
+- ``tight``: the ``tight`` preset: ``minimal-list`` with 12 trajectory steps.
 
 Tokens are counted with the GGUF's own tokenizer (llama-cpp-python, ``vocab_only``), chat template excluded.
 """
@@ -24,16 +25,17 @@ import argparse
 from collections.abc import Sequence
 
 from sb3_r2po import R2PO, ChatReply, ExampleLLM
+from sb3_r2po.prompts import prompt_preset
 
 SETTINGS = {
     "paper-like": dict(max_trajectory_steps=None, fold_repeated_steps=False, trajectory_digits=4),
     "default": dict(),
     "compact": dict(history_best_k=10, history_recent=10, trajectory_digits=2),
-    "lean": dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2),
-    "minimal": dict(history_best_k=5, history_recent=3, max_trajectory_steps=16, trajectory_digits=2),
+    "lean": {**prompt_preset("lean"), "reply_style": "indexed"},
+    "minimal": {**prompt_preset("tight"), "max_trajectory_steps": 16, "reply_style": "indexed"},
 }
 SETTINGS["minimal-list"] = {**SETTINGS["minimal"], "reply_style": "list"}
-SETTINGS["tight"] = {**SETTINGS["minimal-list"], "max_trajectory_steps": 12}
+SETTINGS["tight"] = prompt_preset("tight")
 ENVS = {
     "CartPole-v1": dict(target_return=500, tau_c=480, step_size=1.0, warmup_episodes=20),
     "Swimmer-v5": dict(target_return=250, tau_c=230, step_size=0.1, warmup_episodes=100),

@@ -35,9 +35,10 @@ from sb3_r2po import R2PO, ExampleLLM
 from sb3_r2po.common.parsing import parse_params
 from sb3_r2po.llm.embedded import EmbeddedBackend
 from sb3_r2po.llm.recording import RecordingBackend, read_records
+from sb3_r2po.prompts import prompt_preset
 
-LEAN = {"history_best_k": 8, "history_recent": 4, "max_trajectory_steps": 20, "trajectory_digits": 2}
-"""The quickstart's lean prompt settings (examples/quickstart.py)."""
+LEAN = {key: value for key, value in prompt_preset("lean").items() if key != "reply_style"}
+"""The quickstart's lean prompt settings (the ``lean`` preset), the reply style left to the caller."""
 
 ROLES = {"search": "You are the Search step", "critic": "You are the Critic step"}
 

@@ -18,8 +18,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 
 from sb3_r2po import R2PO
-
-LEAN_PROMPTS = dict(history_best_k=8, history_recent=4, max_trajectory_steps=20, trajectory_digits=2, reply_style="list")
+from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 
 
 def main() -> None:
@@ -30,9 +29,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=5, help="episodes per candidate (the paper uses 20)")
     parser.add_argument("--warmup", type=int, default=5, help="random candidates before the first iteration (paper: 20)")
     parser.add_argument(
-        "--full-prompts",
-        action="store_true",
-        help="the reference's prompts: whole history, 40-step trajectories, indexed vectors (slow on CPU)",
+        "--prompts",
+        default="lean",
+        choices=list(PROMPT_PRESETS),
+        help="prompt preset: lean (default, for CPU models), tight, or full (the reference's: whole history and "
+        "trajectories, slow on CPU)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="save the trained model to this path")
@@ -51,7 +52,7 @@ def main() -> None:
         seed=args.seed,
         # lean prompts for CPU models: the 8 best and 4 latest history entries, 20 trajectory steps, 2 digits,
         # vectors written as lists (params: [v, ...], the shape the embedded model's grammar enforces)
-        **({} if args.full_prompts else LEAN_PROMPTS),
+        **prompt_preset(args.prompts),
         verbose=0,
     )
 

@@ -6,6 +6,7 @@ from sb3_r2po import R2PO
 from sb3_r2po.common.evidence import build_evidence
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.rollouts import Episode
+from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import TaskDescription
 
@@ -135,3 +136,30 @@ def test_bad_reply_style_is_rejected() -> None:
         PromptBuilder(reply_style="json")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="style must be one of"):
         ParameterSpace(2).format(np.zeros(2), "json")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(PROMPT_PRESETS))
+def test_prompt_preset_sets_every_prompt_parameter(name: str) -> None:
+    settings = prompt_preset(name)
+    model = R2PO("MlpLinear", "CartPole-v1", llm="example", **settings)
+    assert {key: getattr(model, key) for key in settings} == settings
+    settings["history_best_k"] = 99  # a copy: the preset itself is unchanged
+    assert prompt_preset(name)["history_best_k"] != 99
+
+
+def test_prompt_presets_shrink_the_critic_prompt_in_order() -> None:
+    sizes = {}
+    for name in ("full", "lean", "tight"):
+        llm = ScriptedLLM([vector(*([0.1 * (i % 7)] * 9 + [i / 10])) for i in range(1, 40)])
+        budget = dict(n_eval_episodes=1, warmup_episodes=6, seed=0, max_episodes=26)
+        model = R2PO("MlpLinear", "CartPole-v1", llm=llm, **budget, **prompt_preset(name))
+        model.learn(10**6)
+        critics = [call[1]["content"] for call in llm.calls if "Critic" in call[0]["content"]]
+        assert len(model.history) > 12  # more entries than lean (8 + 4) or tight (5 + 3) show
+        sizes[name] = len(critics[-1])
+    assert sizes["full"] > sizes["lean"] > sizes["tight"]
+
+
+def test_unknown_prompt_preset_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown prompt preset 'huge'; choose one of"):
+        prompt_preset("huge")

@@ -1,0 +1,62 @@
+"""Named prompt settings: how much history and trajectory R2PO's prompts show, and how vectors are written.
+
+Each preset fixes all six of R2PO's prompt-rendering parameters, so it reads the same whatever the defaults::
+
+    from sb3_r2po import R2PO
+    from sb3_r2po.prompts import prompt_preset
+
+    model = R2PO("MlpLinear", "Swimmer-v5", llm="embedded", **prompt_preset("tight"))
+
+Measured sizes and results of each preset: ``docs/performance.md`` (``benchmarks/prompt_tokens.py`` and
+``benchmarks/prompt_settings.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROMPT_PRESETS: dict[str, dict[str, Any]] = {
+    # The reference implementation's rendering: the whole history, whole trajectories, 3 figures, indexed vectors.
+    "full": {
+        "history_best_k": None,
+        "history_recent": None,
+        "max_trajectory_steps": None,
+        "trajectory_digits": 3,
+        "fold_repeated_steps": False,
+        "reply_style": "indexed",
+    },
+    # For CPU models (the quickstart's): the 8 best and 4 latest history entries, 20 trajectory steps (head and
+    # tail), 2 figures, repeated steps folded, vectors written as lists (params: [v, ...]).
+    "lean": {
+        "history_best_k": 8,
+        "history_recent": 4,
+        "max_trajectory_steps": 20,
+        "trajectory_digits": 2,
+        "fold_repeated_steps": True,
+        "reply_style": "list",
+    },
+    # Long episodes: keeps Swimmer's Critic prompt under 3000 tokens at iteration 100 (5 best + 3 latest, 12 steps).
+    "tight": {
+        "history_best_k": 5,
+        "history_recent": 3,
+        "max_trajectory_steps": 12,
+        "trajectory_digits": 2,
+        "fold_repeated_steps": True,
+        "reply_style": "list",
+    },
+}
+"""The presets by name: each maps R2PO's prompt parameters to their values."""
+
+
+def prompt_preset(name: str) -> dict[str, Any]:
+    """
+    The R2PO keyword arguments of a named prompt preset (a copy: change it freely).
+
+    :param name: One of ``PROMPT_PRESETS``: ``"full"``, ``"lean"`` or ``"tight"``.
+    :return: ``history_best_k``, ``history_recent``, ``max_trajectory_steps``, ``trajectory_digits``,
+        ``fold_repeated_steps`` and ``reply_style``.
+    :raises ValueError: for an unknown name.
+    """
+    if name not in PROMPT_PRESETS:
+        raise ValueError(f"unknown prompt preset {name!r}; choose one of {sorted(PROMPT_PRESETS)}")
+    return dict(PROMPT_PRESETS[name])
