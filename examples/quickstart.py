@@ -50,8 +50,8 @@ def main() -> None:
         tau_c=480,
         max_episodes=args.episodes,
         seed=args.seed,
-        # lean prompts for CPU models: the 8 best and 4 latest history entries, 20 trajectory steps, 2 digits,
-        # vectors written as lists (params: [v, ...], the shape the embedded model's grammar enforces)
+        # prompt size; the default "lean" preset, for CPU models: the 8 best and 4 latest history entries,
+        # 20 trajectory steps, 2 digits, vectors written as lists (params: [v, ...], what the embedded grammar enforces)
         **prompt_preset(args.prompts),
         verbose=0,
     )
