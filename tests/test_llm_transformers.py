@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 import torch
-from tiny_gptoss import CARTPOLE_FINAL, DEFAULT_FINAL, harmony_reply, one_torch_thread, shared_tokenizer, tiny_model
+from tiny_gptoss import (
+    CARTPOLE_FINAL,
+    DEFAULT_FINAL,
+    harmony_reply,
+    one_torch_thread,
+    shared_tokenizer,
+    spy_generate,
+    tiny_model,
+)
 
 import sb3_r2po
 import sb3_r2po.llm.transformers_backend as tb
@@ -45,20 +53,6 @@ def random_dir() -> Path:
 @pytest.fixture(scope="module")
 def backend(tiny_dir: Path) -> TransformersBackend:
     return TransformersBackend(str(tiny_dir), max_new_tokens=64, reasoning_effort="medium")
-
-
-def _count_generate(monkeypatch: pytest.MonkeyPatch, backend: TransformersBackend) -> list[int]:
-    """Wrap the model's generate to record the batch size of each call."""
-    model = backend.pipeline.model
-    original = model.generate
-    calls: list[int] = []
-
-    def generate(*args: Any, **kwargs: Any) -> Any:
-        calls.append(int(kwargs["input_ids"].shape[0]))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "generate", generate)
-    return calls
 
 
 def test_construction_is_lazy(tiny_dir: Path) -> None:
@@ -105,14 +99,14 @@ def test_reasoning_effort_reaches_the_chat_template(tiny_dir: Path, monkeypatch:
 
 
 def test_chat_batch_is_one_generate_call(backend: TransformersBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _count_generate(monkeypatch, backend)
+    calls = spy_generate(monkeypatch, backend.pipeline.model)
     convs = [
         [{"role": "user", "content": "short"}],
         [{"role": "system", "content": "You propose policies."}, {"role": "user", "content": "a longer prompt " * 8}],
         [{"role": "user", "content": "params: [0.1, 0.2] mean return 12.5"}],
     ]
     replies = backend.chat_batch(convs)
-    assert calls == [3]
+    assert [int(ids.shape[0]) for ids in calls] == [3]
     assert [r.text for r in replies] == [DEFAULT_FINAL] * 3
     assert len({r.prompt_tokens for r in replies}) == 3  # left padding does not count as prompt
     assert all(r.completion_tokens == replies[0].completion_tokens for r in replies)
@@ -122,7 +116,7 @@ def test_missing_final_channel_is_retried_with_more_budget_and_less_effort(
     tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b = TransformersBackend(str(tiny_dir), max_new_tokens=8, retry_budget_factor=6.0, reasoning_effort="high")
-    calls = _count_generate(monkeypatch, b)
+    calls = spy_generate(monkeypatch, b.pipeline.model)
     efforts: list[Any] = []
     original = b._template_kwargs
     monkeypatch.setattr(b, "_template_kwargs", lambda effort: efforts.append(effort) or original(effort))

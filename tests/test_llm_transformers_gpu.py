@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_gptoss import DEFAULT_FINAL, tiny_model
+from tiny_gptoss import DEFAULT_FINAL, spy_generate, tiny_model
 
 from sb3_r2po.llm.transformers_backend import TransformersBackend
 
@@ -46,18 +46,10 @@ def test_model_is_placed_on_the_gpu_with_the_dtype_asked(tiny_dir: Path, device_
 def test_gpu_batch_gives_the_sequential_replies_in_one_generate_call(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = TransformersBackend(str(tiny_dir), max_new_tokens=64, device="cuda")
     sequential = [backend.chat(conv) for conv in CONVERSATIONS]
-    model = backend.pipeline.model
-    original = model.generate
-    sizes: list[int] = []
-
-    def generate(*args, **kwargs):
-        sizes.append(int(kwargs["input_ids"].shape[0]))
-        assert kwargs["input_ids"].device.type == "cuda"
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "generate", generate)
+    calls = spy_generate(monkeypatch, backend.pipeline.model)
     batched = backend.chat_batch(CONVERSATIONS)
-    assert sizes == [len(CONVERSATIONS)]
+    assert [int(ids.shape[0]) for ids in calls] == [len(CONVERSATIONS)]
+    assert all(ids.device.type == "cuda" for ids in calls)
     assert [r.text for r in batched] == [r.text for r in sequential] == [DEFAULT_FINAL] * len(CONVERSATIONS)
     assert [r.prompt_tokens for r in batched] == [r.prompt_tokens for r in sequential]
 

@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -320,6 +321,19 @@ def one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def spy_generate(monkeypatch: Any, model: Any) -> list[torch.Tensor]:
+    """Wrap ``model.generate`` (undone with ``monkeypatch``); the returned list gets the ``input_ids`` of each call."""
+    original = model.generate
+    calls: list[torch.Tensor] = []
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs["input_ids"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", generate)
+    return calls
 
 
 @functools.cache
