@@ -13,6 +13,9 @@ Usage (one command)::
 
     python benchmarks/sample_efficiency.py --llm embedded --r2po-budget 60 --baseline-budget 400
 
+``--prompts lean`` (or ``full``, ``tight``) gives R2PO a prompt preset (:func:`sb3_r2po.prompts.prompt_preset`);
+without it R2PO keeps the prompt settings of ``zoo_configs/r2po.yml`` (R2PO's defaults).
+
 An existing ``python -m sb3_r2po.compare`` output with the same R2PO settings can stand in for the R2PO runs
 (``--r2po-runs comparison/runs.json``): the settings are checked and the table says where the runs came from.
 """
@@ -58,6 +61,7 @@ def main() -> None:
     parser.add_argument("--r2po-budget", type=int, default=60)
     parser.add_argument("--n-eval-episodes", type=int, default=5)
     parser.add_argument("--warmup-episodes", type=int, default=10)
+    parser.add_argument("--prompts", default=None, help="R2PO's prompt preset (full, lean, tight); default: R2PO's own")
     parser.add_argument("--baseline-budget", type=int, default=400)
     parser.add_argument("--r2po-runs", default=None, help="reuse the R2PO runs of this compare runs.json")
     parser.add_argument("--json", default=None)
@@ -77,6 +81,7 @@ def main() -> None:
         "n_eval_episodes": args.n_eval_episodes,
         "warmup_episodes": args.warmup_episodes,
         "seeds": args.seeds,
+        "prompts": args.prompts,
     }
     if args.r2po_runs:
         r2po = r2po_runs_from(Path(args.r2po_runs), r2po_settings)
@@ -93,6 +98,7 @@ def main() -> None:
             n_eval_episodes=args.n_eval_episodes,
             warmup_episodes=args.warmup_episodes,
             progress=False,
+            prompts=args.prompts,
         )
         r2po = result["runs"]
         source = "run now"
@@ -117,7 +123,8 @@ def main() -> None:
             }
         )
 
-    label = {"r2po": f"R2PO (`{args.llm}`, task description, K={args.n_eval_episodes})", "ars": "ARS", "ppo": "PPO"}
+    prompts = f", `{args.prompts}` prompts" if args.prompts else ""
+    label = {"r2po": f"R2PO (`{args.llm}`, task description, K={args.n_eval_episodes}{prompts})", "ars": "ARS", "ppo": "PPO"}
     goal = f"the {WINDOW}-episode rolling mean reaches {THRESHOLD:g}"
     print(f"\nCartPole-v1, training episodes until {goal}, seeds {args.seeds}:\n")
     print("| method | budget (episodes) | episodes to 475, per seed | best rolling mean, per seed | reference (issue) |")

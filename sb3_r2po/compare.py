@@ -65,6 +65,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from tqdm.auto import tqdm
 
 from sb3_r2po.ablate import _is_tabular, _mean_std, _version
+from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 from sb3_r2po.variants import VARIANTS
 from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, register_r2po, resolve_train_args
 
@@ -162,10 +163,21 @@ def default_threshold(env_id: str) -> float | None:
 
 
 def r2po_overrides(
-    method: str, env_id: str, llm: str, budget: int, n_eval_episodes: int | None, warmup_episodes: int | None
+    method: str,
+    env_id: str,
+    llm: str,
+    budget: int,
+    n_eval_episodes: int | None,
+    warmup_episodes: int | None,
+    prompts: str | None = None,
 ) -> dict[str, Any]:
-    """The R2PO hyperparameters set on top of ``zoo_configs/r2po.yml``: the LLM, the variant and the budget."""
+    """
+    The R2PO hyperparameters set on top of ``zoo_configs/r2po.yml``: the LLM, the variant, the budget and, when
+    ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its six prompt parameters.
+    """
     overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget}
+    if prompts is not None:
+        overrides.update(prompt_preset(prompts))
     if n_eval_episodes is not None:
         overrides["n_eval_episodes"] = n_eval_episodes
     if warmup_episodes is not None:
@@ -282,6 +294,7 @@ def prepare_run(
     warmup_episodes: int | None = None,
     device: str = "cpu",
     progress: bool = False,
+    prompts: str | None = None,
 ) -> PreparedRun:
     """Build one method's model on one seed with RL Zoo's ``ExperimentManager`` (arguments as :func:`run_seeds`)."""
     register_r2po()  # before the zoo's modules are imported (they share ALGOS)
@@ -293,7 +306,7 @@ def prepare_run(
     if algo == ALGO_NAME:
         if llm is None:
             raise ValueError(f"method {method!r} needs an llm string")
-        custom = r2po_overrides(method, env_id, llm, budget, n_eval_episodes, warmup_episodes)
+        custom = r2po_overrides(method, env_id, llm, budget, n_eval_episodes, warmup_episodes, prompts)
     cap, add_cap = episode_cap(env_id)
     env_kwargs = None
     if add_cap:  # an env without a time limit: every method gets the same cap (merged with the file's env_kwargs)
@@ -365,6 +378,7 @@ def run_seeds(
     device: str = "cpu",
     progress: bool = False,
     lockstep: bool = False,
+    prompts: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """
     Train one method on each seed until the episode budget is spent; yield each run's training episodes as it ends.
@@ -380,13 +394,14 @@ def run_seeds(
     :param progress: Show a per-episode progress bar.
     :param lockstep: Train the seeds together, their LLM calls sent as batches (:func:`sb3_r2po.lockstep.learn_in_lockstep`;
         R2PO methods only); each run's ``wall_time_s`` is then the shared one. Otherwise one seed after another.
+    :param prompts: R2PO's prompt preset (:data:`sb3_r2po.prompts.PROMPT_PRESETS`); ``None``: the file's settings.
     :return: Per run: ``method``, ``algo``, ``seed``, ``returns`` and ``lengths`` (the first ``budget`` training episodes,
         in order), ``episodes_run``, ``timesteps``, ``horizon``, ``wall_time_s``, ``hyperparams`` (as the zoo read them)
         and ``hyperparams_file``; R2PO runs add ``iterations`` and ``llm_calls``.
     """
 
     def prepare(seed: int) -> PreparedRun:
-        return prepare_run(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress)
+        return prepare_run(method, env_id, seed, budget, llm, n_eval_episodes, warmup_episodes, device, progress, prompts)
 
     if lockstep:
         from sb3_r2po.lockstep import learn_in_lockstep
@@ -594,7 +609,9 @@ def report(result: dict[str, Any]) -> str:
         "run). The files' `callback` entries are replaced by the episode budget.",
     ]
     if any(m in R2PO_METHODS for m in s["methods"]):
-        lines += ["", f"R2PO's LLM: `{s['llm']}`."]
+        preset = s.get("prompts")
+        prompts = f"the prompt preset `{preset}`" if preset else "the prompt settings of the hyperparameter file"
+        lines += ["", f"R2PO's LLM: `{s['llm']}`, with {prompts}."]
         if s.get("lockstep"):
             lines += [
                 "",
@@ -645,6 +662,7 @@ def run_comparison(
     progress: bool = True,
     command: str = "",
     lockstep: bool = False,
+    prompts: str | None = None,
 ) -> dict[str, Any]:
     """
     Run every method on every seed (method by method; with ``lockstep`` the seeds of an R2PO method train together,
@@ -657,6 +675,8 @@ def run_comparison(
         method_algo(method)  # fail on an unknown method before anything runs
     if llm is None and any(m in R2PO_METHODS for m in methods):
         raise ValueError("R2PO methods need an llm string (--llm)")
+    if prompts is not None:
+        prompt_preset(prompts)  # fail on an unknown preset before anything runs
     threshold_source = "given"
     if threshold is None:
         threshold = default_threshold(env_id)
@@ -688,6 +708,7 @@ def run_comparison(
         "warmup_episodes": warmup_episodes,
         "torch_threads": _torch_threads(),
         "lockstep": lockstep,
+        "prompts": prompts,
     }
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
@@ -695,7 +716,7 @@ def run_comparison(
         for method in methods:
             together = lockstep and method in R2PO_METHODS and len(seeds) > 1
             for run in run_seeds(
-                method, env_id, seeds, budget, llm, n_eval_episodes, warmup_episodes, device, progress, together
+                method, env_id, seeds, budget, llm, n_eval_episodes, warmup_episodes, device, progress, together, prompts
             ):
                 stats = summarize(run["returns"], window, threshold)
                 bar.write(
@@ -748,6 +769,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--llm", default=None, help="R2PO's llm string (example[:seed], a server URL, ...)")
     parser.add_argument("--n-eval-episodes", type=int, default=None, help="R2PO's K (default: zoo_configs/r2po.yml)")
     parser.add_argument("--warmup-episodes", type=int, default=None, help="R2PO's warm-up (default: zoo_configs/r2po.yml)")
+    parser.add_argument(
+        "--prompts",
+        default=None,
+        choices=sorted(PROMPT_PRESETS),
+        help="R2PO's prompt preset (sb3_r2po.prompts.PROMPT_PRESETS; default: the settings of zoo_configs/r2po.yml)",
+    )
     parser.add_argument("--window", type=int, default=WINDOW, help="rolling-mean window")
     parser.add_argument("--threshold", type=float, default=None, help="default: reward_threshold, else R2PO's target")
     parser.add_argument("--device", default="cpu")
@@ -785,6 +812,7 @@ def main(argv: list[str] | None = None) -> None:
             progress=not args.no_progress,
             command=command,
             lockstep=args.lockstep,
+            prompts=args.prompts,
         )
     finally:
         th.set_num_threads(threads)

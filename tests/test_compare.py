@@ -16,7 +16,8 @@ if importlib.util.find_spec("rl_zoo3") is None:  # not importorskip: importing r
 if importlib.util.find_spec("matplotlib") is None:
     pytest.skip("matplotlib is not installed (pip install 'rl_zoo3[plots]')", allow_module_level=True)
 
-from sb3_r2po.compare import hyperparams_file, main, rolling_mean, summarize
+from sb3_r2po.compare import hyperparams_file, main, rolling_mean, run_comparison, summarize
+from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.zoo import config_dir
 
 BUDGET = 30
@@ -51,6 +52,7 @@ def test_table_has_every_method_and_column(comparison: Path) -> None:
     assert "python -m sb3_r2po.compare --llm example:0 --methods r2po ppo ars" in text
     assert "stable-baselines3 2." in text and "rl_zoo3 " in text and "gymnasium " in text
     assert "`example` is not an LLM" in text
+    assert "R2PO's LLM: `example:0`, with the prompt settings of the hyperparameter file." in text
     assert "![learning curves](curves.png)" in text
 
 
@@ -120,3 +122,19 @@ def test_cli_errors() -> None:
         main(["--methods", "r2po", "--budget", "5"])  # R2PO without --llm
     with pytest.raises(SystemExit):
         main(["--methods", "nope", "--budget", "5"])
+    with pytest.raises(SystemExit):
+        main(["--llm", "example", "--methods", "r2po", "--budget", "5", "--prompts", "terse"])
+
+
+def test_prompt_preset_reaches_r2po(tmp_path: Path) -> None:
+    """``--prompts tight`` sets the preset's six prompt parameters on R2PO; the settings and the report name it."""
+    one_seed = [*TINY[: TINY.index("--seeds") + 1], "0", *TINY[TINY.index("--budget") :]]
+    main(["--llm", "example:0", "--methods", "r2po", *one_seed, "--prompts", "tight", "--out", str(tmp_path), "--no-progress"])
+    result = _runs(tmp_path)
+    assert result["settings"]["prompts"] == "tight"
+    (run,) = result["runs"]
+    assert len(run["returns"]) == BUDGET and run["iterations"] >= 2
+    assert {key: run["hyperparams"][key] for key in prompt_preset("tight")} == prompt_preset("tight")
+    assert "with the prompt preset `tight`" in (tmp_path / "results.md").read_text()
+    with pytest.raises(ValueError, match="unknown prompt preset 'terse'"):
+        run_comparison("CartPole-v1", ["r2po"], [0], BUDGET, llm="example:0", prompts="terse")
