@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sb3_r2po.llm.base import CallableBackend, ChatReply, LLMBackendError, chat_batch
+from sb3_r2po.llm.base import CallableBackend, ChatReply, LLMBackendError, batch_replies, chat_batch
 from sb3_r2po.llm.recording import (
     RecordingBackend,
     ReplayBackend,
@@ -135,6 +135,66 @@ def test_a_half_written_last_line_is_skipped(tmp_path: Path) -> None:
         fh.write('{"hash": "abc", "repl')
     with pytest.warns(RuntimeWarning, match="half-written"):
         assert ReplayBackend(path).chat(conv("a")) == recorded[0]
+
+
+def test_appending_after_a_crash_cuts_the_half_written_line(tmp_path: Path) -> None:
+    """A run restarted on a record file that a crash left mid-line: the next record starts on its own line."""
+    path = tmp_path / "calls.jsonl"
+    recorded = record_session(path)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write('{"hash": "abc", "repl')
+    with pytest.warns(RuntimeWarning, match="cut off a half-written last line"):
+        rec = RecordingBackend(Counter(), path)
+    after = [rec.chat(conv("e")), rec.chat(conv("f"))]
+    assert [r["reply"] for r in read_records(path)] == [r.to_dict() for r in recorded + after]
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x0b", "\r"])
+def test_replies_with_unicode_line_separators_replay(tmp_path: Path, separator: str) -> None:
+    """Only a newline ends a record: characters ``str.splitlines`` also splits at stay inside their reply."""
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(lambda messages: f"params: [1]{separator}done {messages[-1]['content']}", path)
+    rec.chat(conv("a"))
+    rec.chat(conv("b"))
+    replay = ReplayBackend(path)
+    assert [replay.chat(conv(x)).text for x in "ab"] == [f"params: [1]{separator}done {x}" for x in "ab"]
+
+
+def test_rewind_sets_calls_aside_for_replay_and_keeps_them_in_the_file(tmp_path: Path) -> None:
+    """A resumed run asks again what it asked after its checkpoint; the replay follows the new answers."""
+    path = tmp_path / "calls.jsonl"
+    first = RecordingBackend(Counter(), path)
+    first.chat(conv("p"))
+    first.chat(conv("q"))  # after the checkpoint (1 call), then a crash
+    resumed_inner = Counter()
+    resumed_inner.calls = 10  # another server answer to the same prompt
+    resumed = RecordingBackend(resumed_inner, path)
+    with pytest.warns(RuntimeWarning, match="1 recorded call"):
+        assert resumed.rewind(1) == 1
+    assert resumed.rewind(1) == 0  # nothing more to set aside
+    again = resumed.chat(conv("q"))
+    assert [r["messages"][-1]["content"] for r in read_records(path)] == ["p", "q"]
+    assert ReplayBackend(path).chat(conv("q")) == again  # not the answer that was set aside
+    raw = path.read_text(encoding="utf-8").splitlines()
+    assert len(raw) == 4 and json.loads(raw[2])["rewind"] == 1  # the set-aside call stays on disk
+    with pytest.raises(ValueError, match=">= 0"):
+        resumed.rewind(-1)
+
+
+def test_a_failed_batch_records_the_replies_it_got(tmp_path: Path) -> None:
+    """One conversation of a batch fails: the others' replies are recorded before the error is raised."""
+    path = tmp_path / "calls.jsonl"
+
+    def answer(messages: list[dict[str, str]]) -> str:
+        if messages[-1]["content"] == "bad":
+            raise LLMBackendError("server down")
+        return "ok " + messages[-1]["content"]
+
+    rec = RecordingBackend(answer, path)  # a backend without chat_batch: base.chat_batch asks one by one
+    with pytest.raises(LLMBackendError, match="server down") as info:
+        rec.chat_batch([conv("a"), conv("bad"), conv("c")])
+    assert [r and r.text for r in batch_replies(info.value)] == ["ok a", None, None]
+    assert [r["reply"]["text"] for r in read_records(path)] == ["ok a"]
 
 
 def test_record_then_replay_through_llm_strings(tmp_path: Path) -> None:

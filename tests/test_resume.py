@@ -8,6 +8,7 @@ import gymnasium as gym
 import pytest
 
 from sb3_r2po import R2PO
+from sb3_r2po.llm.recording import read_records
 
 SCRIPT = textwrap.dedent(
     """
@@ -60,3 +61,6 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, crash_fra
     assert run(resumed, 0, replay) == 0
     assert json.loads((resumed / "history.json").read_text()) == expected
     assert not list(resumed.glob("*.tmp"))
+    # the resumed run's own transcript reads as the uninterrupted run's: the calls a crash cut short were set aside
+    transcript = read_records(resumed / "llm_calls.jsonl")
+    assert [r["hash"] for r in transcript] == [r["hash"] for r in read_records(reference / "llm_calls.jsonl")]

@@ -103,4 +103,25 @@ def chat_batch(
     batched = getattr(backend, "chat_batch", None)
     if callable(batched):
         return list(batched(conversations, temperature=temperature))
-    return [backend.chat(messages, temperature=temperature) for messages in conversations]
+    replies: list[ChatReply | None] = []
+    try:
+        for messages in conversations:
+            replies.append(backend.chat(messages, temperature=temperature))
+    except Exception as exc:
+        keep_batch_replies(exc, replies + [None] * (len(conversations) - len(replies)))
+        raise
+    return replies  # type: ignore[return-value]
+
+
+def keep_batch_replies(exc: BaseException, replies: Sequence[ChatReply | None]) -> None:
+    """
+    Attach to ``exc``, the error that ended a batch, the replies the batch did get (``None`` for the others), so
+    that a caller can still use them (:class:`~sb3_r2po.llm.recording.RecordingBackend` records them).
+    ``chat_batch`` implementations call it before raising.
+    """
+    exc.batch_replies = list(replies)  # type: ignore[attr-defined]
+
+
+def batch_replies(exc: BaseException) -> list[ChatReply | None]:
+    """The replies a failed batch did get, per conversation (``None`` where none came; ``[]`` when not known)."""
+    return list(getattr(exc, "batch_replies", []))

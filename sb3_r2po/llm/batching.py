@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, chat_batch
+from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, batch_replies, chat_batch
 
 
 @dataclass
@@ -145,9 +145,13 @@ class BatchingBackend:
             for temperature, group in groups.items():
                 try:
                     replies = chat_batch(self.inner, [r.messages for r in group], temperature=temperature)
-                except BaseException as exc:  # every caller of the batch sees the failure
-                    for request in group:
-                        request.error = exc
+                except BaseException as exc:  # a caller whose conversation got no reply sees the failure
+                    partial = batch_replies(exc) or [None] * len(group)
+                    for request, reply in zip(group, partial, strict=True):
+                        if reply is None:
+                            request.error = exc
+                        else:
+                            request.reply = reply
                 else:
                     for request, reply in zip(group, replies, strict=True):
                         request.reply = reply

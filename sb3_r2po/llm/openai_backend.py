@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
+from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState, keep_batch_replies
 from sb3_r2po.llm.harmony import analysis_only, final_channel, final_is_truncated, is_harmony
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
@@ -298,7 +298,14 @@ class OpenAIBackend(TransientState):
             return [self.chat(c, temperature=temperature) for c in convs]
         self.resolved_model()  # once, before the threads
         with ThreadPoolExecutor(max_workers=min(len(convs), self.max_concurrency), thread_name_prefix="r2po-llm") as pool:
-            return list(pool.map(lambda c: self.chat(c, temperature=temperature), convs))
+            futures = [pool.submit(self.chat, c, temperature=temperature) for c in convs]
+        errors = [f.exception() for f in futures]
+        replies = [None if e is not None else f.result() for f, e in zip(futures, errors, strict=True)]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:  # every request has ended: keep the replies that came, raise the first error
+            keep_batch_replies(first, replies)
+            raise first
+        return replies  # type: ignore[return-value]
 
     def _ask(
         self, msgs: list[dict[str, str]], temperature: float, effort: str | None, max_tokens: int | None

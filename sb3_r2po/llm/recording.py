@@ -6,7 +6,11 @@ auditable. Design:
 - :class:`RecordingBackend` wraps any backend. After each reply it appends one JSON line: the request hash,
   the messages, the request settings, a description of the backend, the reply text, token usage and
   latency. Each line is written, flushed and fsynced before the reply is returned, so a crash loses at
-  most the call in flight (a half-written last line is skipped, with a warning, on replay).
+  most the call in flight (a half-written last line is skipped, with a warning, on replay, and cut off, with a
+  warning, when a recording appends to the file again).
+- **Resuming** a checkpointed run repeats the calls made after its last checkpoint. :meth:`RecordingBackend.rewind`
+  appends a marker line ``{"rewind": N}``: readers (:func:`read_records`, replay) then keep only the first N
+  calls before it, so a replay follows the resumed run. The calls set aside stay in the file.
 - The **request hash** is the SHA-256 of the canonical JSON of the messages (role and content) and the
   request settings that the :class:`~sb3_r2po.llm.base.ChatBackend` protocol carries (the temperature).
   Backend settings (model, reasoning effort, ...) are recorded for the record but not hashed: a replay
@@ -31,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.llm.base import ChatBackend, ChatReply, LLMBackendError, Message, TransientState
+from sb3_r2po.llm.base import ChatBackend, ChatReply, LLMBackendError, Message, TransientState, batch_replies
 from sb3_r2po.llm.base import chat_batch as _chat_batch
 
 RECORD_VERSION = 1
@@ -83,6 +87,51 @@ class RecordingBackend(TransientState):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._cut_partial_line()
+
+    def _cut_partial_line(self) -> None:
+        """Cut off a half-written last line (a crash mid-write), so that the next record starts on its own line."""
+        if not self.path.is_file():
+            return
+        with open(self.path, "rb+") as fh:
+            data = fh.read()
+            if not data or data.endswith(b"\n"):
+                return
+            keep = data.rfind(b"\n") + 1
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        warnings.warn(
+            f"{self.path}: cut off a half-written last line ({len(data) - keep} bytes, starting "
+            f"{data[keep : keep + 60]!r}): the call it was recording never returned",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+    def rewind(self, calls: int) -> int:
+        """
+        Set aside the recorded calls after the first ``calls`` (they stay in the file, readers skip them).
+
+        A resumed run calls this with the number of calls its checkpoint had made: the calls recorded after the
+        checkpoint are asked again, and a replay must follow the new answers, not the old ones.
+
+        :param calls: The number of recorded calls to keep.
+        :return: The number of calls set aside (0: nothing was written).
+        """
+        if calls < 0:
+            raise ValueError(f"calls must be >= 0, got {calls}")
+        recorded = len(read_records(self.path)) if self.path.is_file() else 0
+        extra = recorded - calls
+        if extra <= 0:
+            return 0
+        self._append({"version": RECORD_VERSION, "rewind": int(calls), "set_aside": extra, "time": time.time()})
+        warnings.warn(
+            f"{self.path}: {extra} recorded call(s) after call {calls} set aside (a resumed run asks them again); "
+            "they stay in the file, replay skips them",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return extra
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
         """
@@ -97,12 +146,19 @@ class RecordingBackend(TransientState):
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
         """
-        Ask ``inner`` for several conversations (batched when it can) and record each call, in order.
+        Ask ``inner`` for several conversations (batched when it can) and record each call, in order. When the
+        batch fails, the replies it did get are recorded before the error is raised.
 
         :param conversations: The conversations.
         :param temperature: Sampling temperature.
         """
-        replies = _chat_batch(self.inner, conversations, temperature=temperature)
+        try:
+            replies = _chat_batch(self.inner, conversations, temperature=temperature)
+        except Exception as exc:  # record the replies the failed batch did get, then fail
+            for messages, partial in zip(conversations, batch_replies(exc)):
+                if partial is not None:
+                    self._record(messages, temperature, partial)
+            raise
         for messages, reply in zip(conversations, replies, strict=True):
             self._record(messages, temperature, reply)
         return replies
@@ -118,6 +174,9 @@ class RecordingBackend(TransientState):
             "backend": _describe(self.inner),
             "reply": reply.to_dict(),
         }
+        self._append(line)
+
+    def _append(self, line: dict[str, Any]) -> None:
         data = json.dumps(line, ensure_ascii=False) + "\n"
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
             fh.write(data)
@@ -143,12 +202,16 @@ class ReplayMissError(LLMBackendError):
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
-    The records of a recording, in order (a half-written last line is skipped with a warning).
+    The records of a recording, in order (a half-written last line is skipped with a warning; calls set aside by
+    a ``rewind`` marker, see :meth:`RecordingBackend.rewind`, are left out).
 
     :param path: The JSONL file written by :class:`RecordingBackend`.
     """
     records: list[dict[str, Any]] = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    # only "\n" ends a record: str.splitlines() would also split at U+2028, U+0085, ... inside a reply
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -159,6 +222,9 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 warnings.warn(f"{path}: skipping a half-written last line {number}", RuntimeWarning, stacklevel=2)
                 continue
             raise LLMBackendError(f"{path}: line {number} is not JSON") from None
+        if isinstance(record, dict) and isinstance(record.get("rewind"), int):
+            del records[record["rewind"] :]
+            continue
         if not isinstance(record, dict) or "hash" not in record or "reply" not in record:
             raise LLMBackendError(f"{path}: line {number} is not a recorded LLM call")
         records.append(record)

@@ -341,6 +341,8 @@ class R2PO(BaseAlgorithm):
                 constrain(self.policy.parameter_space)
             if self.checkpoint_dir is not None:  # the run directory keeps a transcript of every call, flushed per call
                 backend = RecordingBackend(backend, Path(self.checkpoint_dir) / "llm_calls.jsonl")
+                # a resumed run asks again what was asked after its checkpoint: replay must follow the new answers
+                backend.rewind(int(self.llm_stats["calls"]))
             self._backend = backend
         if self._prompts is None:
             self._prompts = PromptBuilder(self.prompt_template_dir, self.reply_style)
