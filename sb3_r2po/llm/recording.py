@@ -155,7 +155,7 @@ class RecordingBackend(TransientState):
         try:
             replies = _chat_batch(self.inner, conversations, temperature=temperature)
         except Exception as exc:  # record the replies the failed batch did get, then fail
-            for messages, partial in zip(conversations, batch_replies(exc)):
+            for messages, partial in zip(conversations, batch_replies(exc), strict=False):  # [] when unknown
                 if partial is not None:
                     self._record(messages, temperature, partial)
             raise
