@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 
 from sb3_r2po.llm.batching import BatchingBackend
@@ -30,6 +31,28 @@ class LockstepError(RuntimeError):
         self.errors = errors
         lines = "; ".join(f"model {i}: {type(e).__name__}: {e}" for i, e in sorted(errors.items()))
         super().__init__(f"{len(errors)} model(s) of the lockstep run failed ({lines})")
+
+
+class _StopWhenSet(BaseCallback):
+    """Stop training (return ``False``) once ``event`` is set: how the caller's Ctrl-C reaches the worker threads."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__()
+        self.event = event
+
+    def _on_step(self) -> bool:
+        return not self.event.is_set()
+
+
+def _with_stop(callback: MaybeCallback, event: threading.Event) -> list[BaseCallback]:
+    """``callback`` (``None``, one callback or a list) followed by a :class:`_StopWhenSet`."""
+    if callback is None:
+        others: list = []
+    elif isinstance(callback, list):
+        others = list(callback)
+    else:
+        others = [callback]
+    return [*others, _StopWhenSet(event)]
 
 
 def shared_llm(models: Sequence[R2PO]) -> Any:
@@ -65,6 +88,10 @@ def learn_in_lockstep(
     :param learn_kwargs: Other ``learn()`` arguments (``log_interval``, ``reset_num_timesteps``, ...), for every model.
     :return: The trained models.
     :raises LockstepError: when some models raised (the others are trained; every finished iteration is kept).
+
+    An exception in the calling thread (Ctrl-C) stops every model at its next environment step (a candidate cut
+    short never enters a history) and waits for the threads before it propagates, so no model trains on in the
+    background.
     """
     models = list(models)
     if not models:
@@ -83,26 +110,33 @@ def learn_in_lockstep(
 
     errors: dict[int, BaseException] = {}
     ready = threading.Barrier(len(models))  # every worker registered before the first call: full first batch
+    stop = threading.Event()
 
     def train(i: int) -> None:
         with backend.worker():
             ready.wait()
             try:
-                models[i].learn(total_timesteps, callback=callbacks[i], **learn_kwargs)
+                models[i].learn(total_timesteps, callback=_with_stop(callbacks[i], stop), **learn_kwargs)
             except BaseException as exc:  # reported after every thread has finished
                 errors[i] = exc
 
     for model in models:
         model.set_llm(backend)
     try:
-        # daemon threads: Ctrl-C in the caller ends the process (with checkpoint_dir every history entry is on disk)
+        # daemon threads: a second Ctrl-C while they stop still ends the process (checkpoint_dir keeps every entry)
         threads = [
             threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(models))
         ]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.join()
+        except BaseException:  # Ctrl-C here: stop the models at their next step, then let it propagate
+            stop.set()
+            for thread in threads:
+                thread.join()
+            raise
     finally:
         for model in models:
             model.llm = llm  # the spec is what save() stores; the backend object is never saved

@@ -103,3 +103,31 @@ def test_max_episodes_is_exact() -> None:
     model.learn(10**9)
     assert model._episode_num == 17
     assert model.history[-1]["revision"]["status"] in {"skipped", "declined"} or model.iteration == 3
+
+
+def test_a_stop_in_the_step_that_ends_an_evaluation_keeps_it() -> None:
+    """The step ending the Search candidate's 3rd episode stops training: the candidate is complete, so it enters
+    the history (its episodes were charged), and its revision is skipped."""
+    model = make_model(warmup_episodes=4)
+    model.learn(10**6, callback=StopTrainingOnMaxEpisodes(max_episodes=7))
+    assert model._episode_num == 7
+    assert [r["kind"] for r in model.history][:4] == ["warmup"] * 4 and len(model.history) == 5
+    assert model.history[-1]["n_episodes"] == 3 and model.history[-1]["revision"]["status"] == "skipped"
+    assert sum(r["n_episodes"] for r in model.history) == model._episode_num  # no episode charged without a record
+
+
+@pytest.mark.parametrize("save_freq", [45, 70])
+def test_a_checkpoint_saved_mid_iteration_resumes_like_the_uninterrupted_run(tmp_path, save_freq: int) -> None:
+    """``CheckpointCallback`` saves in the middle of evaluations; a model loaded from any of its files repeats the
+    running iteration and ends with the uninterrupted run's history (no episode charged twice)."""
+    kwargs = dict(llm="example", n_eval_episodes=3, warmup_episodes=4, seed=11, max_episodes=4 + 6 * 4)
+    reference = R2PO("MlpLinear", "CartPole-v1", **kwargs)
+    reference.learn(10**9, callback=CheckpointCallback(save_freq=save_freq, save_path=str(tmp_path)))
+    saved = sorted(tmp_path.glob("rl_model_*_steps.zip"), key=lambda p: int(p.stem.split("_")[2]))
+    assert len(saved) >= 3
+    for path in saved[:4]:
+        model = R2PO.load(path, env=gym.make("CartPole-v1"), llm="example")
+        last = model.history[-1]
+        assert (model._episode_num, model.num_timesteps) == (last["episodes"], last["timesteps"])
+        model.learn(10**9, reset_num_timesteps=False)
+        assert model.history == reference.history

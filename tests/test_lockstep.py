@@ -159,3 +159,36 @@ def test_set_llm_validates_and_takes_effect_at_the_next_learn() -> None:
     model.max_episodes += 6
     model.learn(10**9, reset_num_timesteps=False)
     assert other.batches and model.llm is other
+
+
+def test_an_interrupt_in_the_caller_stops_every_model() -> None:
+    """Ctrl-C while the models train: they stop at their next step and no thread trains on in the background."""
+    import signal
+    import time
+
+    example = ExampleLLM(seed=0)
+
+    def slow(messages: list[dict[str, str]]) -> str:
+        time.sleep(0.02)
+        return example.chat(messages).text
+
+    models = [
+        R2PO("MlpLinear", "CartPole-v1", llm=slow, n_eval_episodes=3, warmup_episodes=2, seed=s, max_episodes=10**4)
+        for s in range(2)
+    ]
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            learn_in_lockstep(models, 10**9)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not [t for t in threading.enumerate() if t.name.startswith("r2po-lockstep")]
+    lengths = [len(m.history) for m in models]
+    time.sleep(0.3)
+    assert [len(m.history) for m in models] == lengths and all(m.llm is slow for m in models)

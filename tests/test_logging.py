@@ -9,6 +9,7 @@ SCALARS = [
     "rollout/ep_len_mean",
     "time/episodes",
     "time/total_timesteps",
+    "r2po/kept_return",
     "r2po/search_return",
     "r2po/critic_return",
     "r2po/revision_kept",

@@ -64,3 +64,16 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, crash_fra
     # the resumed run's own transcript reads as the uninterrupted run's: the calls a crash cut short were set aside
     transcript = read_records(resumed / "llm_calls.jsonl")
     assert [r["hash"] for r in transcript] == [r["hash"] for r in read_records(reference / "llm_calls.jsonl")]
+
+
+def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path) -> None:
+    """A fresh model pointed at another run's directory would overwrite it: refused, with the resume recipe."""
+    kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, seed=1, max_episodes=4, checkpoint_dir=str(tmp_path))
+    first = R2PO("MlpLinear", "CartPole-v1", **kwargs).learn(10**6)
+    saved = (tmp_path / "history.json").read_text()
+    with pytest.raises(ValueError, match=r"already holds a run.*R2PO\.load"):
+        R2PO("MlpLinear", "CartPole-v1", **{**kwargs, "seed": 2}).learn(10**6)
+    assert (tmp_path / "history.json").read_text() == saved
+    resumed = R2PO.load(tmp_path / "model.zip", env=gym.make("CartPole-v1"), llm="example")
+    resumed.learn(10**6, reset_num_timesteps=False)  # resuming the same directory is what it is for
+    assert resumed.history == first.history

@@ -75,6 +75,7 @@ def test_keep_best_rejects_a_worse_revision() -> None:
         "params": [0.0, 1.0],
         "mean_return": 1.0,
         "failures": [],
+        "adjusted": [],
         "n_episodes": 3,
         "returns": [1.0, 1.0, 1.0],
     }
@@ -202,3 +203,34 @@ def test_example_llm_reads_and_answers_list_style_prompts() -> None:
     assert any("Refining the best vector" in reply for reply in replies)  # it read the history back from the prompt
     assert all("params: [" in reply and "params[0]" not in reply for reply in replies)  # the shape the prompt asked for
     assert model.llm_stats["parse_failures"] == 0
+
+
+def test_clipped_or_rounded_reply_values_are_kept_in_the_history_and_reported(capsys) -> None:
+    """A Search reply out of the bounds is clipped (the method's rule); what was changed is recorded and printed."""
+    search, critic = "params: [9.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.26]", "params: [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"
+    llm = ScriptedLLM([search, critic])
+    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, verbose=1, max_episodes=6)
+    model.learn(10**6)  # the warm-up, then one iteration
+    search = model.history[2]["search"]
+    assert search["kind"] == "search" and search["params"][0] == 6.0 and search["params"][9] == 1.3
+    assert len(search["adjusted"]) == 2 and "params[0]" in search["adjusted"][0]
+    assert model.history[2]["revision"]["adjusted"] == []
+    assert "search reply adjusted" in capsys.readouterr().err
+
+
+def test_warmup_ends_when_the_space_has_no_new_vector() -> None:
+    """Bounds (-0.5, 0.5) at 0 decimals hold one vector: the warm-up stops with a warning instead of looping."""
+    model = R2PO(
+        "MlpLinear",
+        BanditEnv(),
+        llm=ScriptedLLM(["params: [0, 0]"]),
+        n_eval_episodes=2,
+        warmup_episodes=3,
+        param_bounds=(-0.5, 0.5),
+        param_decimals=0,
+        max_episodes=1 + 2 * 2,
+        seed=0,
+    )
+    with pytest.warns(RuntimeWarning, match="no new warm-up vector in 1000 draws; the warm-up ends after 1 of 3"):
+        model.learn(10**6)
+    assert sum(r["kind"] == "warmup" for r in model.history) == 1 and model.iteration >= 1

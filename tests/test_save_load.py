@@ -74,3 +74,24 @@ def test_policy_save_load(tmp_path) -> None:
     model.policy.save(tmp_path / "policy.pth")
     policy = type(model.policy).load(tmp_path / "policy.pth")
     np.testing.assert_array_equal(policy.get_flat(), model.policy.get_flat())
+
+
+def test_critic_only_resumes_with_the_last_candidates_episodes(tmp_path) -> None:
+    """``critic_only`` revises the last candidate from its episodes: they are saved with the model, so a loaded
+    model shows the Critic the same evidence (the same prompts) as the uninterrupted run."""
+    example = ExampleLLM(0)
+    prompts: list[str] = []
+
+    def llm(messages: list[dict[str, str]]) -> str:
+        prompts.append(messages[-1]["content"])
+        return example.chat(messages).text
+
+    kwargs = dict(n_eval_episodes=3, warmup_episodes=4, seed=5, variant="critic_only", max_episodes=40)
+    reference = R2PO("MlpLinear", "CartPole-v1", llm=llm, **kwargs).learn(10**9)
+    expected, prompts[:] = list(prompts), []
+    first = R2PO("MlpLinear", "CartPole-v1", llm=llm, **kwargs).learn(150)
+    first.save(tmp_path / "half.zip")
+    resumed = R2PO.load(tmp_path / "half.zip", env=gym.make("CartPole-v1"), llm=llm)
+    resumed.learn(10**9, reset_num_timesteps=False)
+    assert "t=0" in expected[len(prompts) - (resumed.iteration - first.iteration)]  # the Critic is shown a trajectory
+    assert prompts == expected and resumed.history == reference.history

@@ -65,11 +65,14 @@ class RolloutResult:
     The outcome of :func:`run_episodes`.
 
     :param episodes: The finished episodes, in the order they were started.
-    :param stopped: True when the step hook asked to stop before all episodes finished.
+    :param stopped: True when the step hook asked to stop before all episodes finished (the result is incomplete).
+    :param stop_requested: True when the step hook asked to stop, also in the step that finished the last episode
+        (then the result is complete, and only what comes after it must not run).
     """
 
     episodes: list[Episode]
     stopped: bool = False
+    stop_requested: bool = False
 
     @property
     def returns(self) -> np.ndarray:
@@ -214,7 +217,8 @@ def run_episodes(
             infos = [step.info for step in steps]
             rewards = np.array([step.reward for step in steps])
             if on_step(dones, infos, rewards, n_steps) is False:
-                return RolloutResult(sorted(finished, key=lambda ep: ep.index), stopped=True)
+                done = sorted(finished, key=lambda ep: ep.index)
+                return RolloutResult(done, stopped=len(done) < n_episodes, stop_requested=True)
     return RolloutResult(sorted(finished, key=lambda ep: ep.index))
 
 

@@ -16,12 +16,14 @@ LLM-reasoning method with the same acronym.
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -53,8 +55,14 @@ SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
 
 LLMSpec = str | ChatBackend | Callable[[list[dict[str, str]]], str]
 
+MAX_WARMUP_DRAWS = 1000
+"""Random draws in a row that may repeat evaluated vectors before the warm-up gives up (a tiny parameter space)."""
+
 TAU_C_MARGIN = 0.05
 """When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
+
+COMMITTED_STATE = ("num_timesteps", "_episode_num", "_n_evaluations", "_rng", "llm_stats", "iteration", "ep_info_buffer")
+"""What an iteration changes before its history entry is written: :meth:`R2PO.save` stores these as of the last entry."""
 
 TEXT_ONLY = ("stdout", "log", "json", "csv")
 """Logger formats that must not receive prompts, replies or histograms (TensorBoard only)."""
@@ -174,20 +182,30 @@ class R2PO(BaseAlgorithm):
             support_multi_env=True,
             seed=seed,
         )
-        if n_eval_episodes < 1:
-            raise ValueError(f"n_eval_episodes must be >= 1, got {n_eval_episodes}")
-        if warmup_episodes < 0:
-            raise ValueError(f"warmup_episodes must be >= 0, got {warmup_episodes}")
-        if max_episodes is not None and max_episodes < 1:
-            raise ValueError(f"max_episodes must be >= 1 or None, got {max_episodes}")
-        if max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        _check_int("n_eval_episodes", n_eval_episodes, 1)
+        _check_int("warmup_episodes", warmup_episodes, 0)
+        _check_int("max_episodes", max_episodes, 1, optional=True)
+        _check_int("max_episode_steps", max_episode_steps, 1)
+        _check_int("max_trajectory_steps", max_trajectory_steps, 1, optional=True)
+        _check_int("trajectory_digits", trajectory_digits, 1)
+        _check_int("history_best_k", history_best_k, 0, optional=True)
+        _check_int("history_recent", history_recent, 0, optional=True)
+        _check_int("max_llm_retries", max_llm_retries, 0)
+        _check_int("param_decimals", param_decimals, 0)
+        _check_int("racing_chunk", racing_chunk, 2)  # the racing rule needs a standard deviation
+        if len(param_bounds) != 2 or not all(math.isfinite(float(b)) for b in param_bounds):
+            raise ValueError(f"param_bounds must be two finite numbers (low, high), got {param_bounds!r}")
         if not float(param_bounds[0]) < float(param_bounds[1]):
             raise ValueError(f"param_bounds are empty or reversed: {param_bounds}")
-        if racing_chunk < 2:
-            raise ValueError(f"racing_chunk must be >= 2 (the rule needs a standard deviation), got {racing_chunk}")
-        if step_size <= 0:
-            raise ValueError(f"step_size must be > 0, got {step_size}")
+        if not (math.isfinite(step_size) and step_size > 0):
+            raise ValueError(f"step_size must be a finite number > 0, got {step_size}")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+        if not (math.isfinite(racing_z) and racing_z >= 0):
+            raise ValueError(f"racing_z must be a finite number >= 0, got {racing_z}")
+        for name, value in (("target_return", target_return), ("tau_c", tau_c)):
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number or None, got {value}")
         if reply_style not in REPLY_STYLES:
             raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
         if llm is not None and _init_setup_model:  # load() rebuilds with defaults first, then sets the saved llm
@@ -238,6 +256,8 @@ class R2PO(BaseAlgorithm):
 
         self._last_result: RolloutResult | None = None
         self._n_evaluations = 0
+        self._stop_requested = False
+        self._committed: dict[str, Any] | None = None  # the state as of the last history entry (what save() writes)
 
         if _init_setup_model:
             self._setup_model()
@@ -269,7 +289,10 @@ class R2PO(BaseAlgorithm):
         return spec.id, spec.reward_threshold, spec.max_episode_steps
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges", "_last_result"]
+        excluded = [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges", "_committed"]
+        if self.variant_spec.search != "none":  # only critic_only reads the last candidate's episodes again
+            excluded.append("_last_result")
+        return excluded
 
     def save(
         self,
@@ -278,16 +301,28 @@ class R2PO(BaseAlgorithm):
         include: Iterable[str] | None = None,
     ) -> None:
         """
-        Save the model (SB3's zip format). An ``llm`` given as a string is saved; a backend object or callable never
-        is (it may hold API keys, clients or file handles): it is stored as ``None``, and ``load`` needs ``llm=...``.
+        Save the model (SB3's zip format) as of its last history entry: a save in the middle of an iteration (e.g.
+        from SB3's ``CheckpointCallback``) stores the counters, random state and LLM statistics of the last entry,
+        so that a model loaded from it repeats the running iteration instead of charging its episodes twice.
+        An ``llm`` given as a string is saved; a backend object or callable never is (it may hold API keys,
+        clients or file handles): it is stored as ``None``, and ``load`` needs ``llm=...``.
         """
+        live = {name: getattr(self, name) for name in COMMITTED_STATE}
         llm = self.llm
         if not isinstance(llm, str):
             self.llm = None
         try:
+            for name, value in (self._committed or {}).items():
+                setattr(self, name, copy.deepcopy(value))
             super().save(path, exclude=exclude, include=include)
         finally:
             self.llm = llm
+            for name, value in live.items():
+                setattr(self, name, value)
+
+    def _snapshot(self) -> None:
+        """Remember the state of the last history entry (see :meth:`save`)."""
+        self._committed = {name: copy.deepcopy(getattr(self, name)) for name in COMMITTED_STATE}
 
     @property
     def variant_spec(self) -> Variant:
@@ -340,6 +375,13 @@ class R2PO(BaseAlgorithm):
             if callable(constrain):  # constrained decoding (e.g. a grammar) from the parameter space
                 constrain(self.policy.parameter_space)
             if self.checkpoint_dir is not None:  # the run directory keeps a transcript of every call, flushed per call
+                saved = Path(self.checkpoint_dir) / "model.zip"
+                if not self.history and saved.exists():
+                    raise ValueError(
+                        f"checkpoint_dir {str(self.checkpoint_dir)!r} already holds a run ({saved}); resume it with "
+                        f"R2PO.load({str(saved)!r}, env=..., llm=...).learn(..., reset_num_timesteps=False), "
+                        "or give this run another directory"
+                    )
                 backend = RecordingBackend(backend, Path(self.checkpoint_dir) / "llm_calls.jsonl")
                 # a resumed run asks again what was asked after its checkpoint: replay must follow the new answers
                 backend.rewind(int(self.llm_stats["calls"]))
@@ -403,6 +445,7 @@ class R2PO(BaseAlgorithm):
         best = self.best_record()
         assert best is not None
         self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+        self._snapshot()
         if self.checkpoint_dir is not None:
             self.write_checkpoint(self.checkpoint_dir)
 
@@ -432,7 +475,7 @@ class R2PO(BaseAlgorithm):
         episodes: list = []
         while len(episodes) < n_episodes:
             chunk = self._run(params, min(self.racing_chunk, n_episodes - len(episodes)), callback)
-            if chunk is None:
+            if chunk is None or (self._stop_requested and len(episodes) + len(chunk.episodes) < n_episodes):
                 return None
             for ep in chunk.episodes:
                 ep.index += len(episodes)
@@ -463,6 +506,7 @@ class R2PO(BaseAlgorithm):
                 f"R2PO: the env returned NaN/inf in episode(s) {broken} of a candidate; those episodes were cut there"
             )
         callback.on_rollout_end()
+        self._stop_requested = self._stop_requested or result.stop_requested
         return None if result.stopped else result
 
     # ------------------------------------------------------------------ LLM roles
@@ -530,7 +574,7 @@ class R2PO(BaseAlgorithm):
             self._last_exchanges[role] = (call.messages[-1]["content"], call.reply)
             if call.error is not None and self.verbose >= 1:
                 print(f"R2PO: unusable {role} reply ({call.error})", file=sys.stderr)
-        if answer.notes and self.verbose >= 2:
+        if answer.notes and self.verbose >= 1:
             print(f"R2PO: {role} reply adjusted: " + "; ".join(answer.notes), file=sys.stderr)
         return answer
 
@@ -615,15 +659,28 @@ class R2PO(BaseAlgorithm):
     def _warmup(self, callback: BaseCallback) -> bool:
         """Evaluate the remaining warm-up candidates (one episode each); False if training must stop."""
         space = self.policy.parameter_space
+        duplicates = 0
         while sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes and self._episodes_left() >= 1:
             params = space.sample(self._rng)
             if self._seen_error(params) is not None:
+                duplicates += 1
+                if duplicates >= MAX_WARMUP_DRAWS:  # a space with fewer vectors than warm-up episodes
+                    warnings.warn(
+                        f"R2PO: no new warm-up vector in {MAX_WARMUP_DRAWS} draws; the warm-up ends after "
+                        f"{sum(r['kind'] == 'warmup' for r in self.history)} of {self.warmup_episodes} candidates",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                    break
                 continue
+            duplicates = 0
             result = self._evaluate(params, 1, callback)
             if result is None:
                 return False
             self._last_result = result
             self._commit(self._record("warmup", params, result))
+            if self._stop_requested:
+                return False
         return True
 
     def _iterate(self, callback: BaseCallback) -> bool:
@@ -651,8 +708,8 @@ class R2PO(BaseAlgorithm):
         diagnostics = None
         if variant.calls_per_iteration > 1:
             second["role"] = "critic" if variant.critic is not None else "search"
-            if self._episodes_left() < k:
-                second["status"] = "skipped"  # the episode budget cannot pay for a second evaluation
+            if self._episodes_left() < k or self._stop_requested:
+                second["status"] = "skipped"  # the budget cannot pay for a second evaluation, or a callback stopped
             else:
                 if variant.critic is not None:
                     evidence = self._critic_evidence(init)  # 3. evidence package
@@ -663,6 +720,7 @@ class R2PO(BaseAlgorithm):
                     answer = paired if usable else self._search(extra=shown, also=(theta_init,))  # second Search proposal
                     evidence = None
                 second["failures"] = answer.failures
+                second["adjusted"] = list(answer.notes)
                 theta_2 = answer.params
                 if theta_2 is None:
                     second["status"] = "failed"
@@ -701,6 +759,7 @@ class R2PO(BaseAlgorithm):
             "params": [float(v) for v in theta_init],
             "mean_return": init_mean,
             "failures": search.failures,
+            "adjusted": list(search.notes) if init_kind == "search" else [],
         }
         self.iteration += 1
         extra: dict[str, Any] = {"search": first, "revision": second}
@@ -708,7 +767,7 @@ class R2PO(BaseAlgorithm):
             extra["diagnostics"] = diagnostics
         self._last_result = result_kept
         self._commit(self._record(kind_kept, theta_kept, result_kept, **extra))  # 7. only the kept one enters the history
-        return second["status"] != "interrupted"
+        return second["status"] != "interrupted" and not self._stop_requested
 
     def _iterate_critic_only(self, callback: BaseCallback) -> bool:
         """``critic_only``: revise the last candidate from its representative rollout; always commit."""
@@ -737,6 +796,7 @@ class R2PO(BaseAlgorithm):
                 "params": [float(v) for v in theta],
                 "mean_return": mean,
                 "failures": failures,
+                "adjusted": list(answer.notes) if answer is not None and kind == "critic" else [],
             },
         }
         if last is not None and answer is not None and answer.params is not None:
@@ -752,7 +812,7 @@ class R2PO(BaseAlgorithm):
         self.iteration += 1
         self._last_result = result
         self._commit(self._record(kind, theta, result, **extra))
-        return True
+        return not self._stop_requested
 
     def _last_result_is(self, record: dict[str, Any]) -> bool:
         result = getattr(self, "_last_result", None)
@@ -785,6 +845,8 @@ class R2PO(BaseAlgorithm):
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
         callback.on_training_start(locals(), globals())
+        self._stop_requested = False
+        self._snapshot()  # a save before the first history entry of this call stores the state it started from
         self._ensure_llm()
 
         if self._warmup(callback):
@@ -814,6 +876,7 @@ class R2PO(BaseAlgorithm):
         self.logger.record("time/total_timesteps", self.num_timesteps)
         last = self.history[-1] if self.history else None
         if last is not None and last["kind"] != "warmup":
+            self.logger.record("r2po/kept_return", last["mean_return"])
             if last.get("search"):
                 self.logger.record("r2po/search_return", last["search"]["mean_return"])
             revision = last["revision"]
@@ -837,6 +900,15 @@ class R2PO(BaseAlgorithm):
             self.logger.record(f"llm_text/{role}_prompt", prompt, exclude=TEXT_ONLY)
             self.logger.record(f"llm_text/{role}_reply", reply, exclude=TEXT_ONLY)
         self.logger.dump(step=self.num_timesteps)
+
+
+def _check_int(name: str, value: Any, low: int, optional: bool = False) -> None:
+    """Raise a ``ValueError`` unless ``value`` is an integer >= ``low`` (or ``None`` when ``optional``)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        allowed = f"an integer >= {low}" + (" or None" if optional else "")
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
