@@ -5,7 +5,7 @@ Per revision (kept in ``record["diagnostics"]`` and logged as ``diagnostics/...`
 - ``accepted``: the revision was committed (kept by keep-best, declined-unchanged, or always-commit);
 - ``regression``: the revision's mean return is below the candidate's (only for evaluated revisions);
 - ``n_changed``, ``max_change``, ``l1``: the size of the edit;
-- ``worst_fixation``: the Critic's reply points at the worst or a failed rollout (a keyword heuristic
+- ``worst_fixation``: the Critic's reply refers to the worst (lowest-return) rollout (a keyword heuristic
   over the reply text, see :data:`FIXATION_PATTERN`; a proxy, not a judgement of intent);
 - ``above_tau_c``: the candidate already met the revision threshold.
 
@@ -22,13 +22,21 @@ from typing import Any
 import numpy as np
 
 FIXATION_PATTERN = re.compile(
-    r"\b(worst|lowest[- ]return|failed|failure|failures|failing|fails|fell|falls|crash(?:es|ed)?|collapse[sd]?)\b", re.I
+    r"\bworst\b"
+    r"|\blowest[- ](?:return(?:s|ing)?|scor(?:e|ing))\b"
+    r"|\b(?:episode|rollout|trajectory|run)s? with the (?:lowest|smallest|minimum|worst) (?:return|score)\b",
+    re.I,
 )
-"""Words that point at a bad rollout in a Critic reply."""
+"""
+References to the worst (lowest-return) episode in a Critic reply: ``worst``, ``lowest-return``,
+``lowest-scoring``, ``the episode with the lowest return``. Generic words for failure (``failure``,
+``failed``, ``fell``, ``falls``) are not matched: R2PO's own prompt asks the Critic to tell systematic from
+occasional failures, so they say nothing about fixating on one bad rollout.
+"""
 
 
 def points_at_worst(text: str) -> bool:
-    """Whether a Critic reply points at the worst or a failed rollout (keyword heuristic)."""
+    """Whether a Critic reply refers to the worst (lowest-return) episode (keyword heuristic, see :data:`FIXATION_PATTERN`)."""
     return bool(FIXATION_PATTERN.search(text or ""))
 
 

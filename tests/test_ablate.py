@@ -1,6 +1,19 @@
+import itertools
 import json
+from pathlib import Path
+from typing import Any, ClassVar
 
-from sb3_r2po.ablate import main
+import pytest
+
+import sb3_r2po
+from sb3_r2po import R2PO, ablate
+from sb3_r2po.ablate import main, run_one, run_settings
+from sb3_r2po.compare import r2po_entry
+from sb3_r2po.diagnostics import points_at_worst
+from sb3_r2po.llm.example import ExampleLLM
+from sb3_r2po.llm.recording import read_records
+from sb3_r2po.llm.resolve import make_backend
+from sb3_r2po.r2po.policies import LinearPolicy, TabularPolicy
 
 
 def test_ablation_report(tmp_path) -> None:
@@ -35,3 +48,132 @@ def test_ablation_report(tmp_path) -> None:
     # the same command gives the same table (the example LLM is deterministic given the seed)
     main(args)
     assert out.read_text() == text
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ("The worst rollout failed, so I lower the bias.", True),
+        ("In the worst episode the cart drifts right; raise W[0].", True),
+        ("The lowest-return episode ends at step 12.", True),
+        ("The episode with the lowest return falls over early.", True),
+        ("The statistics show no systematic failures; the median episode keeps the pole up. Small edit to W[2].", False),
+        ("It fell short of the target in 3 of 20 episodes: an occasional failure, so I keep the parameters.", False),
+        ("The pole falls to the right when s[3] is large; failing episodes are rare.", False),
+        ("Looks fine.", False),
+        ("", False),
+    ],
+)
+def test_fixation_heuristic_matches_only_the_worst_episode(reply: str, expected: bool) -> None:
+    assert points_at_worst(reply) is expected
+
+
+# ---------------------------------------------------------------------------------------------- settings
+
+
+class _Spy(R2PO):
+    """R2PO remembering every instance (the model :func:`run_one` builds and drops)."""
+
+    built: ClassVar[list[R2PO]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _Spy.built.append(self)
+
+
+def _model(monkeypatch: pytest.MonkeyPatch, env_id: str, variant: str = "r2po", **settings: Any) -> R2PO:
+    """The model of a tiny :func:`run_one` with ``settings`` on top of the env's ``zoo_configs/r2po.yml`` entry."""
+    monkeypatch.setattr(sb3_r2po, "R2PO", _Spy)
+    _Spy.built.clear()
+    run_one(env_id, variant, 0, "example:0", settings)
+    (model,) = _Spy.built
+    return model
+
+
+@pytest.mark.parametrize(
+    "env_id, target, tau_c, step, warmup, policy",
+    [
+        ("CartPole-v1", 500, 480, 1.0, 20, LinearPolicy),
+        ("InvertedDoublePendulum-v5", 500, 450, 0.1, 20, LinearPolicy),
+        ("MountainCar-v0", -120, -120, 1.0, 0, LinearPolicy),
+        ("Swimmer-v5", 250, 230, 0.1, 100, LinearPolicy),
+        ("FrozenLake-v1", 1.0, 0.85, 1.0, 0, TabularPolicy),
+        ("R2PO/Maze3x3-v0", 0.9, 0.9, 1.0, 20, TabularPolicy),
+    ],
+)
+def test_runs_start_from_the_zoo_config(
+    monkeypatch: pytest.MonkeyPatch, env_id: str, target: float, tau_c: float, step: float, warmup: int, policy: type
+) -> None:
+    """Each run gets the env's paper settings from zoo_configs/r2po.yml (as the zoo and compare do), not R2PO's defaults."""
+    if env_id.endswith("-v5"):
+        pytest.importorskip("mujoco")
+    model = _model(monkeypatch, env_id, max_episodes=1)  # one warm-up episode (or none): no LLM call
+    assert (model.target, model.revision_threshold, model.step_size) == (target, tau_c, step)
+    assert model.warmup_episodes == warmup and model.n_eval_episodes == 20 and model.max_episodes == 1
+    assert isinstance(model.policy, policy) and model.param_bounds == (-6.0, 6.0)
+    entry = r2po_entry(env_id)
+    assert (
+        model.max_episode_steps == entry["max_episode_steps"] and model.max_trajectory_steps == entry["max_trajectory_steps"]
+    )
+    # the file's budget when none is given
+    assert run_settings(env_id, "props")["max_episodes"] == entry["max_episodes"] == 4000 + warmup
+
+
+def test_command_line_options_override_only_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = _model(monkeypatch, "MountainCar-v0", "props", max_episodes=2, n_eval_episodes=2)
+    assert model.warmup_episodes == 0 and model.n_eval_episodes == 2 and model.max_episodes == 2  # the file's warm-up
+    assert model.variant == "props" and model.target == -120
+    model = _model(monkeypatch, "MountainCar-v0", max_episodes=1, warmup_episodes=1, target_return=-150.0)
+    assert model.warmup_episodes == 1 and model.target == -150.0 and model.revision_threshold == -120
+    # the zoo's env_kwargs build the env (the paper's slippery lake), and can be overridden like the rest
+    model = _model(monkeypatch, "FrozenLake-v1", max_episodes=1)
+    assert model.env.get_attr("spec")[0].kwargs["is_slippery"] is True
+    model = _model(monkeypatch, "FrozenLake-v1", max_episodes=1, env_kwargs={"is_slippery": False})
+    assert model.env.get_attr("spec")[0].kwargs["is_slippery"] is False
+    # keys of the zoo's step-horizon training are dropped; the zoo's env wrappers are refused, not ignored
+    assert "n_timesteps" not in run_settings("CartPole-v1", "r2po")
+    with pytest.raises(ValueError, match="normalize"):
+        run_settings("CartPole-v1", "r2po", {"normalize": True})
+
+
+def test_the_report_holds_each_envs_settings(tmp_path: Path) -> None:
+    out = tmp_path / "ablation.md"
+    args = ["--llm", "example:0", "--envs", "MountainCar-v0", "--variants", "r2po", "--seeds", "0", "--max-episodes", "2"]
+    main([*args, "--n-eval-episodes", "2", "--out", str(out)])
+    (run,) = json.loads((tmp_path / "ablation.md.runs.json").read_text())
+    assert run["settings"]["warmup_episodes"] == 0 and run["settings"]["target_return"] == -120  # zoo_configs/r2po.yml
+    assert run["settings"]["n_eval_episodes"] == 2 and run["settings"]["max_episodes"] == 2  # the command line
+    assert "- MountainCar-v0: policy='MlpLinear', n_eval_episodes=2, warmup_episodes=0, max_episodes=2" in out.read_text()
+
+
+# ---------------------------------------------------------------------------------------------- replay
+
+
+def test_replay_reproduces_a_recording_whose_replies_vary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """
+    A real LLM may answer the same prompt differently in two runs: the replay of the recording must hand each run the
+    reply it got, so one replay backend answers all runs in turn (not one backend per run).
+    """
+    calls = itertools.count()
+
+    def varying(messages: list[dict[str, str]]) -> str:  # a different seed for every call
+        return ExampleLLM(seed=next(calls)).chat(messages).text
+
+    args = ["--envs", "CartPole-v1", "--variants", "r2po", "rep_traj", "--seeds", "0", "--max-episodes", "21"]
+    args += ["--n-eval-episodes", "3", "--warmup-episodes", "3"]
+    record = tmp_path / "calls.jsonl"
+    with monkeypatch.context() as patch:
+        patch.setattr(ablate, "make_backend", lambda llm: make_backend(varying))
+        main(["--llm", "varying", "--record", str(record), "--out", str(tmp_path / "a.md"), *args])
+    replies: dict[str, set[str]] = {}
+    for call in read_records(record):
+        replies.setdefault(call["hash"], set()).add(call["reply"]["text"])
+    assert any(len(texts) > 1 for texts in replies.values())  # a prompt that recurs got different replies
+
+    main(["--llm", f"replay:{record}", "--out", str(tmp_path / "b.md"), *args])
+    table = lambda name: (tmp_path / name).read_text().split("## Reproduce")[0]  # noqa: E731  (the command differs)
+    assert table("a.md") == table("b.md")
+    recorded, replayed = (json.loads((tmp_path / f"{n}.md.runs.json").read_text()) for n in "ab")
+    assert [[r["params"] for r in run["history"]] for run in recorded] == [
+        [r["params"] for r in run["history"]] for run in replayed
+    ]

@@ -1,7 +1,15 @@
 import numpy as np
 import pytest
 
-from sb3_r2po.common.evidence import build_evidence, mean_closest_index, median_index, render_trajectory, summarize
+from sb3_r2po.common.evidence import (
+    build_evidence,
+    digits_apart,
+    mean_closest_index,
+    median_index,
+    render_trajectory,
+    sig,
+    summarize,
+)
 from sb3_r2po.common.rollouts import Episode
 
 
@@ -54,7 +62,7 @@ def test_trajectory_rendering_shows_varying_rewards_and_short_episodes_whole() -
 
 def test_three_significant_figures() -> None:
     ep = Episode(observations=[np.array([0.0123456, -123456.0]), np.array([1.0, 2.0])], actions=[np.array(1)], rewards=[0.5])
-    assert render_trajectory(ep).lines[1] == "t=0: s=[0.0123, -1.23e+05] -> a=1"
+    assert render_trajectory(ep).lines[1] == "t=0: s=[0.0123, -123456] -> a=1"  # large values as integers, no exponent
 
 
 def test_evidence_package_rule() -> None:
@@ -64,3 +72,67 @@ def test_evidence_package_rule() -> None:
     assert evidence.trajectory_returns["median"] == 500
     assert not build_evidence(episodes, target=500, tau_c=None).above_tau_c
     assert not build_evidence([episode([1.0] * 10)], target=500, tau_c=480).above_tau_c
+
+
+@pytest.mark.parametrize(
+    "x, digits, text",
+    [
+        (305.0, 2, "305"),
+        (300.0, 2, "300"),
+        (-123456.0, 3, "-123456"),
+        (99.96, 2, "100"),  # rounds up to 10**digits: an integer, not 1e+02
+        (1234.5, 4, "1234"),  # round half to even, like the g format
+        (12345.6, 4, "12346"),
+        (95.3, 2, "95"),
+        (4.5, 2, "4.5"),
+        (0.0123456, 3, "0.0123"),
+        (-0.0, 3, "0"),
+        (1e20, 3, "1e+20"),  # beyond 1e15 the exponent form stays: an integer would have 21 digits
+        (float("nan"), 3, "nan"),
+    ],
+)
+def test_sig_prints_large_values_as_integers(x: float, digits: int, text: str) -> None:
+    assert sig(x, digits) == text
+
+
+def pong_like_episode(observations: list[list[float]], actions: list[int], rewards: list[float]) -> Episode:
+    return Episode(
+        observations=[np.array(o, dtype=np.float32) for o in observations],
+        actions=[np.int64(a) for a in actions],
+        rewards=rewards,
+        end="capped",
+    )
+
+
+def test_folding_merges_only_exactly_equal_steps() -> None:
+    # pixel coordinates that differ by less than the rendering precision at 2 significant figures
+    obs = [[300.0, 400.0], [304.0, 404.0], [304.0, 404.0], [304.0, 404.0], [309.0, 409.0], [309.0, 409.0]]
+    ep = pong_like_episode(obs, [1, 1, 1, 1, 1], [0.0] * 5)
+    lines = render_trajectory(ep, None, digits=2, fold=True).lines
+    assert lines[1] == "t=0: s=[300, 400] -> a=1"
+    assert lines[2] == "t=1..3 (3 identical steps): s=[304, 404] -> a=1"
+    assert lines[3] == "t=4: s=[309, 409] -> a=1"
+    assert "e+" not in "\n".join(lines)
+
+
+def test_folding_never_merges_steps_that_only_print_the_same() -> None:
+    obs = [[0.1231, 7.0], [0.1234, 7.0], [0.1236, 7.0], [0.1236, 7.0]]
+    lines = render_trajectory(pong_like_episode(obs, [0, 0, 0], [1.0] * 3), None, digits=2).lines
+    assert [line.split(":")[0] for line in lines[1:-1]] == ["t=0", "t=1", "t=2"]
+    assert "identical" not in "\n".join(lines)
+    # the same observations and actions but different rewards are different steps too
+    obs = [[1.0, 1.0]] * 4
+    lines = render_trajectory(pong_like_episode(obs, [0, 0, 0], [0.0, 0.0, 0.001]), None, digits=2).lines
+    assert lines[0] == "t=0..1 (2 identical steps): s=[1, 1] -> a=0, r=0"
+    assert lines[1] == "t=2: s=[1, 1] -> a=0, r=0.001"
+
+
+@pytest.mark.parametrize(
+    "a, b, digits, expected",
+    [(96.9996, 97.0, 4, 6), (451.24, 451.25, 4, 5), (451.0, 452.0, 4, 4), (97.0, 97.0, 4, 4), (99999.6, 100000.0, 4, 6)],
+)
+def test_digits_apart(a: float, b: float, digits: int, expected: int) -> None:
+    assert digits_apart(a, b, digits) == expected
+    if a != b:
+        assert sig(a, expected) != sig(b, expected)
+    assert digits_apart(a, None, digits) == digits

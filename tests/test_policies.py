@@ -93,3 +93,24 @@ def test_unbounded_box_actions_raise() -> None:
 def test_bad_hyperparameters_raise_at_construction(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         R2PO("MlpLinear", "CartPole-v1", **{"llm": ExampleLLM(), **kwargs})
+
+
+def test_layout_text_states_nonzero_space_starts() -> None:
+    linear = LinearPolicy(spaces.Box(-1, 1, (2,)), spaces.Discrete(3, start=-1))
+    text = linear.layout_lines()[0]
+    assert "the action is j - 1, with j the index of the largest y[j] (j = 0..2), so the actions are -1..1" in text
+    np.testing.assert_array_equal(linear.act(np.zeros((1, 2)), np.array([0, 0, 0, 0, 0, 0, 0, 0, 1.0])), [1])
+    plain = LinearPolicy(spaces.Box(-1, 1, (2,)), spaces.Discrete(3)).layout_lines()[0]
+    assert "the action is the index j of the largest y[j] (j = 0..2)." in plain
+    tabular = TabularPolicy(spaces.Discrete(4, start=10), spaces.Discrete(2, start=5))
+    assert tabular.layout_lines() == (
+        "Tabular policy: params[s - 10] is the action taken in state s, for the 4 states s = 10..13 "
+        "(params[0] is state 10, params[3] is state 13).",
+    )
+    np.testing.assert_array_equal(tabular.act(np.array([10, 13]), np.array([5, 6, 6, 6.0])), [5, 6])
+    negative = TabularPolicy(spaces.Discrete(3, start=-1), spaces.Discrete(2)).layout_lines()[0]
+    assert "params[s + 1] is the action taken in state s, for the 3 states s = -1..1" in negative
+    # start 0: the plain wording; the value set is stated once, by the prompt's Parameters section
+    assert TabularPolicy(spaces.Discrete(4), spaces.Discrete(3)).layout_lines() == (
+        "Tabular policy: params[s] is the action taken in state s, for the 4 states s = 0..3.",
+    )

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 from helpers import BanditEnv, ScriptedLLM, vector
@@ -163,3 +165,97 @@ def test_prompt_presets_shrink_the_critic_prompt_in_order() -> None:
 def test_unknown_prompt_preset_is_rejected() -> None:
     with pytest.raises(ValueError, match="unknown prompt preset 'huge'; choose one of"):
         prompt_preset("huge")
+
+
+def critic_prompt(evidence_kwargs: dict, space: ParameterSpace | None = None, tau_c: float | None = None) -> str:
+    """The Critic's user prompt for three CartPole-like episodes of returns 10, 20 and 30."""
+    episodes = [Episode([np.zeros(2)] * (n + 1), [np.array(0)] * n, [1.0] * n, "terminated") for n in (10, 20, 30)]
+    evidence = build_evidence(episodes, 100.0, tau_c, **evidence_kwargs)
+    space = space or ParameterSpace(3)
+    ctx = PromptContext(None, ("layout",), space, 100.0, (), 1, None, 1.0)
+    params = ", ".join(f"params[{i}]: 0" for i in range(space.size))
+    return PromptBuilder().critic(ctx, HistoryLine(params, 20.0, 3), evidence)[1]["content"]
+
+
+def your_step(prompt: str) -> str:
+    return prompt.split("## Your step")[1]
+
+
+def test_critic_instructions_use_statistics_only_when_they_are_shown() -> None:
+    r2po = your_step(critic_prompt({}))
+    assert "Use the statistics" in r2po and "systematic" in r2po
+    assert "the states of the shown episode to" in r2po
+    # the ablation Critics (rep_traj, always_critic, critic_only: one trajectory; three_traj: three) see no statistics
+    bare = your_step(critic_prompt(dict(statistics=False, trajectories=("mean",), rule=False)))
+    three = your_step(critic_prompt(dict(statistics=False, trajectories=("worst", "median", "best"), rule=False)))
+    for step in (bare, three):
+        assert "statistics" not in step and "systematic" not in step and "occasional" not in step
+    assert "the states of the shown episode to" in bare
+    assert "the states of the shown episodes to" in three and "shown episode to" not in three
+
+
+def test_tabular_prompts_ask_for_few_action_changes_not_a_step_size() -> None:
+    space = ParameterSpace(9, values=(0, 1, 2, 3))
+    ctx = PromptContext(None, ("layout",), space, 0.9, (HistoryLine("params: [0]", 0.1, 1),), 1, None, 1.0, best=0.1)
+    prompts = {"search": PromptBuilder().search(ctx)[1]["content"], "critic": critic_prompt({}, space)}
+    for role, prompt in prompts.items():
+        step = your_step(prompt)
+        assert "1.0" not in step and "per parameter" not in step and "by about" not in step, role
+        assert "the actions of only" in step and "states" in step, role
+    # continuous parameters keep the step size
+    assert "at most 1.0 per parameter" in your_step(critic_prompt({}))
+
+
+def test_tabular_prompt_states_the_value_set_once() -> None:
+    llm = ScriptedLLM(["params: " + str([0] * 16)])
+    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=3)
+    model.learn(10**6)
+    prompt = llm.calls[0][1]["content"]
+    assert prompt.count("must be one of") == 1 and prompt.count("0, 1, 2, 3") == 1
+
+
+def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> None:
+    history = (
+        HistoryLine("params[0]: 1.0", 61.0, 1),
+        HistoryLine("params[0]: 2.0", 9.0, 1),
+        HistoryLine("params[0]: 3.0", 10.4, 5),
+    )
+    ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4)
+    prompt = PromptBuilder().search(ctx)[1]["content"]
+    assert "params[0]: 1.0; mean return: 61 (1 episode, warm-up)" in prompt
+    assert "params[0]: 3.0; mean return: 10.4 (5 episodes)" in prompt
+    assert "The best mean return over 5 episodes so far is 10.4" in prompt
+    assert "The best mean return so far is" not in prompt
+    # before the first iteration every entry has one episode: the best is a single-episode return
+    warmup = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history[:2], 1, 10, 1.0, best=61.0)
+    prompt = PromptBuilder().search(warmup)[1]["content"]
+    assert "The best single-episode return so far is 61." in prompt
+
+
+def test_best_line_agrees_with_the_history_in_real_runs() -> None:
+    llm = ScriptedLLM([vector(*([0.1 * (i % 7)] * 9 + [i / 10])) for i in range(1, 40)])
+    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=10, seed=0, max_episodes=10 + 18)
+    model.learn(10**6)
+    searches = [call[1]["content"] for call in llm.calls if "Search" in call[0]["content"]]
+    assert len(searches) >= 2
+    for prompt in searches[1:]:  # after the first iteration
+        match = re.search(r"The best mean return over 3 episodes so far is (\d+(?:\.\d+)?)", prompt)
+        assert match, prompt
+        best = float(match.group(1))
+        k_means = [float(x) for x in re.findall(r"; mean return: (\d+(?:\.\d+)?) \(3 episodes\)", prompt)]
+        assert k_means and best == max(k_means)
+
+
+def test_revision_rule_prints_enough_digits_to_tell_mean_and_threshold_apart() -> None:
+    episodes = [Episode([np.zeros(2)] * 3, [np.zeros(1)] * 2, [50.0, 46.9996], "terminated")] * 2
+    evidence = build_evidence(episodes, 100.0, 97.0)
+    ctx = PromptContext(None, ("layout",), ParameterSpace(3), 100.0, (), 1, None, 1.0)
+    text = PromptBuilder().critic(ctx, HistoryLine("params: ...", 96.9996, 2), evidence)[1]["content"]
+    assert "mean return is at least 97 and" in text
+    assert "The candidate's mean return 96.9996 is below this threshold." in text
+    assert "## Candidate under review\nparams: ...; mean return: 96.9996 (2 episodes)" in text
+    # distinct at 4 figures: unchanged
+    ctx = PromptContext(None, ("layout",), ParameterSpace(3), 475.0, (), 1, None, 1.0)
+    evidence = build_evidence(episodes, 475.0, 451.25)
+    text = PromptBuilder().critic(ctx, HistoryLine("params: ...", 96.9996, 2), evidence)[1]["content"]
+    assert "at least 451.2 and" in text and "mean return 97 is below" in text

@@ -5,7 +5,7 @@ from gymnasium import spaces
 
 import sb3_r2po.envs  # noqa: F401  (registers the custom envs and the descriptions)
 from sb3_r2po.envs.descriptions import DESCRIPTIONS
-from sb3_r2po.prompts.tasks import TASK_DESCRIPTIONS, TaskDescription, describe_task
+from sb3_r2po.prompts.tasks import TASK_DESCRIPTIONS, TaskDescription, describe_task, generic_task_description
 
 ENV_IDS = [
     "CartPole-v1",
@@ -89,3 +89,12 @@ def test_custom_episode_caps_mentioned(env_id):
         assert "terminates" in text
     else:
         assert str(spec.max_episode_steps) in text
+
+
+def test_generic_description_states_the_real_state_range():
+    description = generic_task_description(spaces.Discrete(4, start=10), spaces.Discrete(2, start=5))
+    assert description.observations == ("the state is an integer index in 10..13",)
+    assert description.actions == ("action 5", "action 6")
+    assert generic_task_description(spaces.Discrete(4), spaces.Discrete(2)).observations == (
+        "the state is an integer index in 0..3",
+    )

@@ -84,12 +84,39 @@ def mean_closest_index(returns: Sequence[float]) -> int:
     return closest_index(returns, float(np.mean(returns)))
 
 
+LARGEST_INTEGER_PRINTED = 1e15
+"""Magnitude from which :func:`sig` keeps the exponent form (an integer that long would only add digits)."""
+
+
 def sig(x: float, digits: int = 3) -> str:
-    """A number to ``digits`` significant figures, compactly (``0.0123``, ``-1.5``, ``500``, ``nan``)."""
+    """
+    A number to ``digits`` significant figures, compactly (``0.0123``, ``-1.5``, ``500``, ``nan``).
+
+    Values that round to ``10**digits`` or more in magnitude are printed as rounded integers (``305``, not
+    ``3e+02`` at 2 figures), so screen coordinates and large returns stay readable; only beyond
+    :data:`LARGEST_INTEGER_PRINTED` is the exponent form kept.
+    """
     if not np.isfinite(x):
         return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
     text = f"{x:.{digits}g}"
+    if "e+" in text and abs(x) < LARGEST_INTEGER_PRINTED:
+        text = f"{x:.0f}"
     return "0" if text in ("-0", "0") else text
+
+
+def digits_apart(x: float, other: float | None, digits: int = 4) -> int:
+    """
+    The fewest significant figures, at least ``digits``, at which :func:`sig` prints ``x`` and ``other``
+    differently (``digits`` when they are equal or ``other`` is ``None``). Rounding keeps the order, so two
+    numbers printed with this many figures read in the right order: a mean of ``96.9996`` against a
+    threshold of ``97`` needs 6.
+    """
+    if other is None or x == other or not (np.isfinite(x) and np.isfinite(other)):
+        return digits
+    for n in range(digits, 18):  # 17 significant figures tell any two float64 values apart
+        if sig(x, n) != sig(other, n):
+            return n
+    return 17
 
 
 def _vector(x: np.ndarray, digits: int) -> str:
@@ -97,6 +124,15 @@ def _vector(x: np.ndarray, digits: int) -> str:
     if flat.size == 1:
         return sig(float(flat[0]), digits)
     return "[" + ", ".join(sig(float(v), digits) for v in flat) + "]"
+
+
+def _same_step(episode: Episode, t: int, u: int) -> bool:
+    """Whether steps ``t`` and ``u`` have exactly equal raw observation, action and reward."""
+    return (
+        episode.rewards[t] == episode.rewards[u]
+        and np.array_equal(np.asarray(episode.actions[t]), np.asarray(episode.actions[u]))
+        and np.array_equal(np.asarray(episode.observations[t]), np.asarray(episode.observations[u]))
+    )
 
 
 @dataclass(frozen=True)
@@ -123,8 +159,9 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
     :param episode: The episode.
     :param max_steps: Most steps shown (half from the start, half from the end); ``None`` shows all.
     :param digits: Significant figures.
-    :param fold: Fold runs of identical consecutive steps (same rendered ``s``, ``a`` and ``r``) into one line
-        ``t=3..7 (5 identical steps): ...``, e.g. an agent pushing into a wall.
+    :param fold: Fold runs of identical consecutive steps into one line ``t=3..7 (5 identical steps): ...``,
+        e.g. an agent pushing into a wall. Steps are identical when their raw observation, action and reward
+        are exactly equal; steps that merely print the same at ``digits`` figures are never merged.
     """
     n = episode.length
     rewards = np.asarray(episode.rewards, dtype=np.float64)
@@ -145,11 +182,11 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
         for t in [*part, None]:
             body = None
             if t is not None:
+                if fold and previous is not None and _same_step(episode, t - 1, t):
+                    continue
                 body = f"s={_vector(episode.observations[t], digits)} -> a={_vector(episode.actions[t], digits)}"
                 if not constant_reward:
                     body += f", r={sig(float(rewards[t]), digits)}"
-                if fold and body == previous:
-                    continue
             if previous is not None:
                 end = (t if t is not None else part.stop) - 1
                 label = (
@@ -219,7 +256,7 @@ def build_evidence(
     :param tau_c: Revision-rule threshold; ``None`` disables the rule.
     :param max_steps: Step budget of each rendered trajectory (head and tail kept).
     :param digits: Significant figures in rendered trajectories.
-    :param fold: Fold runs of identical steps (see :func:`render_trajectory`).
+    :param fold: Fold runs of exactly repeated steps (see :func:`render_trajectory`).
     :param statistics: Whether to include the aggregate statistics.
     :param trajectories: Which trajectories to show, by name (see :data:`SELECTORS`).
     :param rule: Whether to include the revision rule (needs ``tau_c``).

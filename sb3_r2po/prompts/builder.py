@@ -12,7 +12,7 @@ from typing import Any
 
 import jinja2
 
-from sb3_r2po.common.evidence import EvidencePackage, sig
+from sb3_r2po.common.evidence import EvidencePackage, digits_apart, sig
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import Message
 from sb3_r2po.prompts.tasks import TaskDescription
@@ -35,6 +35,32 @@ class HistoryLine:
     n_episodes: int
 
 
+def history_summary(history: tuple[HistoryLine, ...], best: float | None) -> dict[str, Any]:
+    """
+    What the prompts say about the history beyond its lines: which lines are warm-up entries, and the best
+    mean return with the number of episodes behind it, so the "best so far" line agrees with the history.
+
+    R2PO evaluates its warm-up vectors for one episode and every other candidate for K episodes, so when some
+    shown line has more than one episode, the one-episode lines are the warm-up entries. The best is the
+    larger of ``best`` (R2PO's best K-episode mean, which may come from a line the compressed history hides)
+    and every shown mean over as many episodes (e.g. a candidate evaluated earlier in this iteration).
+
+    :param history: The shown history lines.
+    :param best: The best mean return so far, or ``None``.
+    :return: ``warmup_lines`` (a flag per history line), ``warmup_shown``, ``best`` and ``best_episodes``
+        (episodes behind the best; 0 when unknown).
+    """
+    full = max((line.n_episodes for line in history), default=0)
+    warmup = tuple(line.n_episodes == 1 and full > 1 for line in history)
+    summary: dict[str, Any] = {"warmup_lines": warmup, "warmup_shown": any(warmup), "best": best, "best_episodes": 0}
+    if best is not None:
+        matches = [line.n_episodes for line in history if line.mean_return == best]
+        best_episodes = max(matches) if matches else full
+        same = [line.mean_return for line in history if line.n_episodes == best_episodes]
+        summary.update(best=max([best, *same]), best_episodes=best_episodes)
+    return summary
+
+
 @dataclass(frozen=True)
 class PromptContext:
     """
@@ -48,7 +74,7 @@ class PromptContext:
     :param iteration: The current iteration (1-based).
     :param total_iterations: The planned number of iterations, when known.
     :param step_size: The suggested step size per parameter.
-    :param best: Best mean return so far.
+    :param best: Best mean return so far (R2PO: the best K-episode mean; see :func:`history_summary`).
     """
 
     task: TaskDescription | None
@@ -89,6 +115,9 @@ class PromptBuilder:
             lstrip_blocks=True,
         )
         self.env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
+        self.env.filters["digits_apart"] = lambda x, other, digits=4: digits_apart(
+            float(x), None if other is None else float(other), digits
+        )
 
     def _render(self, name: str, **values: Any) -> str:
         return self.env.get_template(name).render(**values).strip() + "\n"
@@ -103,7 +132,7 @@ class PromptBuilder:
     def _common(self, ctx: PromptContext) -> dict[str, Any]:
         values = {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name != "extra"}
         defaults = {"example": self._example(ctx.space), "trajectory_titles": TRAJECTORY_TITLES, "history_omitted": 0}
-        return {**values, **defaults, **ctx.extra}
+        return {**values, **history_summary(ctx.history, ctx.best), **defaults, **ctx.extra}
 
     def search(self, ctx: PromptContext) -> list[Message]:
         """The Search-LLM's messages: propose a new vector from the history."""

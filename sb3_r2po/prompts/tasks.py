@@ -56,7 +56,8 @@ def generic_task_description(observation_space: spaces.Space, action_space: spac
             f"s[{i}]: range [{_fmt(lo)}, {_fmt(hi)}]" for i, (lo, hi) in enumerate(zip(low, high, strict=True))
         )
     elif isinstance(observation_space, spaces.Discrete):
-        observations = (f"the state is an integer index in 0..{int(observation_space.n) - 1}",)
+        first = int(observation_space.start)
+        observations = (f"the state is an integer index in {first}..{first + int(observation_space.n) - 1}",)
     else:
         observations = (str(observation_space),)
     if isinstance(action_space, spaces.Discrete):

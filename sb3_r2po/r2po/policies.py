@@ -27,6 +27,13 @@ MAX_TABULAR_STATES = 1000
 """Largest ``Discrete`` observation space a tabular policy accepts: one value per state must fit in a prompt."""
 
 
+def _offset(name: str, offset: int) -> str:
+    """``name`` plus an integer offset as prompt text: ``j + 5``, ``s - 10``, ``j``."""
+    if offset == 0:
+        return name
+    return f"{name} {'+' if offset > 0 else '-'} {abs(offset)}"
+
+
 class CompactPolicy(BasePolicy):
     """
     Base class of the policies R2PO optimizes: a flat parameter vector with a known parameter space.
@@ -173,7 +180,14 @@ class LinearPolicy(CompactPolicy):
     def layout_lines(self) -> tuple[str, ...]:
         n, m = self.obs_dim, self.act_dim
         if isinstance(self.action_space, spaces.Discrete):
-            rule = f"the action is the index j of the largest y[j] (j = 0..{m - 1})"
+            start = int(self.action_space.start)
+            if start == 0:
+                rule = f"the action is the index j of the largest y[j] (j = 0..{m - 1})"
+            else:
+                rule = (
+                    f"the action is {_offset('j', start)}, with j the index of the largest y[j] (j = 0..{m - 1}), "
+                    f"so the actions are {start}..{start + m - 1}"
+                )
         else:
             rule = "the action is y, clipped to the action bounds"
         lines = [
@@ -230,11 +244,15 @@ class TabularPolicy(CompactPolicy):
         return theta[states].astype(np.int64)
 
     def layout_lines(self) -> tuple[str, ...]:
-        values = ", ".join(str(a) for a in self.actions)
+        """The state-to-parameter mapping; the allowed values are stated by the prompt's parameter section."""
+        first, last = self.obs_start, self.obs_start + self.n_states - 1
+        if first == 0:
+            return (
+                f"Tabular policy: params[s] is the action taken in state s, for the {self.n_states} states s = 0..{last}.",
+            )
         return (
-            f"Tabular policy: params[s] is the action taken in state s, "
-            f"for the {self.n_states} states s = 0..{self.n_states - 1}.",
-            f"Every value must be one of the actions {values}.",
+            f"Tabular policy: params[{_offset('s', -first)}] is the action taken in state s, for the {self.n_states} "
+            f"states s = {first}..{last} (params[0] is state {first}, params[{self.n_states - 1}] is state {last}).",
         )
 
 
