@@ -216,8 +216,8 @@ def test_tabular_prompt_states_the_value_set_once() -> None:
 
 def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> None:
     history = (
-        HistoryLine("params[0]: 1.0", 61.0, 1),
-        HistoryLine("params[0]: 2.0", 9.0, 1),
+        HistoryLine("params[0]: 1.0", 61.0, 1, warmup=True),
+        HistoryLine("params[0]: 2.0", 9.0, 1, warmup=True),
         HistoryLine("params[0]: 3.0", 10.4, 5),
     )
     ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4)
@@ -232,17 +232,21 @@ def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> Non
     assert "The best single-episode return so far is 61." in prompt
 
 
-def test_best_line_agrees_with_the_history_in_real_runs() -> None:
+@pytest.mark.parametrize("k", [1, 3])
+def test_best_line_agrees_with_the_history_in_real_runs(k: int) -> None:
+    """Also with K = 1, where warm-up and iteration entries have as many episodes: R2PO flags the warm-up lines."""
     llm = ScriptedLLM([vector(*([0.1 * (i % 7)] * 9 + [i / 10])) for i in range(1, 40)])
-    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=10, seed=0, max_episodes=10 + 18)
+    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=k, warmup_episodes=10, seed=0, max_episodes=10 + 6 * k)
     model.learn(10**6)
     searches = [call[1]["content"] for call in llm.calls if "Search" in call[0]["content"]]
     assert len(searches) >= 2
+    unit = "episodes" if k > 1 else "episode"
     for prompt in searches[1:]:  # after the first iteration
-        match = re.search(r"The best mean return over 3 episodes so far is (\d+(?:\.\d+)?)", prompt)
+        assert prompt.count(", warm-up)") == 10  # every warm-up line is marked, whatever K
+        match = re.search(rf"The best mean return over {k} {unit} so far is (\d+(?:\.\d+)?)", prompt)
         assert match, prompt
         best = float(match.group(1))
-        k_means = [float(x) for x in re.findall(r"; mean return: (\d+(?:\.\d+)?) \(3 episodes\)", prompt)]
+        k_means = [float(x) for x in re.findall(rf"; mean return: (\d+(?:\.\d+)?) \({k} {unit}\)", prompt)]
         assert k_means and best == max(k_means)
 
 

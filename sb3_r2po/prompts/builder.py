@@ -28,11 +28,12 @@ TRAJECTORY_TITLES = {
 
 @dataclass(frozen=True)
 class HistoryLine:
-    """One history entry as shown in a prompt."""
+    """One history entry as shown in a prompt (``warmup``: a warm-up candidate, run for one episode)."""
 
     params: str
     mean_return: float
     n_episodes: int
+    warmup: bool = False
 
 
 def history_summary(history: tuple[HistoryLine, ...], best: float | None) -> dict[str, Any]:
@@ -40,23 +41,29 @@ def history_summary(history: tuple[HistoryLine, ...], best: float | None) -> dic
     What the prompts say about the history beyond its lines: which lines are warm-up entries, and the best
     mean return with the number of episodes behind it, so the "best so far" line agrees with the history.
 
-    R2PO evaluates its warm-up vectors for one episode and every other candidate for K episodes, so when some
-    shown line has more than one episode, the one-episode lines are the warm-up entries. The best is the
-    larger of ``best`` (R2PO's best K-episode mean, which may come from a line the compressed history hides)
-    and every shown mean over as many episodes (e.g. a candidate evaluated earlier in this iteration).
+    The warm-up lines are those flagged ``warmup`` (R2PO runs them for one episode, every other candidate for
+    K episodes); once other lines are shown they do not count for the best. The best is the larger of ``best``
+    (R2PO's best K-episode mean, which may come from a line the compressed history hides) and every shown
+    non-warm-up mean over as many episodes (e.g. a candidate evaluated earlier in this iteration).
 
     :param history: The shown history lines.
     :param best: The best mean return so far, or ``None``.
-    :return: ``warmup_lines`` (a flag per history line), ``warmup_shown``, ``best`` and ``best_episodes``
-        (episodes behind the best; 0 when unknown).
+    :return: ``warmup_lines`` (a flag per history line), ``warmup_shown``, ``best``, ``best_episodes`` (episodes
+        behind the best; 0 when unknown) and ``best_of_warmup`` (only warm-up lines so far: the best is one episode's).
     """
-    full = max((line.n_episodes for line in history), default=0)
-    warmup = tuple(line.n_episodes == 1 and full > 1 for line in history)
-    summary: dict[str, Any] = {"warmup_lines": warmup, "warmup_shown": any(warmup), "best": best, "best_episodes": 0}
-    if best is not None:
-        matches = [line.n_episodes for line in history if line.mean_return == best]
-        best_episodes = max(matches) if matches else full
-        same = [line.mean_return for line in history if line.n_episodes == best_episodes]
+    warmup = tuple(line.warmup for line in history)
+    scored = [line for line in history if not line.warmup]
+    summary: dict[str, Any] = {
+        "warmup_lines": warmup,
+        "warmup_shown": any(warmup),
+        "best": best,
+        "best_episodes": 0,
+        "best_of_warmup": bool(history) and not scored,
+    }
+    if best is not None and scored:
+        matches = [line.n_episodes for line in scored if line.mean_return == best]
+        best_episodes = max(matches) if matches else max(line.n_episodes for line in scored)
+        same = [line.mean_return for line in scored if line.n_episodes == best_episodes]
         summary.update(best=max([best, *same]), best_episodes=best_episodes)
     return summary
 

@@ -519,7 +519,9 @@ class R2PO(BaseAlgorithm):
             per_iteration = self.variant_spec.candidates_per_iteration * self.n_eval_episodes
             planned = self.iteration + max(1, math.ceil(self._episodes_left() / max(1, per_iteration)))
         shown = self.shown_history()
-        lines = [HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"]) for r in shown]
+        lines = [
+            HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"], r["kind"] == "warmup") for r in shown
+        ]
         lines += [HistoryLine(self._format(p), float(res.returns.mean()), len(res.episodes)) for p, res in extra]
         show_task = self.variant_spec.task_description
         return PromptContext(
