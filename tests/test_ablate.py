@@ -6,13 +6,12 @@ from typing import Any, ClassVar
 import pytest
 
 import sb3_r2po
-from sb3_r2po import R2PO, ablate
+from sb3_r2po import R2PO
 from sb3_r2po.ablate import main, run_one, run_settings
 from sb3_r2po.compare import r2po_entry
 from sb3_r2po.diagnostics import points_at_worst
 from sb3_r2po.llm.example import ExampleLLM
-from sb3_r2po.llm.recording import read_records
-from sb3_r2po.llm.resolve import make_backend
+from sb3_r2po.llm.recording import RecordingBackend, read_records
 from sb3_r2po.r2po.policies import LinearPolicy, TabularPolicy
 
 
@@ -149,7 +148,7 @@ def test_the_report_holds_each_envs_settings(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- replay
 
 
-def test_replay_reproduces_a_recording_whose_replies_vary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replay_reproduces_a_recording_whose_replies_vary(tmp_path: Path) -> None:
     """
     A real LLM may answer the same prompt differently in two runs: the replay of the recording must hand each run the
     reply it got, so one replay backend answers all runs in turn (not one backend per run).
@@ -159,21 +158,19 @@ def test_replay_reproduces_a_recording_whose_replies_vary(tmp_path: Path, monkey
     def varying(messages: list[dict[str, str]]) -> str:  # a different seed for every call
         return ExampleLLM(seed=next(calls)).chat(messages).text
 
-    args = ["--envs", "CartPole-v1", "--variants", "r2po", "rep_traj", "--seeds", "0", "--max-episodes", "21"]
-    args += ["--n-eval-episodes", "3", "--warmup-episodes", "3"]
     record = tmp_path / "calls.jsonl"
-    with monkeypatch.context() as patch:
-        patch.setattr(ablate, "make_backend", lambda llm: make_backend(varying))
-        main(["--llm", "varying", "--record", str(record), "--out", str(tmp_path / "a.md"), *args])
+    recorder = RecordingBackend(varying, record)
+    settings = {"max_episodes": 21, "n_eval_episodes": 3, "warmup_episodes": 3}
+    recorded = [run_one("CartPole-v1", variant, 0, recorder, settings) for variant in ("r2po", "rep_traj")]
     replies: dict[str, set[str]] = {}
     for call in read_records(record):
         replies.setdefault(call["hash"], set()).add(call["reply"]["text"])
-    assert any(len(texts) > 1 for texts in replies.values())  # a prompt that recurs got different replies
+    assert any(len(texts) > 1 for texts in replies.values())  # a prompt of both runs, answered differently
 
-    main(["--llm", f"replay:{record}", "--out", str(tmp_path / "b.md"), *args])
-    table = lambda name: (tmp_path / name).read_text().split("## Reproduce")[0]  # noqa: E731  (the command differs)
-    assert table("a.md") == table("b.md")
-    recorded, replayed = (json.loads((tmp_path / f"{n}.md.runs.json").read_text()) for n in "ab")
-    assert [[r["params"] for r in run["history"]] for run in recorded] == [
-        [r["params"] for r in run["history"]] for run in replayed
-    ]
+    args = ["--envs", "CartPole-v1", "--variants", "r2po", "rep_traj", "--seeds", "0", "--max-episodes", "21"]
+    args += ["--n-eval-episodes", "3", "--warmup-episodes", "3", "--out", str(tmp_path / "replay.md")]
+    main(["--llm", f"replay:{record}", *args])
+    replayed = json.loads((tmp_path / "replay.md.runs.json").read_text())
+    for before, after in zip(recorded, replayed, strict=True):
+        assert [r["params"] for r in before["history"]] == [r["params"] for r in after["history"]]
+        assert before["mean_return"] == after["mean_return"] and before["llm_calls"] == after["llm_calls"]

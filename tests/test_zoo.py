@@ -154,6 +154,20 @@ def test_conf_file_for_r2po_and_custom_env_baselines() -> None:
         assert resolve_train_args(argv) == argv
 
 
+def test_conf_file_with_abbreviated_options() -> None:
+    """The zoo's parser accepts ``--alg r2po`` (argparse prefixes): so does the choice of the config file."""
+    r2po_yml, dqn_yml = str(config_file("r2po")), str(config_file("dqn"))
+    for argv in (["--alg", "r2po"], ["--al=r2po", "--env", "CartPole-v1"], ["--a", "r2po", "-f", "logs"]):
+        assert resolve_train_args(argv) == ["--conf-file", r2po_yml, *argv], argv
+    assert resolve_train_args(["--alg", "dqn", "--env", "FrozenLake-v1"])[:2] == ["--conf-file", dqn_yml]
+    assert resolve_train_args(["--algo", "ppo", "--alg", "r2po"])[:2] == ["--conf-file", r2po_yml]  # the last one wins
+    # options that merely start like --algo/--env are other options
+    argv = ["--algo", "ppo", "--env-kwargs", "is_slippery:False", "--eval-env-kwargs", "x:1", "--env", "CartPole-v1"]
+    assert resolve_train_args(argv) == argv
+    argv = ["--algo", "dqn", "--env-kwargs", "FrozenLake-v1"]  # a value of --env-kwargs, not an --env
+    assert resolve_train_args(argv) == argv
+
+
 def test_plot_env_ids_become_folder_names() -> None:
     argv = ["-a", "r2po", "-e", "R2PO/Nim-v0", "CartPole-v1", "-f", "logs/a/b", "--env=R2PO/Pong-v0"]
     expected = ["-a", "r2po", "-e", "R2PO-Nim-v0", "CartPole-v1", "-f", "logs/a/b", "--env=R2PO-Pong-v0"]
@@ -310,3 +324,69 @@ def test_plot_train_finds_custom_env_runs(r2po_run: tuple[Path, str, str]) -> No
     log_dir, env_id, _ = r2po_run
     proc = _zoo("plot_train", "-a", "r2po", "-e", env_id, "-f", str(log_dir), "-x", "episodes", "-w", "2", cwd=log_dir)
     assert "No data" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_train_r2po_with_an_abbreviated_algo_option(tmp_path: Path) -> None:
+    """``--alg r2po`` gets zoo_configs/r2po.yml (it used to look for the zoo's own hyperparams/r2po.yml and crash)."""
+    proc = _zoo(
+        "train", "--alg", "r2po", "--env", "R2PO/Maze3x3-v0", "-f", str(tmp_path), "--seed", "0", "--eval-freq", "-1",
+        "--num-threads", "1", "--hyperparams", *TINY_R2PO, cwd=tmp_path,
+    )  # fmt: skip
+    assert f"Loading hyperparameters from: {config_dir() / 'r2po.yml'}" in proc.stdout
+    assert (_run_dir(tmp_path, "r2po", "R2PO/Maze3x3-v0") / "R2PO-Maze3x3-v0.zip").is_file()
+
+
+# ---------------------------------------------------------------------------------------------- -optimize
+
+
+def test_sampler_offers_the_paper_values() -> None:
+    from sb3_r2po.zoo.sampler import SEARCH_SPACE
+
+    entries = _load_yaml(config_dir() / "r2po.yml")
+    steps = {PAPER_SETTINGS[env_id][3] for env_id in PAPER_SETTINGS} - {None}
+    assert steps == {0.1, 1.0} and steps <= set(SEARCH_SPACE["step_size"])
+    for key in ("n_eval_episodes", "temperature", "max_trajectory_steps"):
+        assert {entry[key] for entry in entries.values()} <= set(SEARCH_SPACE[key]), key
+    assert inspect.signature(R2PO.__init__).parameters["reply_style"].default in SEARCH_SPACE["reply_style"]
+
+
+def test_trial_scored_when_r2po_stops_before_the_scheduled_evaluations() -> None:
+    """
+    R2PO stops at max_episodes, long before the zoo's first trial evaluation (every n_timesteps // n_evaluations
+    steps): the trial is scored by an evaluation when the run ends, reported to the trial like the others.
+    """
+    optuna = pytest.importorskip("optuna")
+    import rl_zoo3.exp_manager
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
+
+    register_r2po()
+    assert rl_zoo3.exp_manager.TrialEvalCallback is FinalTrialEvalCallback  # what the zoo's objective() builds
+
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    eval_env = make_vec_env("R2PO/Maze3x3-v0")
+    callback = FinalTrialEvalCallback(eval_env, trial, n_eval_episodes=2, eval_freq=100_000)
+    model = R2PO("Tabular", "R2PO/Maze3x3-v0", llm="example:0", warmup_episodes=2, n_eval_episodes=2, max_episodes=6, seed=0)
+    model.learn(4_000_000, callback=callback)
+    assert model.num_timesteps < 100_000 and callback.eval_idx == 1 and np.isfinite(callback.last_mean_reward)
+    assert trial.storage.get_trial(trial._trial_id).intermediate_values == {1: callback.last_mean_reward}
+    model.learn(4_000_000, callback=callback)  # no second evaluation of the same step
+    eval_env.close()
+
+
+@pytest.mark.slow
+def test_optimize_r2po_scores_every_trial(tmp_path: Path) -> None:
+    """``-optimize`` with the zoo's defaults (one evaluation per 100k steps): two tiny trials get finite values."""
+    optuna = pytest.importorskip("optuna")
+    storage = f"sqlite:///{tmp_path / 'r2po.db'}"
+    _zoo(
+        "train", "--algo", "r2po", "--env", "R2PO/Nim-v0", "-optimize", "--n-trials", "2", "--n-jobs", "1",
+        "--sampler", "random", "--storage", storage, "--study-name", "r2po", "-f", str(tmp_path / "logs"),
+        "--seed", "0", "--num-threads", "1", "--hyperparams", EXAMPLE_LLM, "max_episodes:40", cwd=tmp_path,
+    )  # fmt: skip
+    trials = optuna.load_study(study_name="r2po", storage=storage).trials
+    assert len(trials) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert all(t.value is not None and -1.0 <= t.value <= 1.0 for t in trials), [t.value for t in trials]  # not -inf

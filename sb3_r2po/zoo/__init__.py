@@ -14,17 +14,22 @@ The entry point then:
 2. for ``train`` without ``-conf``/``--conf-file``: ``--algo r2po`` reads ``zoo_configs/r2po.yml``, and any other
    algorithm reads ``zoo_configs/<algo>.yml`` when that file has an entry for the ``--env`` id (our custom envs,
    FrozenLake-v1 and the ``-v5`` MuJoCo tasks, which the zoo's own files lack); everything else keeps the
-   zoo's own hyperparameter files;
+   zoo's own hyperparameter files. The options are read as the zoo's parser reads them, abbreviations
+   (``--alg r2po``) and ``--option=value`` included;
 3. for ``plot_train``/``all_plots``: rewrites ``-e/--env`` ids to the zoo's folder names (``R2PO/Nim-v0`` ->
    ``R2PO-Nim-v0``), which the zoo's plot scripts match as plain substrings;
 4. passes every argument to the zoo's script unchanged otherwise.
+
+For ``-optimize`` (RL Zoo's Optuna search), :func:`register_r2po` also adds our sampler
+(:mod:`sb3_r2po.zoo.sampler`) and makes the zoo's trial evaluation score an R2PO run when it ends
+(:mod:`sb3_r2po.zoo.optimize`): R2PO stops at its ``max_episodes`` budget, usually long before the first of the
+evaluations the zoo schedules every ``n_timesteps // n_evaluations`` steps.
 
 Nothing here imports ``rl_zoo3`` at import time; it is an optional dependency (``pip install sb3-r2po[zoo]``).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -101,7 +106,8 @@ def config_env_ids(algo: str) -> set[str]:
 
 def register_r2po(name: str = ALGO_NAME) -> list[str]:
     """
-    Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules.
+    Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules, and
+    prepare ``-optimize`` for it (:func:`_register_optimize`; skipped when ``optuna`` is not installed).
 
     :param name: The algorithm name in the zoo.
     :return: The zoo modules whose ``ALGOS`` holds the entry (``rl_zoo3.utils`` first).
@@ -110,6 +116,7 @@ def register_r2po(name: str = ALGO_NAME) -> list[str]:
 
     from sb3_r2po import R2PO
 
+    _register_optimize(name)  # first: the zoo modules it imports are patched below
     patched: list[str] = []
     seen: set[int] = set()
     loaded = sorted((key, mod) for key, mod in list(sys.modules.items()) if key.startswith("rl_zoo3") and mod is not None)
@@ -122,19 +129,31 @@ def register_r2po(name: str = ALGO_NAME) -> list[str]:
             algos[name] = R2PO
             seen.add(id(algos))
         patched.append(mod_name)
-    _register_sampler(name)
     return list(dict.fromkeys(patched))
 
 
-def _register_sampler(name: str) -> None:
-    """Add :func:`sb3_r2po.zoo.sampler.sample_r2po_params` to the zoo's Optuna samplers (``-optimize``)."""
+def _register_optimize(name: str) -> None:
+    """
+    Prepare the zoo's ``-optimize`` for R2PO: add :func:`sb3_r2po.zoo.sampler.sample_r2po_params` to its Optuna
+    samplers, and replace the trial evaluation callback of ``rl_zoo3.exp_manager`` with
+    :class:`sb3_r2po.zoo.optimize.FinalTrialEvalCallback`, which also evaluates an R2PO run when it ends.
+    """
     try:
+        import rl_zoo3.exp_manager
         from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
     except ImportError:  # optuna missing: only -optimize needs it
         return
+    from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
     from sb3_r2po.zoo.sampler import sample_r2po_params
 
     HYPERPARAMS_SAMPLER[name] = sample_r2po_params
+    if not issubclass(rl_zoo3.exp_manager.TrialEvalCallback, FinalTrialEvalCallback):
+        rl_zoo3.exp_manager.TrialEvalCallback = FinalTrialEvalCallback  # type: ignore[misc]
+
+
+def _matches(token: str, flags: Sequence[str], long_flag: str) -> bool:
+    """Whether ``token`` (without ``=value``) names the option: one of ``flags`` or a prefix of ``long_flag``."""
+    return token in flags or (token.startswith("--") and len(token) >= 3 and long_flag.startswith(token))
 
 
 def _given(argv: Sequence[str], flags: Sequence[str], long_flag: str) -> bool:
@@ -142,10 +161,28 @@ def _given(argv: Sequence[str], flags: Sequence[str], long_flag: str) -> bool:
     for token in argv:
         if token == "--":
             break
-        option = token.split("=", 1)[0]
-        if option in flags or (option.startswith("--") and len(option) >= 3 and long_flag.startswith(option)):
+        if _matches(token.split("=", 1)[0], flags, long_flag):
             return True
     return False
+
+
+def _value(argv: Sequence[str], flags: Sequence[str], long_flag: str, default: str) -> str:
+    """
+    The value of a one-argument option as the zoo's parser reads it: ``--flag value`` or ``--flag=value``, any
+    long-option prefix argparse accepts (``--alg`` for ``--algo``), the last occurrence winning.
+
+    A prefix that the zoo's parser finds ambiguous (``--en``: ``--env`` or ``--env-kwargs``) is read as the option
+    too; the zoo then rejects the command line anyway.
+    """
+    value = default
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--":
+            break
+        option, sep, inline = token.partition("=")
+        if _matches(option, flags, long_flag):
+            value = inline if sep else next(tokens, value)
+    return value
 
 
 def resolve_train_args(argv: Sequence[str]) -> list[str]:
@@ -154,7 +191,8 @@ def resolve_train_args(argv: Sequence[str]) -> list[str]:
 
     ``--algo r2po`` without a config file gets ``zoo_configs/r2po.yml``; another algorithm gets
     ``zoo_configs/<algo>.yml`` when that file has an entry for the ``--env`` id. An explicit ``-conf``/
-    ``--conf-file`` is never overridden.
+    ``--conf-file`` is never overridden. ``--algo`` and ``--env`` are read as the zoo's parser reads them:
+    ``--algo=r2po`` and the abbreviations argparse accepts (``--alg r2po``) count, and the last occurrence wins.
 
     :param argv: The ``train`` arguments (without the script name).
     :return: The arguments to pass to the zoo.
@@ -162,11 +200,8 @@ def resolve_train_args(argv: Sequence[str]) -> list[str]:
     argv = list(argv)
     if _given(argv, _CONF_FLAGS, "--conf-file"):
         return argv
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--algo", default="ppo")
-    parser.add_argument("--env", default="CartPole-v1")
-    known, _ = parser.parse_known_args(argv)
-    algo, env_id = str(known.algo), str(known.env)
+    algo = _value(argv, ("--algo",), "--algo", "ppo")  # the zoo's defaults
+    env_id = _value(argv, ("--env",), "--env", "CartPole-v1")
     conf: Path | None = None
     if algo == ALGO_NAME:
         conf = config_file(ALGO_NAME)

@@ -7,6 +7,7 @@ Registered by :func:`sb3_r2po.zoo.register_r2po` in ``rl_zoo3.hyperparams_opt.HY
 
 tunes R2PO, and several such processes started with the same ``--storage`` and ``--study-name`` share the trials
 (``docs/scaling.md``). Everything not sampled here comes from ``zoo_configs/r2po.yml`` and ``--hyperparams``.
+Each trial is scored by the zoo's evaluation of the trained policy when the run ends (:mod:`sb3_r2po.zoo.optimize`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 SEARCH_SPACE: dict[str, list[Any]] = {
-    "step_size": [0.25, 0.5, 1.0, 2.0],
+    "step_size": [0.1, 0.25, 0.5, 1.0, 2.0],
     "n_eval_episodes": [5, 10, 20],
     "temperature": [0.0, 0.3, 0.7, 1.0],
     "max_trajectory_steps": [20, 40, 80],
     "reply_style": ["indexed", "list"],
 }
-"""The sampled R2PO hyperparameters and their choices (categorical: the paper's values are among them)."""
+"""
+The sampled R2PO hyperparameters and their choices (categorical). The paper's values are among them: step size 1.0,
+or 0.1 for InvertedDoublePendulum and Swimmer; K = 20; temperature 0.0 and the 40-step trajectory budget of
+``zoo_configs/r2po.yml``; R2PO's default reply style, ``"indexed"``.
+"""
 
 
 def sample_r2po_params(trial: Any, n_actions: int, n_envs: int, additional_args: dict[str, Any]) -> dict[str, Any]:
