@@ -229,6 +229,13 @@ def test_backoff_is_capped_at_backoff_max(serve: Callable[..., FaultServer]) -> 
         (b'{"choices": [{}]}', "the first choice has no message"),
         (b'{"choices": [{"message": null}]}', "the first choice has no message"),
         (b'{"choices": [{"message": {"content": 5}}]}', "the message content is of type int"),
+        (b"{}", "no 'choices' in the chat completion"),
+        (b'{"id": "x", "choices": null}', "no 'choices' in the chat completion"),
+        (
+            b'{"error": {"message": "Rate limit exceeded", "code": 429}}',
+            "no 'choices' in the chat completion; the server said: Rate limit exceeded (code 429)",
+        ),
+        (b'{"error": "upstream model unavailable"}', "the server said: upstream model unavailable"),
     ],
 )
 def test_json_of_the_wrong_shape_is_a_malformed_body(serve: Callable[..., FaultServer], raw: bytes, reason: str) -> None:
@@ -238,6 +245,15 @@ def test_json_of_the_wrong_shape_is_a_malformed_body(serve: Callable[..., FaultS
         backend(server.url, backoff=0.01).chat(USER)
     assert "malformed response body" in str(info.value) and reason in str(info.value), str(info.value)
     assert len(server.chat_requests) == RETRIES + 1 and info.value.status_code == 200
+
+
+def test_error_body_with_status_200_is_retried_with_backoff(serve: Callable[..., FaultServer]) -> None:
+    """An ``{"error": ...}`` body sent with status 200 is a transient fault, not an empty answer."""
+    server = serve([raw_body(b'{"error": {"message": "overloaded"}}')], default=ok("fine"))
+    llm = backend(server.url)
+    assert llm.chat(USER).text == "fine"
+    assert len(server.chat_requests) == 2 and gaps(server)[0] >= BACKOFF
+    assert llm.stats["retries"] == 0 and llm.stats["no_final"] == 0  # not an unanswered reply
 
 
 def test_model_listing_is_retried_too(serve: Callable[..., FaultServer]) -> None:

@@ -182,6 +182,35 @@ def test_constrain_sets_and_lifts_the_grammar() -> None:
     assert backend.grammar_text is None
 
 
+class _FakeLlama:
+    """Stands in for a loaded ``llama_cpp.Llama``: answers ``content`` with ``finish_reason``."""
+
+    def __init__(self, content: str, finish_reason: str) -> None:
+        self.content, self.finish_reason = content, finish_reason
+
+    def create_chat_completion(self, **kwargs: Any) -> dict[str, Any]:
+        return {
+            "choices": [{"message": {"content": self.content}, "finish_reason": self.finish_reason}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": kwargs["max_tokens"]},
+        }
+
+
+def test_a_reply_cut_at_max_tokens_is_no_answer(caplog: pytest.LogCaptureFixture) -> None:
+    """A cut reply may end inside its last value (-1 of -1.75): it must fail to parse, with a warning."""
+    from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
+    from sb3_r2po.llm.harmony import final_channel
+
+    backend = EmbeddedBackend(max_tokens=16, n_threads=1, grammar=False)
+    backend._llm = _FakeLlama("params: [0.5, 2.25, -1", "length")
+    with caplog.at_level("WARNING", logger="sb3_r2po.llm.embedded"):
+        reply = backend.chat([{"role": "user", "content": "propose"}])
+    assert final_channel(reply.text) is None and "params: [0.5, 2.25, -1" in reply.text
+    assert parse_params(reply.text, ParameterSpace(3, -6, 6, 2)).error == NO_FINAL_ANSWER
+    assert any("cut off" in r.getMessage() and "no answer" in r.getMessage() for r in caplog.records)
+    backend._llm = _FakeLlama("params: [0.5, 2.25, -1.75]", "stop")
+    assert backend.chat([{"role": "user", "content": "propose"}]).text == "params: [0.5, 2.25, -1.75]"
+
+
 # -- the real model ---------------------------------------------------------------------------------
 
 

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sb3_r2po.llm.harmony import analysis_only, final_channel, final_is_truncated, has_final_channel, is_harmony
+from sb3_r2po.llm.harmony import (
+    analysis_only,
+    final_channel,
+    final_is_truncated,
+    has_final_channel,
+    is_harmony,
+    without_answer,
+)
 
 ANSWER = "params[0]: 1.0, params[1]: -2.5"
 
@@ -70,3 +78,41 @@ def test_text_without_markers_round_trips(text: str) -> None:
 def test_any_final_answer_is_extracted(answer: str) -> None:
     raw = f"<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>{answer}<|return|>"
     assert final_channel(raw) == answer.strip()
+
+
+def test_plain_text_starting_with_analysis_and_punctuation_is_not_harmony() -> None:
+    for text in ("analysis: moving toward higher reward.\nparams: [1, 2, 3]", "analysis. params: [1]", "analysis - x"):
+        assert not is_harmony(text) and final_channel(text) == text
+    assert final_channel("  analysis:params: [1]") == "  analysis:params: [1]"
+    for text in ("analysisWe need more reward", "assistantanalysis1. try", "analysis**plan**"):
+        assert is_harmony(text) and final_channel(text) is None  # flattened analysis, no final
+
+
+CUT = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>params[0]: 0.5, params[1]: -1"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (CUT, "<|channel|>analysis<|message|>think<|end|><|start|>assistant"),
+        ("<|channel|>final<|message|>params: [1, 2", analysis_only("")),
+        ("<|channel|>final <|constrain|>json<|message|>{", analysis_only("")),
+        ("analysisthinkassistantfinalparams: [1, 2", "analysisthink"),
+        ("assistantfinalparams: [1, 2", analysis_only("")),
+        ("params: [1, 2", analysis_only("params: [1, 2")),
+        ("", analysis_only("")),
+        ("<|channel|>analysis<|message|>no answer yet", "<|channel|>analysis<|message|>no answer yet"),
+        ("analysisno answer yet", "analysisno answer yet"),
+    ],
+)
+def test_without_answer_keeps_what_came_before_the_answer(text: str, expected: str) -> None:
+    assert without_answer(text) == expected
+    assert final_channel(without_answer(text)) is None
+
+
+_PIECES = ["<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>", "final", "analysis", "assistant"]
+
+
+@given(st.lists(st.sampled_from([*_PIECES, "assistantfinal", " ", ":", "x", "params: [1]"]), max_size=12).map("".join))
+def test_without_answer_never_leaves_an_answer(text: str) -> None:
+    assert final_channel(without_answer(text)) is None

@@ -14,6 +14,7 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import itertools
 import pickle
 import threading
 import time
@@ -25,6 +26,8 @@ from servers import SCRIPTED_MODEL, RealServer, Response, ScriptedServer, comple
 from tiny_gptoss import DEFAULT_FINAL, harmony_reply, tiny_model
 
 import sb3_r2po
+from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
 from sb3_r2po.llm.base import LLMBackendError
 from sb3_r2po.llm.harmony import final_channel
 from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, split_model_url
@@ -208,6 +211,112 @@ def test_still_no_final_channel_returns_unanswered_harmony_text(scripted: Script
     assert len(scripted.chat_requests) == 2 and b.stats["no_final"] == 1
     scripted.default = completion(None, reasoning="only reasoning", finish_reason="length")
     assert final_channel(b.chat(USER).text) is None
+
+
+CUT_ANALYSIS = "<|channel|>analysis<|message|>think<|end|><|start|>assistant"
+CUT_ANSWER = "params[0]: 0.50, params[1]: 2.25, params[2]: -1"  # meant: params[2]: -1.75
+
+
+@pytest.mark.parametrize(
+    ("content", "kept"),
+    [
+        (f"{CUT_ANALYSIS}<|channel|>final<|message|>{CUT_ANSWER}", CUT_ANALYSIS),
+        (f"analysisthinkassistantfinal{CUT_ANSWER}", "analysisthink"),
+        (CUT_ANSWER, None),
+    ],
+    ids=["raw harmony", "flattened harmony", "plain text"],
+)
+def test_reply_cut_off_by_the_token_limit_is_not_an_answer(scripted: ScriptedServer, content: str, kept: str | None) -> None:
+    """A reply cut at ``max_tokens`` may end inside its last value: it must fail to parse, never give -1."""
+    scripted.default = completion(content, finish_reason="length")
+    b = fast(scripted.url, max_tokens=50)
+    reply = b.chat(USER)
+    assert len(scripted.chat_requests) == 2 and b.stats["retries"] == 1 and b.stats["no_final"] == 1
+    assert final_channel(reply.text) is None
+    if kept is not None:
+        assert reply.text == kept  # what came before the answer
+    result = parse_params(reply.text, ParameterSpace(3, -6, 6, 2))
+    assert not result.ok and result.error == NO_FINAL_ANSWER
+
+
+def test_cut_reply_then_a_complete_one_is_the_answer(scripted: ScriptedServer) -> None:
+    scripted.script = [completion(CUT_ANSWER, finish_reason="length"), completion("params: [0.5, 2.25, -1.75]")]
+    b = fast(scripted.url, max_tokens=50)
+    assert b.chat(USER).text == "params: [0.5, 2.25, -1.75]"
+    assert b.stats["retries"] == 1 and b.stats["no_final"] == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "requests"),
+    [
+        ({}, 1),  # no budget, no effort: the retry would be the same request
+        ({"reasoning_effort": "low"}, 1),  # the lowest effort already
+        ({"reasoning_effort": "medium"}, 2),
+        ({"max_tokens": 32}, 2),
+        ({"reasoning_effort": "low", "max_tokens": 32}, 2),
+    ],
+)
+def test_the_answer_retry_is_skipped_when_it_would_send_the_same_request(
+    scripted: ScriptedServer, settings: dict[str, Any], requests: int
+) -> None:
+    scripted.default = completion(CUT_ANSWER, finish_reason="length")
+    b = fast(scripted.url, **settings)
+    assert final_channel(b.chat(USER).text) is None
+    assert len(scripted.chat_requests) == requests
+    assert b.stats["retries"] == requests - 1 and b.stats["no_final"] == 1
+    bodies = [r["body"] for r in scripted.chat_requests]
+    assert all(a != b for a, b in itertools.pairwise(bodies))
+
+
+def test_empty_choices_is_unanswered_but_missing_choices_is_a_malformed_body(scripted: ScriptedServer) -> None:
+    empty = completion()
+    empty[1]["choices"] = []
+    scripted.default = empty
+    b = fast(scripted.url, max_retries=2)
+    assert b.chat(USER).text == "" and b.stats["no_final"] == 1 and len(scripted.chat_requests) == 1
+    scripted.requests.clear()
+    scripted.default = (200, {"error": {"message": "Rate limit exceeded", "code": 429}}, {})
+    with pytest.raises(LLMServerError) as info:
+        fast(scripted.url, max_retries=2).chat(USER)
+    message = str(info.value)
+    assert "malformed response body" in message and "Rate limit exceeded" in message and "after 3 attempt(s)" in message
+    assert len(scripted.chat_requests) == 3 and info.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("settings", "phrase"),
+    [
+        ({"timeout": None}, "timeout"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": float("nan")}, "timeout"),
+        ({"backoff": -1}, "backoff"),
+        ({"backoff_max": -1}, "backoff_max"),
+        ({"backoff_max": None}, "backoff_max"),
+        ({"retry_budget_factor": -1}, "retry_budget_factor"),
+        ({"retry_budget_factor": 0.5}, "retry_budget_factor"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"max_tokens": 0}, "max_tokens"),
+    ],
+)
+def test_bad_settings_are_refused_at_construction(settings: dict[str, Any], phrase: str) -> None:
+    with pytest.raises(ValueError, match=phrase):
+        OpenAIBackend("http://127.0.0.1:9/v1", **settings)
+
+
+def test_good_edge_settings_are_accepted() -> None:
+    b = OpenAIBackend("http://127.0.0.1:9/v1", backoff=0, backoff_max=0, retry_budget_factor=0, timeout=1)
+    assert (b.backoff_max, b.retry_budget_factor) == (0.0, 0.0)
+    assert OpenAIBackend("http://127.0.0.1:9/v1", retry_budget_factor=1).retry_budget_factor == 1.0
+
+
+@pytest.mark.parametrize("url", ["https://user:secret-pw@llm.example.org/v1", "http://token@127.0.0.1:8000/v1#m"])
+def test_credentials_in_the_url_are_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="api_key_env") as info:
+        OpenAIBackend(url)
+    assert "secret-pw" not in str(info.value) and "token" not in str(info.value)
+    with pytest.raises(ValueError, match="api_key_env"):
+        make_backend(url)
+    assert OpenAIBackend("http://127.0.0.1:8000/v1#org/model@rev").model == "org/model@rev"  # '@' in the model is fine
 
 
 def test_flattened_harmony_content(scripted: ScriptedServer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -80,3 +81,69 @@ def test_matching_imports_neither_torch_nor_transformers_nor_openai() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("spec", "phrase"),
+    [
+        ("example:abc", "seed after 'example:'"),
+        ("example:-1", "seed after 'example:'"),
+        ("example:", "seed after 'example:'"),
+        ("embedded:large", "unknown embedded model size 'large'"),
+        ("Embedded:3B", "unknown embedded model size '3B'"),
+        ("embedded:", "unknown embedded model size ''"),
+        ("replay:", "needs the path"),
+        ("replay:   ", "needs the path"),
+        ("replay", "needs the path"),
+    ],
+)
+def test_reserved_prefixes_check_their_argument(spec: str, phrase: str) -> None:
+    """``example:``, ``embedded:`` and ``replay:`` are never taken for ``package.module:attribute``."""
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        check_llm_spec(spec)
+    with pytest.raises(ValueError, match=re.escape(phrase)):
+        make_backend(spec)
+
+
+def test_reserved_prefixes_with_good_arguments() -> None:
+    assert make_backend("example:12").seed == 12  # type: ignore[attr-defined]
+    assert make_backend("example").seed == 0  # type: ignore[attr-defined]
+    for spec in ("embedded", "embedded:0.5b", "EMBEDDED:1.5B"):
+        check_llm_spec(spec)
+
+
+@pytest.mark.parametrize("spec", ["mistral:latest", "no_such_pkg_r2po.sub:make", "gemma:latest"])
+def test_an_import_string_of_a_missing_package_is_refused_at_the_check(spec: str) -> None:
+    with pytest.raises(ValueError) as info:
+        check_llm_spec(spec)
+    message = str(info.value)
+    assert spec in message and "package.module:attribute" in message
+    for form in STRING_FORMS:
+        assert form.name in message
+    with pytest.raises(ValueError, match=r"could not be imported|no module named"):
+        make_backend(spec)
+    if "." not in spec.partition(":")[0]:
+        assert f"http://127.0.0.1:11434/v1#{spec}" in message  # the Ollama spelling
+
+
+@pytest.mark.parametrize(
+    ("spec", "phrase"),
+    [
+        ("sb3_r2po.no_such_module:make", "module 'sb3_r2po.no_such_module' could not be imported (ModuleNotFoundError"),
+        ("sb3_r2po.llm.example:NoSuchClass", "'sb3_r2po.llm.example' has no attribute 'NoSuchClass'"),
+    ],
+)
+def test_import_failures_at_build_are_value_errors_naming_the_string(spec: str, phrase: str) -> None:
+    check_llm_spec(spec)  # the package exists: only building finds out
+    with pytest.raises(ValueError) as info:
+        make_backend(spec)
+    message = str(info.value)
+    assert repr(spec) in message and phrase in message
+    for form in STRING_FORMS:
+        assert form.name in message
+
+
+def test_a_url_with_credentials_is_refused_at_the_check() -> None:
+    with pytest.raises(ValueError, match="api_key_env") as info:
+        check_llm_spec("https://user:pw-secret@llm.example.org/v1#m")
+    assert "pw-secret" not in str(info.value)

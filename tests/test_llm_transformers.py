@@ -26,6 +26,8 @@ from tiny_gptoss import (
 
 import sb3_r2po
 import sb3_r2po.llm.transformers_backend as tb
+from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.parsing import parse_params
 from sb3_r2po.llm.base import ChatReply, LLMBackendError
 from sb3_r2po.llm.harmony import final_channel
 from sb3_r2po.llm.resolve import make_backend
@@ -135,6 +137,46 @@ def test_still_no_final_channel_returns_raw_text(tiny_dir: Path) -> None:
     assert final_channel(reply.text) is None  # R2PO's parser counts a failed parse
     assert reply.text.startswith("<|channel|>analysis")
     assert b.stats == {"calls": 1, "generate_calls": 2, "retries": 1, "no_final": 1}
+
+
+CUT_FINAL = (
+    "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>"
+    "params[0]: 0.50, params[1]: 2.25, params[2]: -1"
+)
+
+
+def scripted_generate(b: TransformersBackend, texts: list[str]) -> list[tuple[str | None, int]]:
+    """Make ``b`` answer ``texts`` in turn without a model; returns the (effort, budget) of each generate call."""
+    calls: list[tuple[str | None, int]] = []
+
+    def generate(convs: Any, effort: str | None, budget: int, temperature: float) -> tuple[list[str], float]:
+        calls.append((effort, budget))
+        return [texts[min(len(calls), len(texts)) - 1] for _ in convs], 0.01
+
+    b._generate = generate  # type: ignore[method-assign]
+    b._count_prompt = lambda convs, effort: 1  # type: ignore[method-assign]
+    b._count_completion = lambda text: 1  # type: ignore[method-assign]
+    return calls
+
+
+def test_final_channel_still_cut_off_after_the_retry_is_no_answer() -> None:
+    """A final channel cut by the budget may end inside its last value (-1 of -1.75): never an answer."""
+    b = TransformersBackend("some/model", memory_check=False, max_new_tokens=50, reasoning_effort="low")
+    calls = scripted_generate(b, [CUT_FINAL])
+    reply = b.chat(USER)
+    assert final_channel(reply.text) is None
+    assert reply.text == "<|channel|>analysis<|message|>think<|end|><|start|>assistant"
+    assert b.stats["retries"] == 1 and b.stats["no_final"] == 1
+    assert not parse_params(reply.text, ParameterSpace(3, -6, 6, 2)).ok
+    assert calls == [("low", 50), ("low", 100)]  # the retry is never the same request: it has more budget
+
+
+def test_cut_off_final_channel_then_a_complete_one() -> None:
+    b = TransformersBackend("some/model", memory_check=False, max_new_tokens=50, retry_budget_factor=1.0)
+    complete = harmony_reply("params: [0.5, 2.25, -1.75]")
+    calls = scripted_generate(b, [CUT_FINAL, complete])
+    assert b.chat(USER).text == "params: [0.5, 2.25, -1.75]"
+    assert b.stats["no_final"] == 0 and calls == [("medium", 50), ("low", 51)]
 
 
 def test_random_weights_give_garbage_without_raising(random_dir: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 from helpers import BanditEnv, ScriptedLLM
 
 from sb3_r2po import R2PO
+from sb3_r2po.llm.harmony import without_answer
 
 HARMONY_FINAL = "<|channel|>analysis<|message|>{a}<|end|><|start|>assistant<|channel|>final<|message|>{f}<|return|>"
 ECHOED_PROMPT = (
@@ -30,6 +31,7 @@ CONTINUOUS = [
     # counts and indices
     ("too few values", "params: [1.0]", "exactly 2 values"),
     ("too many values", "params: [1, 2, 3]", "exactly 2 values"),
+    ("empty list slot", "params: [1, , 2]", "empty slot"),
     ("duplicated index 0", "params[0]: 1, params[0]: 2", "exactly 2 values"),
     ("duplicated index 1", "params[0]: 1, params[1]: 2, params[1]: 3", "indices"),
     ("missing index 0", "params[1]: 1", "indices"),
@@ -41,7 +43,8 @@ CONTINUOUS = [
     ("NaN indexed", "params[0]: NaN, params[1]: 1", "finite"),
     ("inf", "params: [inf, 1]", "finite"),
     ("minus inf", "params: [-inf, 1]", "finite"),
-    ("overflow 1e309", "params: [1e309, 1]", "finite"),
+    ("overflow 1e309", "params: [1e309, 1]", [6.0, 1.0]),
+    ("overflow 400-digit integer", "params: [1, -" + "9" * 400 + "]", [1.0, -6.0]),
     ("hex", "params: [0x1, 2]", "finite"),
     ("percent", "params: [50%, 2]", "finite"),
     ("space separated", "params: [1 2]", "finite"),
@@ -51,6 +54,9 @@ CONTINUOUS = [
     # harmony
     ("analysis only, cut off", "<|channel|>analysis<|message|>maybe params: [1, 2] or", "no final"),
     ("flattened analysis, cut off", "analysisI think params: [1, 2] would", "no final"),
+    ("final channel cut at the token limit", without_answer("<|channel|>final<|message|>params: [1, -1"), "cut off"),
+    ("plain reply cut at the token limit", without_answer("params: [1, -1"), "cut off"),
+    ("plain reply starting 'analysis:'", "analysis: raise the second weight.\nparams: [1, 2]", [1.0, 2.0]),
     ("parameters only in the analysis", HARMONY_FINAL.format(a="params: [1, 2]", f="I am not sure."), "no parameter vector"),
     # the prompt echoed back
     ("prompt echoed", ECHOED_PROMPT, "finite"),
@@ -80,6 +86,8 @@ CONTINUOUS = [
     ("one per line", "params[0] = 1.0\nparams[1] = 2.0", [1.0, 2.0]),
     ("reason on the same line", "Raise both. params[0]: 1.0, params[1]: 2.0 (should balance)", [1.0, 2.0]),
     ("units after values", "params[0]: 1.0 N, params[1]: 2.0 N", [1.0, 2.0]),
+    ("sentence-ending period", "params[0]: 1.0, params[1]: 2.0.", [1.0, 2.0]),
+    ("commentary restating an index", "params[0]: 1.0, params[1]: 2.0\nI changed params[1]: 2.0 the most.", [1.0, 2.0]),
     ("two different vectors: the last wins", "params: [1, 1]\nOn reflection: params: [2, 2]", [2.0, 2.0]),
     ("indexed then list: the last wins", "params[0]: 1, params[1]: 1\nparams: [3, 3]", [3.0, 3.0]),
     ("prompt echoed then answered", ECHOED_PROMPT + "\nparams: [1, 2]", [1.0, 2.0]),

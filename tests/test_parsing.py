@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 
 from sb3_r2po import R2PO
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
-from sb3_r2po.common.parsing import parse_params
+from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
+from sb3_r2po.llm.harmony import without_answer
 
 SPACE = ParameterSpace(3, low=-6, high=6, decimals=1)
 ACTIONS = ParameterSpace(4, values=(0, 1, 2, 3))
@@ -50,7 +51,7 @@ def test_accepted_replies(reply: str, expected: list[float] | None) -> None:
         ("params[0]: 1, params[2]: 2, params[3]: 3", "indices"),
         ("params: [nan, 1, 2]", "finite"),
         ("params: [inf, 1, 2]", "finite"),
-        ("params: [1e309, 1, 2]", "finite"),
+        ("params: [-Infinity, 1, 2]", "finite"),
         ("params: [1,000, 2, 3]", "exactly 3 values"),
         ("<|channel|>analysis<|message|>thinking about params: [1, 2, 3] and then the budget ran out", "no final"),
         ("params[0]: <value>, params[1]: <value>, params[2]: <value>", "finite"),
@@ -146,3 +147,141 @@ def test_formatted_vector_parses_back_exactly(style: str, space: ParameterSpace)
     text = space.format(params, style)  # type: ignore[arg-type]
     assert text.startswith("params: [" if style == "list" else "params[0]: ")
     np.testing.assert_array_equal(parse_params(text, space).params, params)
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ("params: [1, 1e309, 2]", [1.0, 6.0, 2.0]),
+        ("params: [1, -1e309, 2]", [1.0, -6.0, 2.0]),
+        ("params: [1, " + "9" * 400 + ", 2]", [1.0, 6.0, 2.0]),
+        ("params[0]: 1, params[1]: -" + "9" * 400 + ".5, params[2]: 2", [1.0, -6.0, 2.0]),
+        ("params: [1, 1e308, 2]", [1.0, 6.0, 2.0]),
+    ],
+)
+def test_a_literal_too_large_for_a_float_is_clipped_like_1e308(reply: str, expected: list[float]) -> None:
+    result = parse_params(reply, SPACE)
+    assert result.ok, result.error
+    np.testing.assert_array_equal(result.params, expected)
+    assert any(note.startswith("params[1]:") and "clipped" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("reply", ["params: [nan, 1, 2]", "params: [1, inf, 2]", "params: [1, -infinity, 2]"])
+def test_literal_nan_and_infinities_stay_rejected(reply: str) -> None:
+    result = parse_params(reply, SPACE)
+    assert not result.ok and "finite" in result.error
+
+
+@pytest.mark.parametrize("reply", ["params: [1, , 2, 3]", "params: [, 1, 2, 3]", "params: [1, 2, , ]", "params: [1,,2]"])
+def test_an_empty_list_slot_is_rejected_not_dropped(reply: str) -> None:
+    result = parse_params(reply, SPACE)
+    assert not result.ok and "empty slot" in result.error
+
+
+@pytest.mark.parametrize("reply", ["params: [1, 2, 3,]", "params: [1, 2, 3, ]", "params: [1,\n 2,\n 3,\n]"])
+def test_one_trailing_comma_is_accepted(reply: str) -> None:
+    np.testing.assert_array_equal(parse_params(reply, SPACE).params, [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "params[0]: 1.0, params[1]: 2.0, params[2]: 3.0.",
+        "params: [1.0, 2.0, 3.0.]",
+        "params[0]: `1.0`, params[1]: **2.0**, params[2]: `3.0`.",
+        "params[0]: 1., params[1]: 2., params[2]: 3.",
+    ],
+)
+def test_a_sentence_ending_period_is_dropped(reply: str) -> None:
+    result = parse_params(reply, SPACE)
+    assert result.ok, result.error
+    np.testing.assert_array_equal(result.params, [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "params[0]: 1.0, params[1]: 2.0, params[2]: 3.0\nNote that params[1]: 2.0 is the key.",
+        "params[0]: 1.0, params[1]: 2.0, params[2]: 3.0 (I raised params[1] = 2.0 and kept params[2]: 3.0)",
+    ],
+)
+def test_commentary_mentioning_an_index_after_a_complete_vector_is_ignored(reply: str) -> None:
+    result = parse_params(reply, SPACE)
+    assert result.ok, result.error
+    np.testing.assert_array_equal(result.params, [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "params[0]: 1, params[1]: 2, params[2]: 3, params[1]: 4",  # a repeat inside the vector, no words between
+        "params[0]: 1, params[1]: 2\nNote that params[1]: 2 is the key.",  # no complete vector before the note
+        "params[0]: 1, params[1]: 2, params[2]: 3, params[3]: 4\nNote params[1]: 2",  # too many values
+    ],
+)
+def test_irregular_indices_without_a_complete_vector_first_stay_rejected(reply: str) -> None:
+    assert not parse_params(reply, SPACE).ok
+
+
+def test_a_plain_reply_starting_with_analysis_colon_is_read() -> None:
+    for reply in ("analysis: moving toward higher reward.\nparams: [1, 2, 3]", "analysis - params: [1, 2, 3]"):
+        np.testing.assert_array_equal(parse_params(reply, SPACE).params, [1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "params[0]: 0.5, params[1]: 2.25, params[2]: -1",
+        "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>params: [0.5, 2.25, -1",
+        "analysisxassistantfinalparams: [0.5, 2.25, -1]",
+    ],
+)
+def test_a_cut_off_reply_passed_through_without_answer_fails_with_the_reason(reply: str) -> None:
+    result = parse_params(without_answer(reply), SPACE)
+    assert not result.ok and result.error == NO_FINAL_ANSWER
+    assert "cut off at the token limit" in result.error and "no final" in result.error
+
+
+@pytest.mark.parametrize(
+    ("space", "proposal", "expected"),
+    [
+        (ParameterSpace(1, 0.25, 0.75, 1), [0.0], [0.3]),
+        (ParameterSpace(1, 0.25, 0.75, 1), [0.25], [0.3]),
+        (ParameterSpace(1, 0.25, 0.75, 1), [1.0], [0.7]),
+        (ParameterSpace(1, 0.25, 0.75, 1), [0.75], [0.7]),
+        (ParameterSpace(1, -123.45, 99.9, 1), [-123.45], [-123.4]),
+        (ParameterSpace(1, -2.675, 2.675, 2), [-9.0], [-2.67]),
+        (ParameterSpace(1, 0.3, 0.7, 1), [0.0], [0.3]),  # 0.3 * 10 is not exactly 3 in floating point
+        (ParameterSpace(1, 0.0, 1.0, 0), [0.6], [1.0]),
+    ],
+)
+def test_projection_stays_inside_bounds_that_are_not_on_the_precision(
+    space: ParameterSpace, proposal: list[float], expected: list[float]
+) -> None:
+    projection = space.project(proposal)
+    np.testing.assert_array_equal(projection.params, expected)
+    assert np.all(projection.params >= space.low) and np.all(projection.params <= space.high)
+
+
+def test_bounds_holding_no_value_at_the_precision_are_refused() -> None:
+    with pytest.raises(ValueError, match="No value with 1 decimal"):
+        ParameterSpace(2, 0.21, 0.29, 1)
+    assert ParameterSpace(2, 0.21, 0.29, 2).grid_bounds() == (0.21, 0.29)
+    assert ParameterSpace(2, 0.25, 0.35, 1).grid_bounds() == (0.3, 0.3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(-100, 100, allow_nan=False),
+    st.floats(0.001, 50, allow_nan=False),
+    st.integers(0, 3),
+    st.floats(-1e6, 1e6, allow_nan=False),
+)
+def test_projection_is_always_inside_the_bounds(low: float, width: float, decimals: int, value: float) -> None:
+    try:
+        space = ParameterSpace(1, low, low + width, decimals)
+    except ValueError:
+        return  # no value at the precision in the bounds
+    params = space.project([value]).params
+    assert space.low <= params[0] <= space.high
+    assert params[0] == round(params[0], decimals)

@@ -1,4 +1,10 @@
-"""The parameter space of a compact policy: what the LLM may propose, and how a proposal is made legal."""
+"""The parameter space of a compact policy: what the LLM may propose, and how a proposal is made legal.
+
+A continuous space holds the values at its precision (``decimals``) that lie in ``[low, high]`` (its *grid*):
+a proposal is clipped to the bounds and rounded, and a value that rounding takes back out of the bounds (a
+bound that is not a multiple of the precision, e.g. ``low=0.25`` at one decimal) moves to the nearest grid
+value inside them (``0.3``). A space whose bounds hold no grid value is refused at construction.
+"""
 
 from __future__ import annotations
 
@@ -64,6 +70,27 @@ class ParameterSpace:
             raise ValueError(f"Parameter bounds are empty or reversed: low={self.low} must be < high={self.high}")
         if self.decimals < 0:
             raise ValueError(f"decimals must be >= 0, got {self.decimals}")
+        grid_low, grid_high = self.grid_bounds()
+        if grid_low > grid_high:
+            raise ValueError(
+                f"No value with {self.decimals} decimal(s) lies in [{self.low}, {self.high}]; "
+                "widen the bounds or raise decimals"
+            )
+
+    def grid_bounds(self) -> tuple[float, float]:
+        """
+        The smallest and the largest value with ``decimals`` decimals inside ``[low, high]`` (continuous
+        spaces): ``low`` rounded up and ``high`` rounded down to the precision. ``low > high`` of the result
+        means no such value exists.
+        """
+        step = 10.0**-self.decimals
+        grid_low = round(self.low, self.decimals)
+        if grid_low < self.low:
+            grid_low = round(grid_low + step, self.decimals)
+        grid_high = round(self.high, self.decimals)
+        if grid_high > self.high:
+            grid_high = round(grid_high - step, self.decimals)
+        return float(grid_low), float(grid_high)
 
     @property
     def is_discrete(self) -> bool:
@@ -73,7 +100,8 @@ class ParameterSpace:
     def project(self, values: np.ndarray | list[float]) -> Projection:
         """
         Make a proposal legal: check the count and finiteness, then clip to the bounds and round to the
-        precision (continuous), or check membership in the value set (discrete).
+        precision (continuous; a value rounded back out of the bounds moves to the nearest value at the
+        precision inside them, see :meth:`grid_bounds`), or check membership in the value set (discrete).
 
         :param values: The proposed vector.
         :return: The legal vector and a note for every value that was changed.
@@ -96,10 +124,13 @@ class ParameterSpace:
             return Projection(vec.copy())
         clipped = np.clip(vec, self.low, self.high)
         rounded = np.round(clipped, self.decimals)
+        grid_low, grid_high = self.grid_bounds()
+        rounded[rounded < self.low] = grid_low  # a bound that is not a multiple of the precision
+        rounded[rounded > self.high] = grid_high
         notes = []
         for i in np.flatnonzero(rounded != vec):
             how = "clipped and rounded" if clipped[i] != vec[i] else "rounded"
-            notes.append(f"params[{i}]: {vec[i]!r} {how} to {short_number(rounded[i])}")
+            notes.append(f"params[{i}]: {float(vec[i])!r} {how} to {short_number(rounded[i])}")
         # -0.0 is shown as 0.0 and compares equal to it; normalise so saved vectors read well
         rounded[rounded == 0.0] = 0.0
         return Projection(rounded, tuple(notes))

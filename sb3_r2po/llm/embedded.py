@@ -32,6 +32,11 @@ no parameter-space argument, so a backend that can constrain its output exposes
 decodes every reply under a llama.cpp grammar (:mod:`sb3_r2po.llm.grammar`) that admits only a
 well-formed parameter reply with the right count of in-range values. ``constrain(None)`` lifts it.
 
+**Cut-off replies.** A reply that hits ``max_tokens`` (llama.cpp's ``finish_reason == "length"``; only
+possible without the grammar, whose replies get a budget they always fit in) may end inside its last value
+(``-1`` of ``-1.75``). It is not an answer: a warning is logged and the text returned has no final channel
+(:func:`~sb3_r2po.llm.harmony.without_answer`), so R2PO's parser counts a failed parse.
+
 **CPU threads.** By default the thread count is chosen before every call from the CPUs that are free at
 that moment, and llama.cpp's OpenMP threads spin only briefly at barriers: both keep generation from
 collapsing when other processes share the cores. llama.cpp builds with AMX kernels get their "extra
@@ -63,6 +68,7 @@ from typing import Any, ClassVar
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.grammar import compile_grammar, max_reply_chars, parameter_grammar
+from sb3_r2po.llm.harmony import without_answer
 
 logger = logging.getLogger(__name__)
 
@@ -672,7 +678,8 @@ class EmbeddedBackend(TransientState):
 
         :param messages: The conversation (system and user messages).
         :param temperature: ``0`` decodes greedily.
-        :return: The reply with token usage and latency.
+        :return: The reply with token usage and latency; a reply cut off by ``max_tokens`` comes back without an
+            answer (:func:`~sb3_r2po.llm.harmony.without_answer`), which R2PO counts as a failed parse.
         :raises LLMBackendError: when the prompt does not fit ``n_ctx`` or llama.cpp fails.
         """
         if temperature < 0:
@@ -706,7 +713,12 @@ class EmbeddedBackend(TransientState):
         text = choice["message"].get("content") or ""
         usage = out.get("usage") or {}
         if choice.get("finish_reason") == "length":
-            logger.warning("%s reply hit max_tokens=%d and may be cut short", self.spec.model, max_tokens)
+            logger.warning(
+                "%s reply hit max_tokens=%d and was cut off; it counts as no answer (raise max_tokens for longer replies)",
+                self.spec.model,
+                max_tokens,
+            )
+            text = without_answer(text)
         return ChatReply(
             text=text,
             prompt_tokens=usage.get("prompt_tokens"),

@@ -13,8 +13,15 @@ Flattened output (special tokens skipped by the decoder, as some servers return 
 
 No final channel (the token budget ran out during the analysis) is not an answer: :func:`final_channel`
 returns ``None`` and the backends treat it as a parse failure (one retry with a larger budget, then the raw
-text, for which :func:`final_channel` is ``None`` again). A regex extractor is enough here: the official
-``openai-harmony`` package downloads its vocabulary at run time, which fails offline.
+text, for which :func:`final_channel` is ``None`` again). Nor is a reply cut off by the token limit while the
+answer was being written (its last value may be cut short, e.g. ``-1`` of ``-1.75``): the backends pass it
+through :func:`without_answer`, which keeps what came before the answer and drops the answer, so that
+:func:`final_channel` is ``None`` for it too.
+
+Flattened analysis is recognised by ``analysis`` (or ``assistantanalysis``) at the start, directly followed by
+the reasoning's first character: not by whitespace or punctuation (``:;,.!?-``), so a plain reply that begins
+``analysis: ...`` stays plain text. A regex extractor is enough here: the official ``openai-harmony`` package
+downloads its vocabulary at run time, which fails offline.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ _RAW_FINAL = re.compile(
 _RAW_FINAL_END = re.compile(
     r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>.*?(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
 )
+_RAW_FINAL_START = re.compile(r"<\|channel\|>\s*final(?![A-Za-z0-9_])")
 _RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
 _FLAT_FINAL_MARK = "assistantfinal"
-_FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis\S")
+_FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis[^\s:;,.!?\-]")
 _TRAILING_SPECIALS = re.compile(r"(?:<\|(?:return|end|call|endoftext)\|>\s*)+$")
 
 HARMONY_STOP_TOKENS = ("<|return|>", "<|call|>")
@@ -82,6 +90,33 @@ def analysis_only(reasoning: str) -> str:
     Raw harmony text holding only an analysis message (no final channel), for a reply that has no answer.
 
     Backends return it when a server reports the reasoning but no content, so that the reply text, like
-    every other unanswered reply, is harmony output for which :func:`final_channel` is ``None``.
+    every other unanswered reply, is harmony output for which :func:`final_channel` is ``None``
+    (:func:`without_answer` uses it for plain text).
     """
     return f"<|channel|>analysis<|message|>{reasoning}"
+
+
+def without_answer(text: str) -> str:
+    """
+    ``text`` as a reply without an answer: harmony text with no final channel, keeping what came before the
+    answer. For a reply that was cut off by the token limit (its answer may be cut short) or that otherwise
+    must not count as answered.
+
+    - raw harmony: everything before the first final channel marker (``<|channel|>final``);
+    - flattened harmony: everything before the first ``assistantfinal``;
+    - harmony without a final channel: unchanged;
+    - plain text (or nothing left after the cut): wrapped by :func:`analysis_only`.
+
+    :param text: The model's output.
+    :return: Text for which :func:`final_channel` is ``None``.
+    """
+    if final_channel(text) is None:
+        return text
+    if any(m in text for m in _RAW_MARKERS):
+        match = _RAW_FINAL_START.search(text)
+        kept = text[: match.start()] if match else text
+    elif _FLAT_FINAL_MARK in text:
+        kept = text.partition(_FLAT_FINAL_MARK)[0]
+    else:
+        kept = text
+    return kept if final_channel(kept) is None else analysis_only(kept)

@@ -8,14 +8,16 @@ Design:
   policy and the final error are ours.
 - **Retries** with exponential backoff (``backoff`` seconds, doubled per attempt, at most ``backoff_max``,
   honouring a ``Retry-After`` header) on connection errors (refused, dropped mid-response), timeouts, HTTP
-  408, 429 and 5xx, and malformed bodies (a 200 that is not JSON or not a chat completion); none on other
-  4xx (a bad request stays bad). After the last attempt :class:`LLMServerError` (an
+  408, 429 and 5xx, and malformed bodies (a 200 that is not JSON or not a chat completion, e.g. ``{}`` or
+  an ``{"error": ...}`` body without ``choices``, whose error message is kept for the final error); none on
+  other 4xx (a bad request stays bad). After the last attempt :class:`LLMServerError` (an
   :class:`~sb3_r2po.llm.base.LLMBackendError`) says which URL, what happened and how many attempts were made.
 - **The model name**: the ``model`` setting, else the ``#MODEL`` part of the URL, else the first model the
   server lists at ``/models`` (asked once).
 - **API key**: only the *name* of an environment variable (``api_key_env``) is stored; the key is read when
   the client is created, and the client is dropped when the backend is pickled, so a saved R2PO model
-  holds no secret. Without ``api_key_env`` a placeholder key is sent (local servers ignore it).
+  holds no secret. Without ``api_key_env`` a placeholder key is sent (local servers ignore it). A URL with
+  credentials (``https://user:password@host/v1``) is refused, as the URL is stored, shown and recorded.
 - **Reasoning effort** (``low``/``medium``/``high``) goes where the server looks for it, by
   ``reasoning_effort_via``: ``"field"`` sends the OpenAI ``reasoning_effort`` request field (what vLLM
   reads for gpt-oss, and Ollama); ``"chat_template_kwargs"`` sends ``extra_body={"chat_template_kwargs":
@@ -25,10 +27,14 @@ Design:
   then pick one).
 - **Harmony.** Servers with a reasoning parser return the answer as ``content`` (and the reasoning apart);
   others return raw or flattened harmony text, whose final channel is taken
-  (:func:`~sb3_r2po.llm.harmony.final_channel`). No answer (empty content, no final channel, or a reply cut
-  off by ``max_tokens``) is retried once with one step lower effort and, when ``max_tokens`` is set, a
-  ``retry_budget_factor`` times larger budget; if still unanswered, the text returned is harmony output
-  without a final channel (the reasoning, when the server gave it), so R2PO's parser counts a failed parse.
+  (:func:`~sb3_r2po.llm.harmony.final_channel`). No answer (no choice, empty content, no final channel, or
+  a reply cut off by the token limit, ``finish_reason == "length"``, whose last value may be cut short) is
+  retried once with one step lower effort and, when ``max_tokens`` is set, a ``retry_budget_factor`` times
+  larger budget; the retry is skipped when it would send the same request (no ``max_tokens`` and no effort
+  to lower). If still unanswered, the text returned is harmony output without a final channel
+  (:func:`~sb3_r2po.llm.harmony.without_answer`: what came before the answer, or the reasoning when the
+  server gave it apart; empty when the server sent no choice), counted in ``stats["no_final"]``, so R2PO's
+  parser counts a failed parse.
 - **Batches**: :meth:`OpenAIBackend.chat_batch` sends the conversations concurrently from a thread pool
   (servers batch concurrent requests themselves).
 - **Usage**: token counts from the response's ``usage``; latency measured around the request(s).
@@ -37,16 +43,19 @@ Design:
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import random
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState, keep_batch_replies
-from sb3_r2po.llm.harmony import analysis_only, final_channel, final_is_truncated, is_harmony
+from sb3_r2po.llm.harmony import analysis_only, final_channel, final_is_truncated, is_harmony, without_answer
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
 REASONING_EFFORTS = ("low", "medium", "high")
@@ -92,17 +101,18 @@ class OpenAIBackend(TransientState):
         the model.
     :param model: The model name to request; by default the ``#MODEL`` part of ``base_url``, else the first
         model the server lists.
-    :param timeout: Seconds one request may take (gpt-oss reasoning on a busy server can take minutes).
+    :param timeout: Seconds one request may take (gpt-oss reasoning on a busy server can take minutes); a
+        positive number.
     :param max_retries: Further attempts after a failed one (connection errors, timeouts, 408, 429, 5xx).
     :param backoff: Seconds to wait before the first retry; doubled for each next one.
-    :param backoff_max: The longest wait between two attempts.
+    :param backoff_max: The longest wait between two attempts (``>= 0``).
     :param api_key_env: The *name* of the environment variable holding the API key (read when the client is
-        created, never stored); ``None`` sends a placeholder key.
+        created, never stored); ``None`` sends a placeholder key. Credentials in ``base_url`` are refused.
     :param reasoning_effort: ``"low"``, ``"medium"``, ``"high"``, or ``None`` to send none (server default).
     :param reasoning_effort_via: ``"field"``, ``"chat_template_kwargs"`` or ``"both"`` (see the module notes).
     :param max_tokens: Completion budget per request (reasoning included); ``None``: the server's default.
-    :param retry_budget_factor: Budget multiplier of the one retry of an unanswered reply; ``0`` disables the
-        retry.
+    :param retry_budget_factor: Budget multiplier of the one retry of an unanswered reply (``>= 1``); ``0``
+        disables the retry.
     :param max_concurrency: Most requests in flight from one :meth:`chat_batch`.
     :param extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 1}``).
     """
@@ -130,14 +140,25 @@ class OpenAIBackend(TransientState):
         url, url_model = split_model_url(base_url)
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        check_no_credentials(url)
         if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
             raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, got {reasoning_effort!r}")
         if reasoning_effort_via not in ("field", "chat_template_kwargs", "both"):
             raise ValueError(
                 f"reasoning_effort_via must be 'field', 'chat_template_kwargs' or 'both', got {reasoning_effort_via!r}"
             )
-        if max_retries < 0 or timeout <= 0 or backoff < 0 or max_concurrency < 1:
-            raise ValueError("max_retries >= 0, timeout > 0, backoff >= 0 and max_concurrency >= 1 are required")
+        if not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        for name, value in (("backoff", backoff), ("backoff_max", backoff_max)):
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        if not _is_number(retry_budget_factor) or not (retry_budget_factor == 0 or 1 <= retry_budget_factor < math.inf):
+            raise ValueError(
+                f"retry_budget_factor must be 0 (no retry of an unanswered reply) or a number >= 1, "
+                f"got {retry_budget_factor!r}"
+            )
+        if max_retries < 0 or max_concurrency < 1:
+            raise ValueError(f"max_retries >= 0 and max_concurrency >= 1 are required, got {max_retries}, {max_concurrency}")
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
         self.base_url = url
@@ -276,10 +297,12 @@ class OpenAIBackend(TransientState):
         start = time.perf_counter()
         effort, budget = self.reasoning_effort, self.max_tokens
         answer, raw, p_tok, c_tok = self._ask(msgs, temperature, effort, budget)
-        if answer is None and self.retry_budget_factor > 0:
+        effort2 = _lower_effort(effort)
+        budget2 = None if budget is None else max(budget + 1, int(budget * self.retry_budget_factor))
+        # the retry changes the request (more budget, less effort), or it is not sent
+        if answer is None and self.retry_budget_factor > 0 and (effort2, budget2) != (effort, budget):
             self._count("retries")
-            budget2 = None if budget is None else max(budget + 1, int(budget * self.retry_budget_factor))
-            answer, raw, p_tok2, c_tok2 = self._ask(msgs, temperature, _lower_effort(effort), budget2)
+            answer, raw, p_tok2, c_tok2 = self._ask(msgs, temperature, effort2, budget2)
             p_tok, c_tok = _add(p_tok, p_tok2), _add(c_tok, c_tok2)
         if answer is None:
             self._count("no_final")
@@ -310,7 +333,12 @@ class OpenAIBackend(TransientState):
     def _ask(
         self, msgs: list[dict[str, str]], temperature: float, effort: str | None, max_tokens: int | None
     ) -> tuple[str | None, str, int | None, int | None]:
-        """One request: ``(answer or None, raw text for an unanswered reply, prompt tokens, completion tokens)``."""
+        """
+        One request: ``(answer or None, text for an unanswered reply, prompt tokens, completion tokens)``.
+
+        The text for an unanswered reply has no final channel (:func:`~sb3_r2po.llm.harmony.without_answer`),
+        or is empty when the server sent no choice.
+        """
         kwargs: dict[str, Any] = {"model": self.resolved_model(), "messages": msgs, "temperature": float(temperature)}
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
@@ -338,11 +366,11 @@ class OpenAIBackend(TransientState):
         if final is not None and not truncated and not final_is_truncated(content):
             return (final if is_harmony(content) else content.strip()), content, p_tok, c_tok
         if content.strip() and is_harmony(content):
-            raw = content
+            raw = without_answer(content)  # the analysis before a missing or cut-off final channel
         elif reasoning:
             raw = analysis_only(str(reasoning))
         else:
-            raw = content
+            raw = without_answer(content) if content.strip() else ""  # plain text cut off by the token limit
         return None, raw, p_tok, c_tok
 
     # ------------------------------------------------------------------ pickling
@@ -364,8 +392,10 @@ def _well_formed(response: Any) -> Any:
             return response
         raise _MalformedResponse(f"not a chat completion: {type(response).__name__}")
     choices = response.choices
-    if choices is None or (isinstance(choices, list) and not choices):
-        return response  # no choice at all: an unanswered reply (see _ask)
+    if choices is None:  # missing or null: not a chat completion (often an error body sent with status 200)
+        raise _MalformedResponse(f"no 'choices' in the chat completion{_body_error(response)}")
+    if isinstance(choices, list) and not choices:
+        return response  # an empty list of choices: an unanswered reply (see _ask)
     if not isinstance(choices, list):
         raise _MalformedResponse(f"'choices' is of type {type(choices).__name__}, not a list")
     message = getattr(choices[0], "message", None)
@@ -374,6 +404,41 @@ def _well_formed(response: Any) -> Any:
     if message.content is not None and not isinstance(message.content, str):
         raise _MalformedResponse(f"the message content is of type {type(message.content).__name__}, not a string")
     return response
+
+
+def _body_error(response: Any) -> str:
+    """``"; the server said: ..."`` from the ``error`` field of a response body, or ``""`` when it has none."""
+    extra = getattr(response, "model_extra", None) or {}
+    error = extra.get("error") if isinstance(extra, dict) else None
+    if not error:
+        return ""
+    if isinstance(error, dict):
+        message = error.get("message") or json.dumps(error, default=str)
+        code = error.get("code") or error.get("type")
+        text = f"{message} (code {code})" if code is not None else str(message)
+    else:
+        text = str(error)
+    return "; the server said: " + (text if len(text) <= 300 else text[:300] + "...")
+
+
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number (numpy scalars included), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_no_credentials(url: str) -> None:
+    """
+    Raise ``ValueError`` for a URL with a user name or password in it (the message does not repeat them).
+
+    :param url: A server URL (without the ``#MODEL`` part).
+    """
+    netloc = urllib.parse.urlsplit(url).netloc
+    if "@" in netloc:
+        host = netloc.rpartition("@")[2]
+        raise ValueError(
+            f"base_url must not hold credentials (user:password@{host}): the URL is stored, shown and recorded. "
+            "Put the API key in an environment variable and name it with api_key_env='MY_KEY_VARIABLE'"
+        )
 
 
 def _add(a: int | None, b: int | None) -> int | None:

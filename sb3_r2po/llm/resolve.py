@@ -1,11 +1,12 @@
 """Turn the ``llm=`` argument (a string, a callable or a backend object) into a :class:`ChatBackend`.
 
-String forms are a small table; each entry says what it matches and how to build the backend, so a new
-form is one entry. The error for an unknown string lists every accepted form.
+String forms are a small table; each entry says what it matches, how to check its argument and how to build
+the backend, so a new form is one entry. The error for an unknown string lists every accepted form.
 
-Matching is cheap and offline (a regular expression; no import of torch or transformers, no network, no
-file access): R2PO validates its ``llm`` string at construction, and builds the backend later. Building is
-lazy too: a model or a server is first touched by the backend's first ``chat``.
+Matching and checking are cheap and offline (regular expressions and a table lookup; no import of torch or
+transformers, no network, no file read; the ``package.module:attribute`` form only looks up whether its
+top-level package exists, importing nothing): R2PO validates its ``llm`` string at construction, and builds
+the backend later. Building is lazy too: a model or a server is first touched by the backend's first ``chat``.
 
 Forms, tried in order: ``example[:seed]``; ``embedded[:size]``; ``replay:PATH``
 (:class:`~sb3_r2po.llm.recording.ReplayBackend`); an ``http(s)://`` URL with an optional ``#MODEL``
@@ -13,11 +14,21 @@ Forms, tried in order: ``example[:seed]``; ``embedded[:size]``; ``replay:PATH``
 ``ORG/NAME`` or a local model directory written as a path (``/...``, ``./...``, ``../...``, ``~/...``)
 (:class:`~sb3_r2po.llm.transformers_backend.TransformersBackend`). Hub ids without an organisation
 (``gpt2``) need it spelled out (``openai-community/gpt2``).
+
+The prefixes ``example:``, ``embedded:`` (any case) and ``replay:`` are reserved: a string starting with one
+is that form, and a bad argument (a seed that is not an integer, an unknown embedded size, an empty path) is
+a ``ValueError`` saying so, not an attempt to import a module named ``example``. A ``package.module:attribute``
+string that cannot be imported (``mistral:latest``, an Ollama model name without its server URL) is a
+``ValueError`` naming the string and listing the accepted forms: when its top-level package does not exist,
+already at the check; otherwise (a missing submodule or attribute, a failing import) when the backend is
+built. A URL with credentials (``https://user:password@host/v1``) is refused at the check (name an
+environment variable holding the key with ``OpenAIBackend(..., api_key_env=...)`` instead).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 from collections.abc import Callable
@@ -35,23 +46,85 @@ class StringForm:
     example: str
     matches: Callable[[str], bool]
     build: Callable[[str], ChatBackend]
+    check: Callable[[str], None] | None = None
+    """Raise ``ValueError`` saying what is wrong with a matched string that cannot be built; cheap and offline.
+    :func:`check_llm_spec` and :func:`make_backend` run it before building."""
+
+
+def _reserved(prefix: str, *, ignore_case: bool = False) -> Callable[[str], bool]:
+    """A matcher for ``prefix`` alone or followed by ``:`` and an argument."""
+    pattern = re.compile(rf"{prefix}(:|$)", re.IGNORECASE if ignore_case else 0)
+    return lambda s: pattern.match(s) is not None
+
+
+def _check_example(spec: str) -> None:
+    _, sep, seed = spec.partition(":")
+    if sep and re.fullmatch(r"\d+", seed.strip()) is None:
+        raise ValueError(f"llm={spec!r}: the seed after 'example:' must be an integer >= 0, e.g. 'example:0'")
 
 
 def _build_example(spec: str) -> ChatBackend:
     from sb3_r2po.llm.example import ExampleLLM
 
     _, _, seed = spec.partition(":")
-    return ExampleLLM(seed=int(seed) if seed else 0)
+    return ExampleLLM(seed=int(seed) if seed.strip() else 0)
+
+
+def _check_embedded(spec: str) -> None:
+    from sb3_r2po.llm.embedded import MODELS
+
+    _, sep, size = spec.partition(":")
+    if sep and size.lower() not in MODELS:
+        sizes = ", ".join(repr(f"embedded:{known}") for known in MODELS)
+        raise ValueError(f"llm={spec!r}: unknown embedded model size {size!r}; use 'embedded' or one of {sizes}")
+
+
+def _build_embedded(spec: str) -> ChatBackend:
+    from sb3_r2po.llm.embedded import EmbeddedBackend
+
+    return EmbeddedBackend.from_spec(spec)
+
+
+def _check_replay(spec: str) -> None:
+    if not spec.partition(":")[2].strip():
+        raise ValueError(
+            f"llm={spec!r}: 'replay:' needs the path of a recorded JSONL file, e.g. 'replay:runs/llm_calls.jsonl'"
+        )
 
 
 _IMPORT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w.]*$")
 
 
+def _import_failure(spec: str, what: str) -> ValueError:
+    hint = ""
+    if "." not in spec.partition(":")[0]:
+        hint = f" (an Ollama model is named after its server's URL, e.g. 'http://127.0.0.1:11434/v1#{spec}')"
+    return ValueError(
+        f"llm={spec!r} has the form package.module:attribute, but {what}{hint}. Accepted forms:\n{_accepted_forms()}"
+    )
+
+
+def _check_import(spec: str) -> None:
+    top = spec.partition(":")[0].partition(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):  # a broken entry in sys.modules: leave it to the import
+        found = True
+    if not found:
+        raise _import_failure(spec, f"there is no module named {top!r}")
+
+
 def _build_import(spec: str) -> ChatBackend:
     module_name, _, attr_path = spec.partition(":")
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _import_failure(spec, f"module {module_name!r} could not be imported ({type(exc).__name__}: {exc})") from exc
     for part in attr_path.split("."):
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise _import_failure(spec, f"{module_name!r} has no attribute {attr_path!r}") from exc
     if isinstance(obj, type):  # a backend class or factory class: build it with no arguments
         obj = obj()
     if not isinstance(obj, ChatBackend) and callable(obj) and getattr(obj, "is_backend_factory", False):
@@ -59,7 +132,6 @@ def _build_import(spec: str) -> ChatBackend:
     return as_backend(obj)
 
 
-_REPLAY_RE = re.compile(r"^replay:(?P<path>.+)$", re.S)
 _URL_RE = re.compile(r"^https?://[^\s/#]+(/[^\s#]*)?(#[^\s#]+)?$")
 _HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
 _PATH_RE = re.compile(r"^(/|\./|\.\./|~/|~$|\.$)")
@@ -75,6 +147,12 @@ def _build_replay(spec: str) -> ChatBackend:
     return ReplayBackend(spec.partition(":")[2].strip())
 
 
+def _check_openai(spec: str) -> None:
+    from sb3_r2po.llm.openai_backend import check_no_credentials, split_model_url
+
+    check_no_credentials(split_model_url(spec)[0])
+
+
 def _build_openai(spec: str) -> ChatBackend:
     from sb3_r2po.llm.openai_backend import OpenAIBackend
 
@@ -88,32 +166,28 @@ def _build_transformers(spec: str) -> ChatBackend:
 
 
 STRING_FORMS: list[StringForm] = [
-    StringForm(
-        "example[:seed]",
-        "example:0",
-        lambda s: re.fullmatch(r"example(:\d+)?", s) is not None,
-        _build_example,
-    ),
-    StringForm(
-        "embedded[:size]",
-        "embedded:0.5b",
-        lambda s: re.fullmatch(r"embedded(:(0\.5b|1\.5b))?", s, re.IGNORECASE) is not None,
-        lambda s: importlib.import_module("sb3_r2po.llm.embedded").EmbeddedBackend.from_spec(s),
-    ),
+    StringForm("example[:seed]", "example:0", _reserved("example"), _build_example, _check_example),
+    StringForm("embedded[:size]", "embedded:0.5b", _reserved("embedded", ignore_case=True), _build_embedded, _check_embedded),
     StringForm(
         "replay:PATH (answer from a RecordingBackend JSONL file)",
         "replay:runs/llm_calls.jsonl",
-        lambda s: _REPLAY_RE.match(s) is not None,
+        _reserved("replay"),
         _build_replay,
+        _check_replay,
     ),
     StringForm(
         "http(s)://HOST[:PORT]/v1[#MODEL] (OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, transformers serve)",
         "http://127.0.0.1:8000/v1#openai/gpt-oss-20b",
         lambda s: _URL_RE.match(s) is not None,
         _build_openai,
+        _check_openai,
     ),
     StringForm(
-        "package.module:attribute", "my_pkg.llms:make_backend", lambda s: _IMPORT_RE.match(s) is not None, _build_import
+        "package.module:attribute",
+        "my_pkg.llms:make_backend",
+        lambda s: _IMPORT_RE.match(s) is not None,
+        _build_import,
+        _check_import,
     ),
     StringForm(
         "ORG/NAME (Hugging Face model id) or a local model directory path, run in-process with transformers",
@@ -148,23 +222,38 @@ def make_backend(llm: str | ChatBackend | Callable[[list[dict[str, str]]], str])
 
     :param llm: A string in one of the forms of :data:`STRING_FORMS`, a :class:`ChatBackend`, or a
         callable ``(messages) -> str``.
-    :raises ValueError: for a string that matches no form (the message lists the accepted forms).
+    :raises ValueError: for a string that matches no form (the message lists the accepted forms), a reserved
+        prefix with a bad argument, or a ``package.module:attribute`` string that cannot be imported.
     """
     if not isinstance(llm, str):
         return as_backend(llm)
+    form = _checked_form(llm)
+    return form.build(llm.strip())
+
+
+def _accepted_forms() -> str:
+    return "\n".join(f"  - {form.name}   e.g. {form.example!r}" for form in STRING_FORMS)
+
+
+def _checked_form(llm: str) -> StringForm:
+    """The form ``llm`` matches, after its check; ``ValueError`` for a bad argument or a string of no form."""
     spec = llm.strip()
     for form in STRING_FORMS:
         if form.matches(spec):
-            return form.build(spec)
-    accepted = "\n".join(f"  - {form.name}   e.g. {form.example!r}" for form in STRING_FORMS)
-    raise ValueError(f"llm={llm!r} matches no accepted form. Accepted forms:\n{accepted}")
+            if form.check is not None:
+                form.check(spec)
+            return form
+    raise ValueError(f"llm={llm!r} matches no accepted form. Accepted forms:\n{_accepted_forms()}")
 
 
 def check_llm_spec(llm: Any) -> None:
-    """Validate an ``llm`` argument without building anything (no network, no model load)."""
+    """
+    Validate an ``llm`` argument without building anything (no network, no model load, no import of the
+    ``package.module:attribute`` form: only its top-level package is looked up).
+
+    :raises ValueError: for a string of no accepted form, or with a bad argument (see the module notes).
+    """
     if isinstance(llm, str):
-        spec = llm.strip()
-        if not any(form.matches(spec) for form in STRING_FORMS):
-            make_backend(spec)  # raises the descriptive ValueError
+        _checked_form(llm)
     elif not (isinstance(llm, ChatBackend) or callable(llm)):
         as_backend(llm)

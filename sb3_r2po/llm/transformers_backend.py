@@ -10,10 +10,14 @@ This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss
   (``llm="embedded"``, or an OpenAI-compatible server URL). ``memory_check=False`` skips it.
 - **Harmony.** The pipeline is called with ``return_full_text=False, skip_special_tokens=False``; the answer
   is the final channel of the raw text (:func:`~sb3_r2po.llm.harmony.final_channel`). A reply without a
-  final channel (the token budget ran out in the analysis), or whose final channel was cut off by the budget,
-  is retried once with a larger budget
-  (``retry_budget_factor``) and one step lower reasoning effort; if that fails too, the raw text is returned
-  (``final_channel`` of it is ``None``, which R2PO's parser counts as a failed parse).
+  final channel (the token budget ran out in the analysis), or whose final channel was cut off by the budget
+  (its last value may be cut short), is retried once with a larger budget (``retry_budget_factor``; the
+  retry always asks for more tokens, so it never repeats the same request) and one step lower reasoning
+  effort; if that fails too, the reply is returned without an answer
+  (:func:`~sb3_r2po.llm.harmony.without_answer`: the raw text up to the final channel, for which
+  ``final_channel`` is ``None``, which R2PO's parser counts as a failed parse) and counted in
+  ``stats["no_final"]``. A plain (non-harmony) reply cut off by the budget cannot be told from a finished
+  one here: the pipeline does not report why generation stopped.
 - **Reasoning effort** is a chat-template variable (gpt-oss's template reads ``reasoning_effort``), passed as
   ``tokenizer_encode_kwargs={"reasoning_effort": ...}``, which the text-generation pipeline forwards to
   ``apply_chat_template``. Templates that do not use it ignore it.
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
-from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, final_channel, final_is_truncated, is_harmony
+from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, final_channel, final_is_truncated, is_harmony, without_answer
 
 DEFAULT_MODEL = "openai/gpt-oss-20b"
 REASONING_EFFORTS = ("low", "medium", "high")
@@ -132,8 +136,9 @@ class TransformersBackend(TransientState):
     :param reasoning_effort: ``"low"``, ``"medium"`` or ``"high"``, passed to the chat template as the
         ``reasoning_effort`` variable; ``None`` passes nothing (the template's default).
     :param max_new_tokens: Token budget of one reply (reasoning included).
-    :param retry_budget_factor: When a reply has no final channel, it is retried once with
-        ``max_new_tokens * retry_budget_factor`` tokens; ``0`` disables the retry.
+    :param retry_budget_factor: When a reply has no final channel, or its final channel was cut off, it is
+        retried once with ``max_new_tokens * retry_budget_factor`` tokens (at least one more); ``0`` disables
+        the retry.
     :param retry_lower_effort: Whether the retry also uses one step lower reasoning effort.
     :param dtype: Weights dtype for loading (``"auto"``: as stored).
     :param device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
@@ -189,7 +194,7 @@ class TransformersBackend(TransientState):
         self.model_kwargs = dict(model_kwargs or {})
         self.generate_kwargs = dict(generate_kwargs or {})
         self.stats: dict[str, int] = {"calls": 0, "generate_calls": 0, "retries": 0, "no_final": 0}
-        """Counters: replies asked for, ``generate`` calls, retries, replies still without a final channel."""
+        """Counters: replies asked for, ``generate`` calls, retries, replies still without a (complete) final channel."""
         self._pipe: Any = None
         self._stop_ids: list[int] | None = None
         self._lock = threading.Lock()
@@ -300,9 +305,9 @@ class TransformersBackend(TransientState):
         replies: list[ChatReply] = []
         for text, p_tok, c_tok, sec in zip(raw, prompt_tokens, completion_tokens, spent, strict=True):
             final = final_channel(text)
-            if final is None:
+            if final is None or final_is_truncated(text):  # no answer, or an answer cut off by the budget
                 self.stats["no_final"] += 1
-                answer = text
+                answer = without_answer(text)
             elif is_harmony(text):
                 answer = final
             else:
