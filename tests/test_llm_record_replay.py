@@ -128,11 +128,17 @@ def test_replay_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
         replay.chat(conv("a"))
 
 
-def test_a_half_written_last_line_is_skipped(tmp_path: Path) -> None:
-    path = tmp_path / "calls.jsonl"
+def crashed_session(path: Path) -> list[ChatReply]:
+    """A recorded session whose file a crash left with a half-written last line."""
     recorded = record_session(path)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write('{"hash": "abc", "repl')
+    return recorded
+
+
+def test_a_half_written_last_line_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    recorded = crashed_session(path)
     with pytest.warns(RuntimeWarning, match="half-written"):
         assert ReplayBackend(path).chat(conv("a")) == recorded[0]
 
@@ -140,9 +146,7 @@ def test_a_half_written_last_line_is_skipped(tmp_path: Path) -> None:
 def test_appending_after_a_crash_cuts_the_half_written_line(tmp_path: Path) -> None:
     """A run restarted on a record file that a crash left mid-line: the next record starts on its own line."""
     path = tmp_path / "calls.jsonl"
-    recorded = record_session(path)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write('{"hash": "abc", "repl')
+    recorded = crashed_session(path)
     with pytest.warns(RuntimeWarning, match="cut off a half-written last line"):
         rec = RecordingBackend(Counter(), path)
     after = [rec.chat(conv("e")), rec.chat(conv("f"))]

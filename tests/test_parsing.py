@@ -186,26 +186,17 @@ def test_one_trailing_comma_is_accepted(reply: str) -> None:
 @pytest.mark.parametrize(
     "reply",
     [
+        # a sentence-ending period is dropped
         "params[0]: 1.0, params[1]: 2.0, params[2]: 3.0.",
         "params: [1.0, 2.0, 3.0.]",
         "params[0]: `1.0`, params[1]: **2.0**, params[2]: `3.0`.",
         "params[0]: 1., params[1]: 2., params[2]: 3.",
-    ],
-)
-def test_a_sentence_ending_period_is_dropped(reply: str) -> None:
-    result = parse_params(reply, SPACE)
-    assert result.ok, result.error
-    np.testing.assert_array_equal(result.params, [1.0, 2.0, 3.0])
-
-
-@pytest.mark.parametrize(
-    "reply",
-    [
+        # commentary mentioning an index after a complete indexed vector is ignored
         "params[0]: 1.0, params[1]: 2.0, params[2]: 3.0\nNote that params[1]: 2.0 is the key.",
         "params[0]: 1.0, params[1]: 2.0, params[2]: 3.0 (I raised params[1] = 2.0 and kept params[2]: 3.0)",
     ],
 )
-def test_commentary_mentioning_an_index_after_a_complete_vector_is_ignored(reply: str) -> None:
+def test_tolerated_variants_read_as_the_vector(reply: str) -> None:
     result = parse_params(reply, SPACE)
     assert result.ok, result.error
     np.testing.assert_array_equal(result.params, [1.0, 2.0, 3.0])
