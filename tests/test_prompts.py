@@ -222,7 +222,7 @@ def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> Non
     )
     ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4)
     prompt = PromptBuilder().search(ctx)[1]["content"]
-    assert "params[0]: 1.0; mean return: 61 (1 episode, warm-up)" in prompt
+    assert "params[0]: 1.0; mean return: 61 (1 warm-up episode)" in prompt
     assert "params[0]: 3.0; mean return: 10.4 (5 episodes)" in prompt
     assert "The best mean return over 5 episodes so far is 10.4" in prompt
     assert "The best mean return so far is" not in prompt
@@ -242,7 +242,7 @@ def test_best_line_agrees_with_the_history_in_real_runs(k: int) -> None:
     assert len(searches) >= 2
     unit = "episodes" if k > 1 else "episode"
     for prompt in searches[1:]:  # after the first iteration
-        assert prompt.count(", warm-up)") == 10  # every warm-up line is marked, whatever K
+        assert prompt.count("(1 warm-up episode)") == 10  # every warm-up line is marked, whatever K
         match = re.search(rf"The best mean return over {k} {unit} so far is (\d+(?:\.\d+)?)", prompt)
         assert match, prompt
         best = float(match.group(1))
