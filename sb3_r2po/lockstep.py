@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 
 from sb3_r2po.llm.batching import BatchingBackend
@@ -45,14 +45,14 @@ class _StopWhenSet(BaseCallback):
 
 
 def _with_stop(callback: MaybeCallback, event: threading.Event) -> list[BaseCallback]:
-    """``callback`` (``None``, one callback or a list) followed by a :class:`_StopWhenSet`."""
+    """``callback`` (``None``, a callback, a function as SB3 accepts it, or a list) followed by a :class:`_StopWhenSet`."""
     if callback is None:
         others: list = []
     elif isinstance(callback, list):
         others = list(callback)
     else:
         others = [callback]
-    return [*others, _StopWhenSet(event)]
+    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in others] + [_StopWhenSet(event)]
 
 
 def shared_llm(models: Sequence[R2PO]) -> Any:

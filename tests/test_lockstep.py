@@ -192,3 +192,16 @@ def test_an_interrupt_in_the_caller_stops_every_model() -> None:
     lengths = [len(m.history) for m in models]
     time.sleep(0.3)
     assert [len(m.history) for m in models] == lengths and all(m.llm is slow for m in models)
+
+
+def test_a_function_callback_works_as_in_learn() -> None:
+    """SB3 accepts a plain function ``(locals, globals) -> bool`` as a callback; so does the lockstep run."""
+    seen = []
+
+    def on_step(_locals: dict, _globals: dict) -> bool:
+        seen.append(1)
+        return True
+
+    models = [make(seed, "example") for seed in range(2)]
+    learn_in_lockstep(models, 10**9, callbacks=[on_step, None])
+    assert len(seen) == models[0].num_timesteps and models[1].history

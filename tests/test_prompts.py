@@ -5,7 +5,7 @@ import pytest
 from helpers import BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.evidence import build_evidence
+from sb3_r2po.common.evidence import build_evidence, sig
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.rollouts import Episode
 from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
@@ -263,3 +263,55 @@ def test_revision_rule_prints_enough_digits_to_tell_mean_and_threshold_apart() -
     evidence = build_evidence(episodes, 475.0, 451.25)
     text = PromptBuilder().critic(ctx, HistoryLine("params: ...", 96.9996, 2), evidence)[1]["content"]
     assert "at least 451.2 and" in text and "mean return 97 is below" in text
+
+
+def _best_lines(prompts: list[str]) -> list[str]:
+    return [line for p in prompts for line in p.splitlines() if "so far is" in line]
+
+
+def test_best_line_after_the_warm_up_counts_the_candidate_of_this_iteration() -> None:
+    """actor_second_pass, iteration 1: the second Search sees candidate A (3 episodes) next to warm-up lines; the
+    best over 3 episodes is A's mean, not the best warm-up episode."""
+    llm = ScriptedLLM([vector(*([0.1] * 10)), vector(*([0.2] * 10))])
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=llm,
+        variant="actor_second_pass",
+        n_eval_episodes=3,
+        warmup_episodes=5,
+        max_episodes=5 + 6,
+        seed=0,
+    )
+    model.learn(10**6)
+    first_mean = model.history[-1]["search"]["mean_return"]
+    warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
+    assert warmup_best > first_mean  # the case that matters: a warm-up episode beat candidate A
+    first, second = _best_lines(llm.prompts())
+    assert first == f"The best single-episode return so far is {sig(warmup_best, 4)}."
+    assert second.startswith(f"The best mean return over 3 episodes so far is {sig(first_mean, 4)} (the warm-up")
+
+
+def test_best_line_when_compression_shows_only_warm_up_lines() -> None:
+    """history_best_k=3, history_recent=0: the shown lines are all warm-up ones, the best is a 3-episode mean."""
+    llm = ScriptedLLM([vector(*([0.1 * i] * 10)) for i in range(1, 5)])
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=llm,
+        variant="props",
+        n_eval_episodes=3,
+        warmup_episodes=5,
+        max_episodes=5 + 6,
+        seed=0,
+        history_best_k=3,
+        history_recent=0,
+    )
+    model.learn(10**6)
+    best_after_first = model.history[5]["mean_return"]
+    second_prompt = llm.prompts()[1]
+    assert second_prompt.count("(1 warm-up episode)") == 3 and "(3 episodes)" not in second_prompt.split("## Your step")[0]
+    assert _best_lines([second_prompt]) == [
+        f"The best mean return over 3 episodes so far is {sig(best_after_first, 4)} (the warm-up vectors, run for 1 "
+        "episode each, are not counted: one episode is a noisy estimate)."
+    ]

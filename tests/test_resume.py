@@ -7,7 +7,8 @@ import textwrap
 import gymnasium as gym
 import pytest
 
-from sb3_r2po import R2PO
+from sb3_r2po import R2PO, ExampleLLM
+from sb3_r2po.llm.base import LLMBackendError
 from sb3_r2po.llm.recording import read_records
 
 SCRIPT = textwrap.dedent(
@@ -71,9 +72,46 @@ def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path) -> None:
     kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, seed=1, max_episodes=4, checkpoint_dir=str(tmp_path))
     first = R2PO("MlpLinear", "CartPole-v1", **kwargs).learn(10**6)
     saved = (tmp_path / "history.json").read_text()
-    with pytest.raises(ValueError, match=r"already holds a run.*R2PO\.load"):
+    with pytest.raises(ValueError, match=r"already holds another run.*R2PO\.load"):
         R2PO("MlpLinear", "CartPole-v1", **{**kwargs, "seed": 2}).learn(10**6)
     assert (tmp_path / "history.json").read_text() == saved
     resumed = R2PO.load(tmp_path / "model.zip", env=gym.make("CartPole-v1"), llm="example")
     resumed.learn(10**6, reset_num_timesteps=False)  # resuming the same directory is what it is for
     assert resumed.history == first.history
+
+
+def test_a_run_continued_after_an_llm_error_replays_from_its_transcript(tmp_path) -> None:
+    """The server fails on a re-ask (the unusable first reply is recorded, never counted); the caller catches the
+    error and calls learn() again. The transcript sets the orphan aside, so replaying it reproduces the run."""
+    example = ExampleLLM(0)
+    state = {"calls": 0, "down": True}
+
+    def flaky(messages: list[dict[str, str]]) -> str:
+        state["calls"] += 1
+        if state["down"] and state["calls"] == 5:
+            return "no vector in this reply"  # unusable: recorded, then re-asked
+        if state["down"] and state["calls"] == 6:
+            raise LLMBackendError("server down")
+        return example.chat(messages).text
+
+    kwargs = dict(n_eval_episodes=2, warmup_episodes=2, seed=3, max_episodes=2 + 2 * 2 * 4)
+    model = R2PO("MlpLinear", "CartPole-v1", llm=flaky, checkpoint_dir=str(tmp_path), **kwargs)
+    with pytest.raises(LLMBackendError, match="server down"):
+        model.learn(10**6)
+    state["down"] = False
+    with pytest.warns(RuntimeWarning, match="1 recorded call"):
+        model.learn(10**6, reset_num_timesteps=False)
+    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{tmp_path / 'llm_calls.jsonl'}", **kwargs).learn(10**6)
+    assert replayed.history == model.history and model.iteration == 4
+
+
+def test_a_loaded_model_refuses_another_runs_directory(tmp_path) -> None:
+    kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, max_episodes=4)
+    R2PO("MlpLinear", "CartPole-v1", seed=1, checkpoint_dir=str(tmp_path / "a"), **kwargs).learn(10**6)
+    R2PO("MlpLinear", "CartPole-v1", seed=2, checkpoint_dir=str(tmp_path / "b"), **kwargs).learn(10**6)
+    other = (tmp_path / "b" / "history.json").read_text()
+    model = R2PO.load(tmp_path / "a" / "model.zip", env=gym.make("CartPole-v1"), llm="example")
+    model.checkpoint_dir = str(tmp_path / "b")
+    with pytest.raises(ValueError, match="already holds another run"):
+        model.learn(10**6, reset_num_timesteps=False)
+    assert (tmp_path / "b" / "history.json").read_text() == other

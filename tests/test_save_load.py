@@ -95,3 +95,29 @@ def test_critic_only_resumes_with_the_last_candidates_episodes(tmp_path) -> None
     resumed.learn(10**9, reset_num_timesteps=False)
     assert "t=0" in expected[len(prompts) - (resumed.iteration - first.iteration)]  # the Critic is shown a trajectory
     assert prompts == expected and resumed.history == reference.history
+
+
+def test_a_save_from_another_thread_does_not_disturb_training() -> None:
+    """``save()`` writes a copy: a thread saving in a loop while ``learn()`` runs changes nothing in the run."""
+    import io
+    import threading
+
+    kwargs = dict(llm="example", n_eval_episodes=3, warmup_episodes=4, max_episodes=4 + 6 * 5, seed=0)
+    reference = R2PO("MlpLinear", "CartPole-v1", **kwargs).learn(10**9)
+    model = R2PO("MlpLinear", "CartPole-v1", **kwargs)
+    stop, saves = threading.Event(), []
+
+    def saver() -> None:
+        while not stop.is_set():
+            model.save(io.BytesIO())
+            saves.append(1)
+
+    thread = threading.Thread(target=saver)
+    thread.start()
+    try:
+        model.learn(10**9)
+    finally:
+        stop.set()
+        thread.join()
+    assert len(saves) > 5
+    assert model.history == reference.history and model._episode_num == reference._episode_num == 4 + 6 * 5

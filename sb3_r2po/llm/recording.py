@@ -88,6 +88,8 @@ class RecordingBackend(TransientState):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._cut_partial_line()
+        self.recorded = len(read_records(self.path)) if self.path.is_file() else 0
+        """Calls in the file as readers see them (rewound calls not counted), this backend's included."""
 
     def _cut_partial_line(self) -> None:
         """Cut off a half-written last line (a crash mid-write), so that the next record starts on its own line."""
@@ -120,11 +122,11 @@ class RecordingBackend(TransientState):
         """
         if calls < 0:
             raise ValueError(f"calls must be >= 0, got {calls}")
-        recorded = len(read_records(self.path)) if self.path.is_file() else 0
-        extra = recorded - calls
+        extra = self.recorded - calls
         if extra <= 0:
             return 0
         self._append({"version": RECORD_VERSION, "rewind": int(calls), "set_aside": extra, "time": time.time()})
+        self.recorded = calls
         warnings.warn(
             f"{self.path}: {extra} recorded call(s) after call {calls} set aside (a resumed run asks them again); "
             "they stay in the file, replay skips them",
@@ -175,6 +177,8 @@ class RecordingBackend(TransientState):
             "reply": reply.to_dict(),
         }
         self._append(line)
+        with self._lock:
+            self.recorded += 1
 
     def _append(self, line: dict[str, Any]) -> None:
         data = json.dumps(line, ensure_ascii=False) + "\n"

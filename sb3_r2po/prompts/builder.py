@@ -36,20 +36,25 @@ class HistoryLine:
     warmup: bool = False
 
 
-def history_summary(history: tuple[HistoryLine, ...], best: float | None) -> dict[str, Any]:
+def history_summary(
+    history: tuple[HistoryLine, ...], best: float | None, best_episodes: int = 0, best_warmup: bool = False
+) -> dict[str, Any]:
     """
     What the prompts say about the history beyond its lines: which lines are warm-up entries, and the best
     mean return with the number of episodes behind it, so the "best so far" line agrees with the history.
 
     The warm-up lines are those flagged ``warmup`` (R2PO runs them for one episode, every other candidate for
-    K episodes); once other lines are shown they do not count for the best. The best is the larger of ``best``
-    (R2PO's best K-episode mean, which may come from a line the compressed history hides) and every shown
-    non-warm-up mean over as many episodes (e.g. a candidate evaluated earlier in this iteration).
+    K episodes). While only warm-up candidates exist, the best is one episode's return. Once a K-episode line is
+    shown, a warm-up best no longer counts: the best is the best shown K-episode mean. Otherwise the best is the
+    larger of ``best`` (R2PO's best K-episode mean, which may come from a line the compressed history hides) and
+    every shown non-warm-up mean over as many episodes (e.g. a candidate evaluated earlier in this iteration).
 
     :param history: The shown history lines.
     :param best: The best mean return so far, or ``None``.
+    :param best_episodes: Episodes behind ``best`` (0: unknown, the most of any shown non-warm-up line).
+    :param best_warmup: Whether ``best`` is a warm-up candidate's (one episode).
     :return: ``warmup_lines`` (a flag per history line), ``warmup_shown``, ``best``, ``best_episodes`` (episodes
-        behind the best; 0 when unknown) and ``best_of_warmup`` (only warm-up lines so far: the best is one episode's).
+        behind the best; 0 when unknown) and ``best_of_warmup`` (the best is one warm-up episode's return).
     """
     warmup = tuple(line.warmup for line in history)
     scored = [line for line in history if not line.warmup]
@@ -58,13 +63,19 @@ def history_summary(history: tuple[HistoryLine, ...], best: float | None) -> dic
         "warmup_shown": any(warmup),
         "best": best,
         "best_episodes": 0,
-        "best_of_warmup": bool(history) and not scored,
+        "best_of_warmup": False,
     }
-    if best is not None and scored:
-        matches = [line.n_episodes for line in scored if line.mean_return == best]
-        best_episodes = max(matches) if matches else max(line.n_episodes for line in scored)
-        same = [line.mean_return for line in scored if line.n_episodes == best_episodes]
-        summary.update(best=max([best, *same]), best_episodes=best_episodes)
+    if best is None:
+        return summary
+    if best_warmup or (not scored and not best_episodes):
+        if not scored:
+            summary["best_of_warmup"] = True
+            return summary
+        best_episodes = 0  # a candidate of this iteration is shown: the warm-up best does not count
+        best = max(line.mean_return for line in scored if line.n_episodes == max(x.n_episodes for x in scored))
+    n = best_episodes or max(line.n_episodes for line in scored)
+    same = [line.mean_return for line in scored if line.n_episodes == n]
+    summary.update(best=max([best, *same]), best_episodes=n)
     return summary
 
 
@@ -82,6 +93,8 @@ class PromptContext:
     :param total_iterations: The planned number of iterations, when known.
     :param step_size: The suggested step size per parameter.
     :param best: Best mean return so far (R2PO: the best K-episode mean; see :func:`history_summary`).
+    :param best_episodes: Episodes behind ``best`` (0: unknown).
+    :param best_warmup: Whether ``best`` is a warm-up candidate's return (one episode).
     """
 
     task: TaskDescription | None
@@ -93,6 +106,8 @@ class PromptContext:
     total_iterations: int | None
     step_size: float
     best: float | None = None
+    best_episodes: int = 0
+    best_warmup: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -139,7 +154,8 @@ class PromptBuilder:
     def _common(self, ctx: PromptContext) -> dict[str, Any]:
         values = {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name != "extra"}
         defaults = {"example": self._example(ctx.space), "trajectory_titles": TRAJECTORY_TITLES, "history_omitted": 0}
-        return {**values, **history_summary(ctx.history, ctx.best), **defaults, **ctx.extra}
+        summary = history_summary(ctx.history, ctx.best, ctx.best_episodes, ctx.best_warmup)
+        return {**values, **summary, **defaults, **ctx.extra}
 
     def search(self, ctx: PromptContext) -> list[Message]:
         """The Search-LLM's messages: propose a new vector from the history."""

@@ -61,7 +61,16 @@ MAX_WARMUP_DRAWS = 1000
 TAU_C_MARGIN = 0.05
 """When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
 
-COMMITTED_STATE = ("num_timesteps", "_episode_num", "_n_evaluations", "_rng", "llm_stats", "iteration", "ep_info_buffer")
+COMMITTED_STATE = (
+    "num_timesteps",
+    "_episode_num",
+    "_n_evaluations",
+    "_rng",
+    "llm_stats",
+    "iteration",
+    "ep_info_buffer",
+    "_transcript_calls",
+)
 """What an iteration changes before its history entry is written: :meth:`R2PO.save` stores these as of the last entry."""
 
 TEXT_ONLY = ("stdout", "log", "json", "csv")
@@ -258,6 +267,7 @@ class R2PO(BaseAlgorithm):
         self._n_evaluations = 0
         self._stop_requested = False
         self._committed: dict[str, Any] | None = None  # the state as of the last history entry (what save() writes)
+        self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
 
         if _init_setup_model:
             self._setup_model()
@@ -306,23 +316,25 @@ class R2PO(BaseAlgorithm):
         so that a model loaded from it repeats the running iteration instead of charging its episodes twice.
         An ``llm`` given as a string is saved; a backend object or callable never is (it may hold API keys,
         clients or file handles): it is stored as ``None``, and ``load`` needs ``llm=...``.
+
+        The model itself is not changed: what is written is a shallow copy carrying the saved values, so a save
+        from another thread (or a callback) never disturbs the training in progress.
         """
-        live = {name: getattr(self, name) for name in COMMITTED_STATE}
-        llm = self.llm
-        if not isinstance(llm, str):
-            self.llm = None
-        try:
-            for name, value in (self._committed or {}).items():
-                setattr(self, name, copy.deepcopy(value))
-            super().save(path, exclude=exclude, include=include)
-        finally:
-            self.llm = llm
-            for name, value in live.items():
-                setattr(self, name, value)
+        saved = copy.copy(self)  # a new __dict__ sharing the policy, env and history with the model
+        committed = self._committed or {}
+        for name in COMMITTED_STATE:
+            if name in committed:
+                setattr(saved, name, committed[name])  # snapshots are replaced at every commit, never changed in place
+        if committed:
+            saved.history = self.history[: committed["history_length"]]
+        if not isinstance(self.llm, str):
+            saved.llm = None
+        BaseAlgorithm.save(saved, path, exclude=exclude, include=include)
 
     def _snapshot(self) -> None:
         """Remember the state of the last history entry (see :meth:`save`)."""
         self._committed = {name: copy.deepcopy(getattr(self, name)) for name in COMMITTED_STATE}
+        self._committed["history_length"] = len(self.history)
 
     @property
     def variant_spec(self) -> Variant:
@@ -375,20 +387,28 @@ class R2PO(BaseAlgorithm):
             if callable(constrain):  # constrained decoding (e.g. a grammar) from the parameter space
                 constrain(self.policy.parameter_space)
             if self.checkpoint_dir is not None:  # the run directory keeps a transcript of every call, flushed per call
-                saved = Path(self.checkpoint_dir) / "model.zip"
-                if not self.history and saved.exists():
-                    raise ValueError(
-                        f"checkpoint_dir {str(self.checkpoint_dir)!r} already holds a run ({saved}); resume it with "
-                        f"R2PO.load({str(saved)!r}, env=..., llm=...).learn(..., reset_num_timesteps=False), "
-                        "or give this run another directory"
-                    )
+                self._check_run_directory(Path(self.checkpoint_dir))
                 backend = RecordingBackend(backend, Path(self.checkpoint_dir) / "llm_calls.jsonl")
-                # a resumed run asks again what was asked after its checkpoint: replay must follow the new answers
-                backend.rewind(int(self.llm_stats["calls"]))
             self._backend = backend
         if self._prompts is None:
             self._prompts = PromptBuilder(self.prompt_template_dir, self.reply_style)
         return self._backend
+
+    def _check_run_directory(self, directory: Path) -> None:
+        """Refuse a run directory that holds another run (a history this model's history does not start with)."""
+        saved = directory / "model.zip"
+        if not saved.exists():
+            return
+        history_file = directory / "history.json"
+        theirs = json.loads(history_file.read_text()) if history_file.exists() else None
+        ours = json.loads(json.dumps(self.history))
+        if self.history and theirs is not None and ours[: len(theirs)] == theirs:
+            return  # this run's own directory: resumed, or trained on
+        raise ValueError(
+            f"checkpoint_dir {str(directory)!r} already holds another run ({saved}); resume it with "
+            f"R2PO.load({str(saved)!r}, env=..., llm=...).learn(..., reset_num_timesteps=False), "
+            "or give this run another directory"
+        )
 
     # ------------------------------------------------------------------ history
 
@@ -445,6 +465,8 @@ class R2PO(BaseAlgorithm):
         best = self.best_record()
         assert best is not None
         self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+        if isinstance(self._backend, RecordingBackend):
+            self._transcript_calls = self._backend.recorded
         self._snapshot()
         if self.checkpoint_dir is not None:
             self.write_checkpoint(self.checkpoint_dir)
@@ -534,6 +556,8 @@ class R2PO(BaseAlgorithm):
             total_iterations=planned,
             step_size=self.step_size,
             best=None if best is None else best["mean_return"],
+            best_episodes=0 if best is None else int(best["n_episodes"]),
+            best_warmup=best is not None and best["kind"] == "warmup",
             extra={"keep_best": self.variant_spec.keep_best, "history_omitted": len(self.history) - len(shown)},
         )
 
@@ -705,7 +729,14 @@ class R2PO(BaseAlgorithm):
             return False
         init_mean = float(init.returns.mean())
 
-        second: dict[str, Any] = {"role": None, "status": "none", "params": None, "mean_return": None, "failures": []}
+        second: dict[str, Any] = {
+            "role": None,
+            "status": "none",
+            "params": None,
+            "mean_return": None,
+            "failures": [],
+            "adjusted": [],
+        }
         kept = (theta_init, init, init_kind)
         diagnostics = None
         if variant.calls_per_iteration > 1:
@@ -850,6 +881,11 @@ class R2PO(BaseAlgorithm):
         self._stop_requested = False
         self._snapshot()  # a save before the first history entry of this call stores the state it started from
         self._ensure_llm()
+        if isinstance(self._backend, RecordingBackend):
+            # calls recorded after the last history entry (a crash, or an exception this process caught) are
+            # asked again from here: set them aside, so that a replay of the transcript follows this run
+            calls = self._transcript_calls
+            self._backend.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
 
         if self._warmup(callback):
             while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
