@@ -268,6 +268,7 @@ class R2PO(BaseAlgorithm):
         self._stop_requested = False
         self._committed: dict[str, Any] | None = None  # the state as of the last history entry (what save() writes)
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
+        self._transcript: RecordingBackend | None = None  # checkpoint_dir's transcript (not a recording the user passed)
 
         if _init_setup_model:
             self._setup_model()
@@ -299,7 +300,7 @@ class R2PO(BaseAlgorithm):
         return spec.id, spec.reward_threshold, spec.max_episode_steps
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = [*super()._excluded_save_params(), "_backend", "_prompts", "_last_exchanges", "_committed"]
+        excluded = [*super()._excluded_save_params(), "_backend", "_transcript", "_prompts", "_last_exchanges", "_committed"]
         if self.variant_spec.search != "none":  # only critic_only reads the last candidate's episodes again
             excluded.append("_last_result")
         return excluded
@@ -388,7 +389,9 @@ class R2PO(BaseAlgorithm):
                 constrain(self.policy.parameter_space)
             if self.checkpoint_dir is not None:  # the run directory keeps a transcript of every call, flushed per call
                 self._check_run_directory(Path(self.checkpoint_dir))
-                backend = RecordingBackend(backend, Path(self.checkpoint_dir) / "llm_calls.jsonl")
+                backend = self._transcript = RecordingBackend(backend, Path(self.checkpoint_dir) / "llm_calls.jsonl")
+            else:
+                self._transcript = None
             self._backend = backend
         if self._prompts is None:
             self._prompts = PromptBuilder(self.prompt_template_dir, self.reply_style)
@@ -465,8 +468,8 @@ class R2PO(BaseAlgorithm):
         best = self.best_record()
         assert best is not None
         self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
-        if isinstance(self._backend, RecordingBackend):
-            self._transcript_calls = self._backend.recorded
+        if self._transcript is not None:
+            self._transcript_calls = self._transcript.recorded
         self._snapshot()
         if self.checkpoint_dir is not None:
             self.write_checkpoint(self.checkpoint_dir)
@@ -881,11 +884,11 @@ class R2PO(BaseAlgorithm):
         self._stop_requested = False
         self._snapshot()  # a save before the first history entry of this call stores the state it started from
         self._ensure_llm()
-        if isinstance(self._backend, RecordingBackend):
+        if self._transcript is not None:
             # calls recorded after the last history entry (a crash, or an exception this process caught) are
             # asked again from here: set them aside, so that a replay of the transcript follows this run
             calls = self._transcript_calls
-            self._backend.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
+            self._transcript.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
 
         if self._warmup(callback):
             while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
