@@ -114,9 +114,11 @@ def learn_in_lockstep(
 
     def train(i: int) -> None:
         with backend.worker():
-            ready.wait()
             try:
+                ready.wait()
                 models[i].learn(total_timesteps, callback=_with_stop(callbacks[i], stop), **learn_kwargs)
+            except threading.BrokenBarrierError:  # interrupted before every worker had started: nothing ran
+                pass
             except BaseException as exc:  # reported after every thread has finished
                 errors[i] = exc
 
@@ -127,15 +129,17 @@ def learn_in_lockstep(
         threads = [
             threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(models))
         ]
-        for thread in threads:
-            thread.start()
         try:
+            for thread in threads:
+                thread.start()
             for thread in threads:
                 thread.join()
         except BaseException:  # Ctrl-C here: stop the models at their next step, then let it propagate
             stop.set()
+            ready.abort()  # threads started before the interrupt may still wait for the others
             for thread in threads:
-                thread.join()
+                if thread.ident is not None:  # started
+                    thread.join()
             raise
     finally:
         for model in models:

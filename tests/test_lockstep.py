@@ -188,7 +188,7 @@ def test_an_interrupt_in_the_caller_stops_every_model() -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert not [t for t in threading.enumerate() if t.name.startswith("r2po-lockstep")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("r2po-lockstep") and t.is_alive()]
     lengths = [len(m.history) for m in models]
     time.sleep(0.3)
     assert [len(m.history) for m in models] == lengths and all(m.llm is slow for m in models)

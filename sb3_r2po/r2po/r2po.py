@@ -856,6 +856,17 @@ class R2PO(BaseAlgorithm):
             return False
         return bool(np.isclose(float(result.returns.mean()), record["mean_return"]))
 
+    def _start_learning(self) -> None:
+        """What every ``learn()`` call does before the loop: the LLM, the run's transcript, the saved state."""
+        self._stop_requested = False
+        self._snapshot()  # a save before the first history entry of this call stores the state it started from
+        self._ensure_llm()
+        if self._transcript is not None:
+            # calls recorded after the last history entry (a crash, or an exception this process caught) are
+            # asked again from here: set them aside, so that a replay of the transcript follows this run
+            calls = self._transcript_calls
+            self._transcript.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
+
     def learn(
         self: SelfR2PO,
         total_timesteps: int,
@@ -881,14 +892,7 @@ class R2PO(BaseAlgorithm):
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
         callback.on_training_start(locals(), globals())
-        self._stop_requested = False
-        self._snapshot()  # a save before the first history entry of this call stores the state it started from
-        self._ensure_llm()
-        if self._transcript is not None:
-            # calls recorded after the last history entry (a crash, or an exception this process caught) are
-            # asked again from here: set them aside, so that a replay of the transcript follows this run
-            calls = self._transcript_calls
-            self._transcript.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
+        self._start_learning()
 
         if self._warmup(callback):
             while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
