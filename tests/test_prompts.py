@@ -269,21 +269,17 @@ def _best_lines(prompts: list[str]) -> list[str]:
     return [line for p in prompts for line in p.splitlines() if "so far is" in line]
 
 
+def _scripted_run(replies: list[str], **kwargs) -> tuple[R2PO, ScriptedLLM]:
+    """A CartPole run of 5 warm-up episodes and 2 evaluations of K = 3 with scripted replies."""
+    llm = ScriptedLLM(replies)
+    settings = dict(n_eval_episodes=3, warmup_episodes=5, max_episodes=5 + 6, seed=0)
+    return R2PO("MlpLinear", "CartPole-v1", llm=llm, **settings, **kwargs).learn(10**6), llm
+
+
 def test_best_line_after_the_warm_up_counts_the_candidate_of_this_iteration() -> None:
     """actor_second_pass, iteration 1: the second Search sees candidate A (3 episodes) next to warm-up lines; the
     best over 3 episodes is A's mean, not the best warm-up episode."""
-    llm = ScriptedLLM([vector(*([0.1] * 10)), vector(*([0.2] * 10))])
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
-        llm=llm,
-        variant="actor_second_pass",
-        n_eval_episodes=3,
-        warmup_episodes=5,
-        max_episodes=5 + 6,
-        seed=0,
-    )
-    model.learn(10**6)
+    model, llm = _scripted_run([vector(*([0.1] * 10)), vector(*([0.2] * 10))], variant="actor_second_pass")
     first_mean = model.history[-1]["search"]["mean_return"]
     warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
     assert warmup_best > first_mean  # the case that matters: a warm-up episode beat candidate A
@@ -294,20 +290,8 @@ def test_best_line_after_the_warm_up_counts_the_candidate_of_this_iteration() ->
 
 def test_best_line_when_compression_shows_only_warm_up_lines() -> None:
     """history_best_k=3, history_recent=0: the shown lines are all warm-up ones, the best is a 3-episode mean."""
-    llm = ScriptedLLM([vector(*([0.1 * i] * 10)) for i in range(1, 5)])
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
-        llm=llm,
-        variant="props",
-        n_eval_episodes=3,
-        warmup_episodes=5,
-        max_episodes=5 + 6,
-        seed=0,
-        history_best_k=3,
-        history_recent=0,
-    )
-    model.learn(10**6)
+    replies = [vector(*([0.1 * i] * 10)) for i in range(1, 5)]
+    model, llm = _scripted_run(replies, variant="props", history_best_k=3, history_recent=0)
     best_after_first = model.history[5]["mean_return"]
     second_prompt = llm.prompts()[1]
     assert second_prompt.count("(1 warm-up episode)") == 3 and "(3 episodes)" not in second_prompt.split("## Your step")[0]
