@@ -35,7 +35,11 @@ How a run is built and measured, top to bottom in this file:
    ``max_episodes = budget``: it uses ``warmup + K * floor((budget - warmup) / K)`` episodes at most (exactly
    ``budget`` when ``budget - warmup`` is a multiple of K).
 4. **Step horizon**: ``learn(total_timesteps=max(n_timesteps of the file, budget x episode cap))``, so the
-   episode budget, not the step count, ends every run; schedules (``lin_...``, DQN's exploration) anneal over
+   episode budget, not the step count, ends every run, with one exception: with ``n_envs > 1`` sub-environments
+   stepping together and (nearly) every episode running to the cap, the last ``n_envs - 1`` episodes may not fit
+   (up to ``(budget + n_envs - 1) x cap`` steps are needed). Such a run is reported with a ``RuntimeWarning``;
+   raise ``n_timesteps`` in the file for it. (Widening the horizon by default would change the schedules, and so
+   the documented results, of every multi-env baseline.) schedules (``lin_...``, DQN's exploration) anneal over
    that horizon.
 5. **Statistics** per run (:func:`summarize`) and over seeds (:func:`report`); curves (:func:`plot_curves`).
 """
@@ -53,6 +57,7 @@ import shlex
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -346,6 +351,13 @@ def finish_run(run: PreparedRun) -> dict[str, Any]:
     assert model.env is not None
     model.env.close()
     run.log_folder.cleanup()
+    if len(run.callback.returns) < run.budget and run.algo != ALGO_NAME:  # R2PO stops itself when K no longer fits
+        warnings.warn(
+            f"{run.method} seed {run.seed} ended after {len(run.callback.returns)} of {run.budget} training episodes "
+            f"(its learn() horizon of {run.horizon} steps ran out first)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     result: dict[str, Any] = {
         "method": run.method,
         "algo": run.algo,

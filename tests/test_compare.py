@@ -138,3 +138,13 @@ def test_prompt_preset_reaches_r2po(tmp_path: Path) -> None:
     assert "with the prompt preset `tight`" in (tmp_path / "results.md").read_text()
     with pytest.raises(ValueError, match="unknown prompt preset 'terse'"):
         run_comparison("CartPole-v1", ["r2po"], [0], BUDGET, llm="example:0", prompts="terse")
+
+
+def test_a_baseline_run_that_ends_short_of_its_budget_is_reported() -> None:
+    """A run whose learn() horizon ran out before the budget (here: one that never trained) warns with the counts."""
+    from sb3_r2po.compare import finish_run, prepare_run
+
+    run = prepare_run("ars", "CartPole-v1", seed=0, budget=3)
+    with pytest.warns(RuntimeWarning, match="ars seed 0 ended after 0 of 3 training episodes"):
+        result = finish_run(run)
+    assert result["returns"] == []

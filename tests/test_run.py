@@ -234,3 +234,30 @@ def test_warmup_ends_when_the_space_has_no_new_vector() -> None:
     with pytest.warns(RuntimeWarning, match="no new warm-up vector in 1000 draws; the warm-up ends after 1 of 3"):
         model.learn(10**6)
     assert sum(r["kind"] == "warmup" for r in model.history) == 1 and model.iteration >= 1
+
+
+@pytest.mark.parametrize("wrap", ["normalize", "frame_stack"])
+def test_vec_env_wrappers_that_change_observations_or_rewards_are_refused(wrap: str) -> None:
+    """VecNormalize would score candidates in normalized, drifting units: a clear error, at construction and in set_env."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack, VecMonitor, VecNormalize
+
+    def make():
+        venv = DummyVecEnv([lambda: gym.make("CartPole-v1")])
+        return VecNormalize(venv) if wrap == "normalize" else VecFrameStack(venv, 2)
+
+    with pytest.raises(ValueError, match=r"R2PO cannot train through Vec.*VecMonitor"):
+        R2PO("MlpLinear", make(), llm="example")
+    model = R2PO("MlpLinear", VecMonitor(DummyVecEnv([lambda: gym.make("CartPole-v1")])), llm="example", max_episodes=25)
+    if wrap == "normalize":  # (a frame stack already fails SB3's own observation-space check in set_env)
+        with pytest.raises(ValueError, match="R2PO cannot train through VecNormalize"):
+            model.set_env(make())
+    model.learn(10**6)  # the pass-through VecMonitor trains
+    assert model._episode_num == 20  # the warm-up; another evaluation of K = 20 does not fit in 25
+
+
+def test_tabular_policy_refuses_observations_outside_its_space() -> None:
+    model = R2PO("Tabular", "FrozenLake-v1", llm="example")
+    assert model.predict(15)[0] in range(4)
+    for bad in (-1, 16):
+        with pytest.raises(ValueError, match=f"observation {bad} is outside the observation space Discrete\\(16\\)"):
+            model.predict(bad)

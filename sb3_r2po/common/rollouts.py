@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecCheckNan, VecEnv, VecEnvWrapper, VecMonitor, VecVideoRecorder
+
+PASS_THROUGH_WRAPPERS: tuple[type[VecEnvWrapper], ...] = (VecMonitor, VecCheckNan, VecVideoRecorder)
+"""VecEnv wrappers that leave observations and rewards as the env gives them: the only ones R2PO accepts."""
 
 EndReason = str
 """How an episode ended: ``"terminated"`` (the task ended), ``"truncated"`` (the env's time limit) or
@@ -94,6 +97,27 @@ class _Step(NamedTuple):
     info: dict
 
 
+def check_vec_env(env: VecEnv) -> None:
+    """
+    Raise a ``ValueError`` when ``env`` is wrapped in a VecEnv wrapper that changes observations or rewards.
+
+    R2PO compares fixed parameter vectors by their returns in the env's own units: ``VecNormalize`` would score
+    them in normalized, drifting units (and feed the policy drifting observations), ``VecFrameStack`` changes the
+    observation the policy's layout describes. Only :data:`PASS_THROUGH_WRAPPERS` are accepted; a ``Monitor`` (or
+    any gymnasium wrapper) on each sub-environment is fine.
+    """
+    wrapper = env
+    while isinstance(wrapper, VecEnvWrapper):
+        if not isinstance(wrapper, PASS_THROUGH_WRAPPERS):
+            allowed = ", ".join(w.__name__ for w in PASS_THROUGH_WRAPPERS)
+            raise ValueError(
+                f"R2PO cannot train through {type(wrapper).__name__}: it compares parameter vectors by their returns "
+                f"in the env's own units, on the env's own observations. Remove the wrapper (VecEnv wrappers "
+                f"accepted: {allowed})."
+            )
+        wrapper = wrapper.venv
+
+
 class _VecStepper:
     """Any VecEnv, through the VecEnv API (auto-reset). Idle sub-environments step along."""
 
@@ -117,6 +141,8 @@ class _VecStepper:
         return steps, len(obs)
 
     def reset_one(self, index: int) -> np.ndarray:
+        # past the pass-through wrappers (check_vec_env): a VecMonitor does not see the cut, and counts the cut
+        # episode and the next one as one in its own statistics (R2PO's episodes are unaffected)
         result = self.env.env_method("reset", indices=[index])[0]
         return result[0] if isinstance(result, tuple) else result
 

@@ -241,6 +241,10 @@ class TabularPolicy(CompactPolicy):
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
         theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64)
         states = np.asarray(observations).reshape(-1).astype(np.int64) - self.obs_start
+        outside = (states < 0) | (states >= self.n_states)
+        if outside.any():
+            bad = int(states[outside][0]) + self.obs_start
+            raise ValueError(f"observation {bad} is outside the observation space {self.observation_space}")
         return theta[states].astype(np.int64)
 
     def layout_lines(self) -> tuple[str, ...]:

@@ -41,7 +41,7 @@ from sb3_r2po.common.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.common.evidence import EvidencePackage, build_evidence, success_tolerance
 from sb3_r2po.common.parameters import REPLY_STYLES, ReplyStyle
 from sb3_r2po.common.racing import should_stop
-from sb3_r2po.common.rollouts import RolloutResult, run_episodes
+from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, run_episodes
 from sb3_r2po.diagnostics import diagnose_revision
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.recording import RecordingBackend
@@ -220,6 +220,8 @@ class R2PO(BaseAlgorithm):
         if llm is not None and _init_setup_model:  # load() rebuilds with defaults first, then sets the saved llm
             check_llm_spec(llm)
         get_variant(variant)
+        if self.env is not None:
+            check_vec_env(self.env)
 
         self.llm = llm
         self.variant = variant
@@ -286,6 +288,12 @@ class R2PO(BaseAlgorithm):
         best = self.best_record()
         if best is not None:
             self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+        """SB3's ``set_env``, refusing VecEnv wrappers that change observations or rewards (see :func:`check_vec_env`)."""
+        super().set_env(env, force_reset=force_reset)
+        assert self.env is not None
+        check_vec_env(self.env)
 
     def _read_env_spec(self) -> tuple[str | None, float | None, int | None]:
         """The env id, reward threshold and time limit of the training env, when it has a spec."""
