@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import pickle
 import re
 from collections.abc import Callable, Iterator
@@ -242,6 +243,9 @@ def test_join_verifies_the_pinned_sha256(model_dir: Path) -> None:
     assert verify_cached_model(path, SPEC)
     assert (model_dir / (SPEC.filename + ".verified")).exists()
     assert not list(model_dir.glob("*.part"))  # no temporary file left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # readable like any file written here (not mkstemp's 0600)
 
 
 @needs_wheels

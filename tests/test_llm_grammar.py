@@ -172,6 +172,14 @@ def test_bad_arguments() -> None:
         magnitude_rule(float("inf"), 1)
 
 
+@pytest.mark.parametrize("bound, decimals", [(1e25, 3), (1e300, 2), (1.7e308, 0)])
+def test_huge_bounds_give_a_grammar(bound: float, decimals: int) -> None:
+    """Bounds with more digits than decimal's default precision (28) still give a grammar for their values."""
+    grammar = parameter_grammar(ParameterSpace(2, -bound, bound, decimals))
+    top = format(Decimal(repr(bound)), "f")  # the bound as the grammar spells it, digit by digit
+    assert top[:5] in grammar.replace('" "', "").replace('"', "")
+
+
 @pytest.fixture(scope="module")
 def vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The 0.5B model's vocabulary in llama.cpp (joined into a temporary cache from the part wheels)."""

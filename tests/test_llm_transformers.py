@@ -196,6 +196,20 @@ def test_model_and_tokenizer_objects(tiny_dir: Path) -> None:
     assert b.chat(USER).text == DEFAULT_FINAL
 
 
+@pytest.mark.parametrize("pad", [None, "<|return|>"])
+def test_a_tokenizer_without_a_pad_token_still_ends_replies_cleanly(tiny_dir: Path, pad: str | None) -> None:
+    """No pad token (R2PO picks one that does not end a reply), or a pad token equal to the harmony stop token (a
+    padded batch repeats it after each shorter reply): the replies keep their final channel."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    tok.pad_token = pad
+    b = TransformersBackend(str(tiny_dir), tokenizer=tok, max_new_tokens=64)
+    convs = [USER, [{"role": "user", "content": "a longer prompt " * 8}]]
+    assert [r.text for r in b.chat_batch(convs)] == [DEFAULT_FINAL] * 2
+    assert b.stats["no_final"] == 0 and b.stats["retries"] == 0
+
+
 def test_pickle_drops_the_loaded_pipeline(backend: TransformersBackend) -> None:
     backend.chat(USER)
     clone = pickle.loads(pickle.dumps(backend))
@@ -260,3 +274,28 @@ def test_one_full_r2po_iteration_through_the_pipeline() -> None:
     assert searched, model.history
     expected = [float(part.split(":")[1]) for part in CARTPOLE_FINAL.split(", ")]
     assert [float(v) for v in searched[0]["params"]] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("device, placed", [("cuda:1", {"device": "cuda:1"}), ("cuda", {"device_map": "auto"})])
+def test_a_named_gpu_is_honoured_not_mapped_away(
+    tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, device: str, placed: dict[str, str]
+) -> None:
+    """The pipeline's placement arguments on a (pretended) CUDA machine with accelerate: ``cuda:1`` puts the model
+    on that GPU; plain ``cuda`` lets ``device_map="auto"`` place it."""
+    import torch
+    import transformers
+
+    import sb3_r2po.llm.transformers_backend as module
+
+    seen: dict[str, object] = {}
+
+    def fake_pipeline(task: str, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(transformers, "pipeline", fake_pipeline)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(module, "_has_accelerate", lambda: True)
+    with pytest.raises(LLMBackendError, match="stop here"):
+        TransformersBackend(str(tiny_dir), device=device, memory_check=False).pipeline  # noqa: B018
+    assert {k: seen[k] for k in ("device", "device_map") if k in seen} == placed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -164,7 +165,6 @@ def test_set_llm_validates_and_takes_effect_at_the_next_learn() -> None:
 def test_an_interrupt_in_the_caller_stops_every_model() -> None:
     """Ctrl-C while the models train: they stop at their next step and no thread trains on in the background."""
     import signal
-    import time
 
     example = ExampleLLM(seed=0)
 
@@ -205,3 +205,63 @@ def test_a_function_callback_works_as_in_learn() -> None:
     models = [make(seed, "example") for seed in range(2)]
     learn_in_lockstep(models, 10**9, callbacks=[on_step, None])
     assert len(seen) == models[0].num_timesteps and models[1].history
+
+
+def test_one_models_failing_call_does_not_fail_the_others_in_its_batch() -> None:
+    """An inner backend without chat_batch answers a batch one by one: a prompt it rejects fails only its caller."""
+
+    class OneByOne:
+        def __init__(self) -> None:
+            self.example = ExampleLLM(seed=1)
+
+        def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+            if "poison" in messages[-1]["content"]:
+                raise ValueError("prompt does not fit n_ctx")
+            return self.example.chat(messages, temperature=temperature)
+
+    backend = BatchingBackend(OneByOne())
+    results: dict[int, str] = {}
+    barrier = threading.Barrier(3)
+
+    def ask(i: int) -> None:
+        with backend.worker():
+            barrier.wait()
+            try:
+                backend.chat([{"role": "user", "content": "poison" if i == 0 else f"hello {i}"}])
+                results[i] = "ok"
+            except ValueError as exc:
+                results[i] = str(exc)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert backend.batch_sizes == [3] and results == {0: "prompt does not fit n_ctx", 1: "ok", 2: "ok"}
+
+
+def test_pure_search_in_lockstep_never_calls_the_inner_backend_from_two_threads() -> None:
+    """pure_search asks its two proposals with chat_batch: they join the shared batches (one inner call at a time)."""
+
+    class Guard(BatchCounter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.active = 0
+            self.most = 0
+            self.lock = threading.Lock()
+
+        def chat_batch(self, conversations, *, temperature: float = 0.0):  # type: ignore[no-untyped-def]
+            with self.lock:
+                self.active += 1
+                self.most = max(self.most, self.active)
+            try:
+                time.sleep(0.01)  # long enough for another thread's call to overlap, if one could
+                return super().chat_batch(conversations, temperature=temperature)
+            finally:
+                with self.lock:
+                    self.active -= 1
+
+    inner = Guard()
+    models = [make(seed, inner, variant="pure_search") for seed in range(3)]
+    learn_in_lockstep(models, 10**9)
+    assert inner.most == 1 and sum(inner.batches) >= 2 * 3 and max(inner.batches) > 2

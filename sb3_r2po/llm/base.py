@@ -98,18 +98,24 @@ def chat_batch(
 ) -> list[ChatReply]:
     """
     Ask several independent conversations at once: one batch when the backend implements
-    ``chat_batch``, otherwise one call after another.
+    ``chat_batch``, otherwise one call after another. In the latter case a conversation that fails does not stop
+    the others: the first error is raised after all were asked, with the replies that came attached
+    (:func:`batch_replies`).
     """
     batched = getattr(backend, "chat_batch", None)
     if callable(batched):
         return list(batched(conversations, temperature=temperature))
     replies: list[ChatReply | None] = []
-    try:
-        for messages in conversations:
+    first: Exception | None = None
+    for messages in conversations:  # independent conversations: one failing does not stop the others
+        try:
             replies.append(backend.chat(messages, temperature=temperature))
-    except Exception as exc:
-        keep_batch_replies(exc, replies + [None] * (len(conversations) - len(replies)))
-        raise
+        except Exception as exc:
+            replies.append(None)
+            first = first or exc
+    if first is not None:
+        keep_batch_replies(first, replies)
+        raise first
     return replies  # type: ignore[return-value]
 
 

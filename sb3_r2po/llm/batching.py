@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, batch_replies, chat_batch
+from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, batch_replies, chat_batch, keep_batch_replies
 
 
 @dataclass
@@ -95,29 +95,34 @@ class BatchingBackend:
         :param messages: Chat messages.
         :param temperature: Sampling temperature.
         """
-        request = _Request(messages, temperature)
+        return self._answer([_Request(messages, temperature)])[0]
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        """
+        Answer several conversations of one caller (e.g. ``pure_search``'s two proposals) in the next batch, with
+        the other threads' calls: the inner backend is never called from two threads at once.
+
+        :param conversations: The conversations.
+        :param temperature: Sampling temperature.
+        """
+        return self._answer([_Request(messages, temperature) for messages in conversations])
+
+    def _answer(self, requests: list[_Request]) -> list[ChatReply]:
+        """Queue ``requests``, take part in sending batches until they are answered, and return their replies."""
         with self._cond:
-            self._pending.append(request)
+            self._pending.extend(requests)
             self._cond.notify_all()
-            while not request.done:
+            while not all(request.done for request in requests):
                 batch = self._take_batch()
                 if batch:
                     self._send(batch)  # releases the lock while the inner backend works
                 else:
                     self._cond.wait()
-        if request.error is not None:
-            raise request.error
-        assert request.reply is not None
-        return request.reply
-
-    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """
-        Answer several conversations at once (passed straight to ``inner``).
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        """
-        return chat_batch(self.inner, conversations, temperature=temperature)
+        failed = [request for request in requests if request.error is not None]
+        if failed:
+            keep_batch_replies(failed[0].error, [request.reply for request in requests])  # type: ignore[arg-type]
+            raise failed[0].error  # type: ignore[misc]
+        return [request.reply for request in requests]  # type: ignore[misc]
 
     # ------------------------------------------------------------------ batching (called with the lock held)
 

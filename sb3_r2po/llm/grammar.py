@@ -25,7 +25,7 @@ The grammar text is plain GBNF; :func:`compile_grammar` turns it into a ``llama_
 from __future__ import annotations
 
 import math
-from decimal import ROUND_DOWN, Decimal
+from decimal import ROUND_DOWN, Decimal, localcontext
 from typing import Any
 
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
@@ -85,7 +85,9 @@ def magnitude_rule(limit: float, decimals: int) -> str:
     if decimals < 0:
         raise ValueError(f"decimals must be >= 0, got {decimals}")
     quantum = Decimal(1).scaleb(-decimals)
-    top = Decimal(repr(float(limit))).quantize(quantum, rounding=ROUND_DOWN)
+    with localcontext() as context:  # enough digits for any float's integer part plus the decimals
+        context.prec = 400 + decimals
+        top = Decimal(repr(float(limit))).quantize(quantum, rounding=ROUND_DOWN)
     scaled = int(top.scaleb(decimals))  # the limit in units of the last decimal
     int_top, frac_top = divmod(scaled, 10**decimals)
     if decimals == 0:

@@ -142,8 +142,9 @@ class TransformersBackend(TransientState):
     :param retry_lower_effort: Whether the retry also uses one step lower reasoning effort.
     :param dtype: Weights dtype for loading (``"auto"``: as stored).
     :param device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
-    :param device_map: Passed to the pipeline on CUDA (``"auto"`` by default, which needs ``accelerate``;
-        without it the model is put on ``device``). Not used on the CPU.
+    :param device_map: Passed to the pipeline on CUDA when ``device`` is ``None`` or ``"cuda"`` (``"auto"`` by
+        default, which needs ``accelerate``; without it the model is put on ``device``). Not used on the CPU, nor
+        when ``device`` names one GPU (``"cuda:1"``): the model is put there.
     :param batch_size: Most conversations per ``generate`` call in :meth:`chat_batch`; ``None``: all at once.
     :param memory_check: Refuse known-too-large models without a big enough GPU (before any download).
     :param trust_remote_code: Passed to the pipeline.
@@ -240,7 +241,8 @@ class TransformersBackend(TransientState):
             kwargs["dtype"] = self.dtype
             if self.model_kwargs:
                 kwargs["model_kwargs"] = self.model_kwargs
-            if device.startswith("cuda") and self.device_map is not None and _has_accelerate():
+            placed = self.device not in (None, "cuda")  # a given device ("cuda:1") is honoured, not mapped away
+            if device.startswith("cuda") and not placed and self.device_map is not None and _has_accelerate():
                 kwargs["device_map"] = self.device_map
             else:
                 kwargs["device"] = device
@@ -256,8 +258,9 @@ class TransformersBackend(TransientState):
                 f"Could not load llm={self.model_name!r} with transformers{hint}: {type(exc).__name__}: {exc}"
             ) from exc
         tok = pipe.tokenizer
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
+        if tok.pad_token_id is None:  # prefer a token that does not end a harmony reply
+            vocab = tok.get_vocab()
+            tok.pad_token = "<|endoftext|>" if "<|endoftext|>" in vocab else tok.eos_token
         tok.padding_side = "left"
         self._stop_ids = _stop_token_ids(pipe)
         return pipe
@@ -361,9 +364,11 @@ class TransformersBackend(TransientState):
 
     def _strip_padding(self, text: str) -> str:
         pad = self.pipeline.tokenizer.pad_token
-        if pad:
+        if pad and text.endswith(pad):
             while text.endswith(pad):
                 text = text[: -len(pad)]
+            if pad in HARMONY_STOP_TOKENS:  # the reply stopped on it, then padding repeated it: keep the stop
+                text += pad
         return text
 
     def _strip_specials(self, text: str) -> str:
