@@ -13,6 +13,7 @@ import importlib.util
 import os
 import pickle
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -250,7 +251,13 @@ def test_join_verifies_the_pinned_sha256(model_dir: Path) -> None:
 
 @needs_wheels
 def test_a_damaged_cache_file_is_rebuilt(tmp_path: Path) -> None:
+    stale, young = tmp_path / (SPEC.filename + ".killed.part"), tmp_path / (SPEC.filename + ".running.part")
+    stale.write_bytes(b"left by a killed join")
+    young.write_bytes(b"another process's join")
+    os.utime(stale, (time.time() - 2 * 3600, time.time() - 2 * 3600))
     path = ensure_model_file("0.5b", tmp_path)
+    assert not stale.exists() and young.exists()  # an hour-old leftover is removed, a recent one left alone
+    young.unlink()
     try:
         with open(path, "r+b") as fh:  # same size, new content: the stamp no longer matches the mtime
             fh.seek(SPEC.total_bytes // 2)

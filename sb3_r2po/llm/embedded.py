@@ -72,6 +72,9 @@ from sb3_r2po.llm.harmony import without_answer
 
 logger = logging.getLogger(__name__)
 
+STALE_PART_SECONDS = 3600.0
+"""A temporary ``.part`` file of a join older than this is a leftover of a killed join, removed by the next one."""
+
 CACHE_ENV_VAR = "SB3_R2PO_CACHE"
 """Environment variable overriding the cache directory of the joined GGUF files."""
 
@@ -328,6 +331,10 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
 
     parts = locate_parts(spec)
     directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(spec.filename + ".*.part"):  # left by a join that was killed (SIGKILL, OOM)
+        if time.time() - stale.stat().st_mtime > STALE_PART_SECONDS:  # a younger one may be another process's join
+            logger.warning("removing %s, left by an interrupted join", stale)
+            stale.unlink(missing_ok=True)
     _check_disk(directory, spec)
 
     start = time.perf_counter()
@@ -717,9 +724,11 @@ class EmbeddedBackend(TransientState):
         usage = out.get("usage") or {}
         if choice.get("finish_reason") == "length":
             logger.warning(
-                "%s reply hit max_tokens=%d and was cut off; it counts as no answer (raise max_tokens for longer replies)",
+                "%s reply was cut off at max_tokens=%d or at the end of the context (n_ctx=%d, which also caps the "
+                "reply after a long prompt); it counts as no answer",
                 self.spec.model,
                 max_tokens,
+                self.n_ctx,
             )
             text = without_answer(text)
         return ChatReply(

@@ -171,8 +171,10 @@ def max_value_chars(space: ParameterSpace) -> int:
 
 def max_reply_chars(space: ParameterSpace, *, style: ReplyStyle = "list", reason_chars: int = 0) -> int:
     """
-    The length of the longest reply :func:`parameter_grammar` admits. A token is at least one character,
-    so a reply budget of this many tokens (plus one for the end token) can always finish the reply.
+    An upper bound on the length of a reply :func:`parameter_grammar` admits, in characters and in tokens: the
+    values and the fixed text take at most one token per character; the free-text reason line may be split into
+    byte tokens, so it is counted at 4 per character (UTF-8). A reply budget of this many tokens (plus one for the
+    end token) can always finish the reply.
     """
     n = space.size
     values = n * max_value_chars(space) + 2 * (n - 1)
@@ -180,7 +182,7 @@ def max_reply_chars(space: ParameterSpace, *, style: ReplyStyle = "list", reason
         body = len("params: [") + values + 1
     else:
         body = sum(len(f"params[{i}]: ") for i in range(n)) + values
-    return body + (reason_chars + 1 if reason_chars > 0 else 0)
+    return body + (4 * reason_chars + 1 if reason_chars > 0 else 0)
 
 
 def compile_grammar(text: str, llama: Any = None) -> Any:
