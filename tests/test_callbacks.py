@@ -131,3 +131,23 @@ def test_a_checkpoint_saved_mid_iteration_resumes_like_the_uninterrupted_run(tmp
         assert (model._episode_num, model.num_timesteps) == (last["episodes"], last["timesteps"])
         model.learn(10**9, reset_num_timesteps=False)
         assert model.history == reference.history
+
+
+def test_callbacks_see_terminal_observations_as_with_any_vec_env() -> None:
+    """The plain DummyVecEnv path steps the sub-environments itself; an ended episode's info still carries
+    ``terminal_observation`` and ``TimeLimit.truncated``, as SB3's auto-reset gives them."""
+
+    class Ends(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.infos: list[dict] = []
+
+        def _on_step(self) -> bool:
+            self.infos += [info for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True) if done]
+            return True
+
+    callback = Ends()
+    model = make_model(max_episodes=2 + 3 * 2)
+    model.learn(10**6, callback=callback)
+    assert len(callback.infos) == model._episode_num
+    assert all(info["terminal_observation"].shape == (4,) and info["TimeLimit.truncated"] is False for info in callback.infos)

@@ -316,3 +316,26 @@ def test_without_grammar_the_reply_is_free_text(backend: EmbeddedBackend) -> Non
     reply = backend.chat([{"role": "user", "content": "Say hello in one word."}])
     assert reply.text.strip()
     assert reply.completion_tokens and reply.completion_tokens < 96
+
+
+def test_sampling_seeds_depend_on_the_conversation_not_on_call_order() -> None:
+    """Temperature > 0: a conversation's seed does not depend on other conversations asked before it (lockstep),
+    nor on the backend's age (a resumed run), only on the seed and how often that conversation was asked."""
+
+    class SeedEcho(_FakeLlama):
+        def create_chat_completion(self, **kwargs: Any) -> dict[str, Any]:
+            return {"choices": [{"message": {"content": str(kwargs["seed"])}, "finish_reason": "stop"}], "usage": {}}
+
+    def backend(seed: int = 0) -> EmbeddedBackend:
+        b = EmbeddedBackend(n_threads=1, grammar=False, seed=seed)
+        b._llm = SeedEcho("", "stop")
+        return b
+
+    a, b = [{"role": "user", "content": "model A"}], [{"role": "user", "content": "model B"}]
+    first = backend()
+    seeds_ab = [first.chat(a, temperature=0.7).text, first.chat(b, temperature=0.7).text]
+    again = first.chat(a, temperature=0.7).text  # the second ask of the same conversation samples anew
+    second = backend()
+    seeds_ba = [second.chat(b, temperature=0.7).text, second.chat(a, temperature=0.7).text]
+    assert seeds_ab == seeds_ba[::-1] and again != seeds_ab[0]
+    assert backend(seed=1).chat(a, temperature=0.7).text != seeds_ab[0]

@@ -165,6 +165,8 @@ class _DirectStepper(_VecStepper):
             next_obs, reward, terminated, truncated, info = env.step(actions[i])
             if terminated or truncated:
                 reset_obs, _ = env.reset()
+                # what DummyVecEnv's auto-reset would put in the info, so callbacks see the same keys either way
+                info = {**info, "terminal_observation": next_obs, "TimeLimit.truncated": bool(truncated and not terminated)}
                 steps.append(_Step(next_obs, float(reward), "terminated" if terminated else "truncated", reset_obs, info))
             else:
                 steps.append(_Step(next_obs, float(reward), None, next_obs, info))

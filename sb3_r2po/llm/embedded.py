@@ -69,6 +69,7 @@ from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.grammar import compile_grammar, max_reply_chars, parameter_grammar
 from sb3_r2po.llm.harmony import without_answer
+from sb3_r2po.llm.recording import request_hash, request_settings
 
 logger = logging.getLogger(__name__)
 
@@ -472,8 +473,9 @@ class EmbeddedBackend(TransientState):
     :param reason_chars: When positive, the grammar lets the reply start with one line of at most this
         many characters of free text before the parameter line.
     :param cache_dir: Where the joined GGUF is kept (default: :func:`default_cache_dir`).
-    :param seed: The sampling seed; call ``i`` of the backend samples with seed ``seed + i``, so runs
-        are reproducible (temperature 0 is greedy and needs no seed).
+    :param seed: The sampling seed. A call samples with a seed drawn from ``seed``, the conversation and how often
+        this conversation was asked before, so a run is reproducible whatever other runs share the backend (lockstep)
+        and a resumed run samples as the uninterrupted one did (temperature 0 is greedy and needs no seed).
     :param extra_buffers: Whether llama.cpp may repack weights into its extra CPU buffer types (AMX,
         interleaved AVX layouts). ``None`` (default): off when the llama.cpp build has AMX kernels, which
         crashed (segmentation fault on the first decode) on the AMX-capable virtual machine this backend was
@@ -530,6 +532,7 @@ class EmbeddedBackend(TransientState):
         self.grammar_text: str | None = None
         self.grammar_max_chars = 0
         self.calls = 0
+        self._asked: dict[str, int] = {}  # conversation hash -> times asked (sampling seeds)
         self._llm: Any = None
         self._grammar: Any = None
         self._threads = 0
@@ -681,6 +684,14 @@ class EmbeddedBackend(TransientState):
         if llm is not None and hasattr(llm, "close"):
             llm.close()
 
+    def _call_seed(self, messages: Sequence[Message], temperature: float) -> int:
+        """The sampling seed of this call: from ``seed``, the conversation and its count of earlier asks."""
+        key = request_hash(messages, request_settings(temperature))
+        nth = self._asked.get(key, 0)
+        self._asked[key] = nth + 1
+        digest = hashlib.sha256(f"{self.seed}:{key}:{nth}".encode()).digest()
+        return int.from_bytes(digest[:4], "big") % (2**31)
+
     # -- ChatBackend -----------------------------------------------------------------------------
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
         """
@@ -701,7 +712,7 @@ class EmbeddedBackend(TransientState):
             grammar = self._grammar if self.grammar else None
             # a constrained reply is short and bounded: never cut it (a cut reply cannot be parsed)
             max_tokens = max(self.max_tokens, self.grammar_max_chars + 1) if grammar is not None else self.max_tokens
-            call_seed = (self.seed + self.calls) % (2**31)
+            call_seed = self._call_seed(messages, temperature)
             self.calls += 1
             start = time.perf_counter()
             try:
