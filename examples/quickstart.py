@@ -61,8 +61,10 @@ def main() -> None:
     model.learn(total_timesteps=10**9)
     seconds = time.perf_counter() - start
 
-    # 3. Evaluate the best policy found (the model always holds it) on fresh episodes.
-    mean, std = evaluate_policy(model, Monitor(gym.make(args.env)), n_eval_episodes=20, deterministic=True)
+    # 3. Evaluate the best policy found (the model always holds it) on fresh episodes, seeded apart from training.
+    eval_env = Monitor(gym.make(args.env))
+    eval_env.reset(seed=args.seed + 10_000)
+    mean, std = evaluate_policy(model, eval_env, n_eval_episodes=20, deterministic=True)
 
     # 4. Report.
     warmup = [r["mean_return"] for r in model.history if r["kind"] == "warmup"]
