@@ -67,15 +67,13 @@ def history_summary(
     }
     if best is None:
         return summary
-    if best_warmup or (not scored and not best_episodes):
-        if not scored:
-            summary["best_of_warmup"] = True
-            return summary
-        best_episodes = 0  # a candidate of this iteration is shown: the warm-up best does not count
-        best = max(line.mean_return for line in scored if line.n_episodes == max(x.n_episodes for x in scored))
-    n = best_episodes or max(line.n_episodes for line in scored)
+    if not scored and (best_warmup or not best_episodes):
+        summary["best_of_warmup"] = True
+        return summary
+    # once a K-episode line is shown, a warm-up best (one episode) does not count
+    n = best_episodes if best_episodes and not best_warmup else max(line.n_episodes for line in scored)
     same = [line.mean_return for line in scored if line.n_episodes == n]
-    summary.update(best=max([best, *same]), best_episodes=n)
+    summary.update(best=max(same + ([] if best_warmup else [best])), best_episodes=n)
     return summary
 
 
