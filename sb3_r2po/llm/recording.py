@@ -96,9 +96,13 @@ class RecordingBackend(TransientState):
         if not self.path.is_file():
             return
         with open(self.path, "rb+") as fh:
-            data = fh.read()
-            if not data or data.endswith(b"\n"):
+            if fh.seek(0, os.SEEK_END) == 0:
                 return
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) == b"\n":  # the usual case: only the last byte is read
+                return
+            fh.seek(0)
+            data = fh.read()
             keep = data.rfind(b"\n") + 1
             fh.truncate(keep)
             fh.flush()
