@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sb3_r2po.compare import episode_cap, is_tabular, mean_std, r2po_entry, r2po_overrides, versions
 from sb3_r2po.diagnostics import salience_summary, salience_table
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import make_backend
@@ -67,8 +66,6 @@ def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = N
         :data:`ZOO_ENV_KEYS` the entry sets.
     :raises ValueError: for an entry with a key of :data:`UNSUPPORTED_KEYS`, or without an episode budget.
     """
-    from sb3_r2po.compare import r2po_entry, r2po_overrides  # compare imports this module
-
     overrides = dict(overrides or {})
     entry = r2po_entry(env_id)
     for key in ZOO_STEP_KEYS:
@@ -102,8 +99,6 @@ def make_env(env_id: str, settings: dict[str, Any], seed: int | None = None) -> 
     """
     from stable_baselines3.common.env_util import make_vec_env
 
-    from sb3_r2po.compare import episode_cap
-
     env_kwargs = dict(settings.get("env_kwargs") or {})
     _, add_cap = episode_cap(env_id)
     if add_cap:
@@ -131,7 +126,7 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
 
     resolved = run_settings(env_id, variant, settings)
     kwargs = {key: value for key, value in resolved.items() if key not in ZOO_ENV_KEYS}
-    policy = kwargs.pop("policy", None) or ("Tabular" if _is_tabular(env_id) else "MlpLinear")
+    policy = kwargs.pop("policy", None) or ("Tabular" if is_tabular(env_id) else "MlpLinear")
     env = make_env(env_id, resolved, seed)
     try:
         model = R2PO(policy, env, llm=llm, seed=seed, **kwargs)
@@ -154,22 +149,6 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
     }
 
 
-def _is_tabular(env_id: str) -> bool:
-    import gymnasium as gym
-    from gymnasium import spaces
-
-    env = gym.make(env_id)
-    try:
-        return isinstance(env.observation_space, spaces.Discrete)
-    finally:
-        env.close()
-
-
-def _mean_std(values: list[float]) -> str:
-    arr = np.asarray(values, dtype=np.float64)
-    return f"{arr.mean():.2f} +- {arr.std():.2f}"
-
-
 def report(runs: list[dict[str, Any]], command: str) -> str:
     """The markdown report of a set of runs."""
     envs = list(dict.fromkeys(r["env"] for r in runs))
@@ -183,7 +162,7 @@ def report(runs: list[dict[str, Any]], command: str) -> str:
             "|---|" + "---|" * len(variants),
         ]
         for env in envs:
-            cells = [_mean_std([r[key] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
+            cells = [mean_std([r[key] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
             lines.append(f"| {env} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Salience diagnostics (all envs and seeds pooled)", ""]
@@ -214,17 +193,9 @@ def report(runs: list[dict[str, Any]], command: str) -> str:
         command,
         "```",
         "",
-        f"Python {platform.python_version()}; "
-        + ", ".join(f"{p} {_version(p)}" for p in ("sb3-r2po", "stable-baselines3", "gymnasium")),
+        versions(),
     ]
     return "\n".join(lines) + "\n"
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def resolve_llm(llm: str, record: str | None = None) -> ChatBackend:

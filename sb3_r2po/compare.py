@@ -60,6 +60,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,6 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from tqdm.auto import tqdm
 
-from sb3_r2po.ablate import _is_tabular, _mean_std, _version
 from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 from sb3_r2po.variants import VARIANTS
 from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, register_r2po, resolve_train_args
@@ -133,6 +133,18 @@ def r2po_entry(env_id: str) -> dict[str, Any]:
     return zoo_entry(path, env_id)
 
 
+def is_tabular(env_id: str) -> bool:
+    """Whether ``env_id``'s observations are ``Discrete`` (R2PO's ``Tabular`` policy) rather than a ``Box``."""
+    import gymnasium as gym
+    from gymnasium import spaces
+
+    env = gym.make(env_id)
+    try:
+        return isinstance(env.observation_space, spaces.Discrete)
+    finally:
+        env.close()
+
+
 def method_algo(method: str) -> str:
     """The zoo ``--algo`` of a method: ``r2po`` for R2PO and its variants, the method itself for a baseline."""
     if method in R2PO_METHODS:
@@ -187,7 +199,7 @@ def r2po_overrides(
         overrides["n_eval_episodes"] = n_eval_episodes
     if warmup_episodes is not None:
         overrides["warmup_episodes"] = warmup_episodes
-    if env_id not in config_env_ids(ALGO_NAME) and _is_tabular(env_id):
+    if env_id not in config_env_ids(ALGO_NAME) and is_tabular(env_id):
         overrides["policy"] = "Tabular"  # the default entry is MlpLinear (Box observations)
     return overrides
 
@@ -497,7 +509,7 @@ def _threshold_cell(values: list[int | None]) -> str:
     reached = [v for v in values if v is not None]
     if not reached:
         return f"not reached (0/{len(values)})"
-    return f"{_mean_std([float(v) for v in reached])} ({len(reached)}/{len(values)})"
+    return f"{mean_std([float(v) for v in reached])} ({len(reached)}/{len(values)})"
 
 
 def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> str:
@@ -515,11 +527,11 @@ def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> s
         cells = [
             method,
             _episodes_cell([len(r["returns"]) for r in mine]),
-            _mean_std([s["mean"] for s in stats]),
-            _mean_std([s["best"] for s in stats]),
-            _mean_std([s["final"] for s in stats]),
+            mean_std([s["mean"] for s in stats]),
+            mean_std([s["best"] for s in stats]),
+            mean_std([s["final"] for s in stats]),
             "n/a" if threshold is None else _threshold_cell([s["to_threshold"] for s in stats]),
-            _mean_std([r["wall_time_s"] for r in mine]),
+            mean_std([r["wall_time_s"] for r in mine]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -570,9 +582,23 @@ def plot_curves(
 # --------------------------------------------------------------------------- the report
 
 
+def mean_std(values: Sequence[float]) -> str:
+    """``"mean +- std"`` of ``values`` (population std), two decimals: one cell of the reports' tables."""
+    arr = np.asarray(values, dtype=np.float64)
+    return f"{arr.mean():.2f} +- {arr.std():.2f}"
+
+
+def package_version(package: str) -> str:
+    """The installed version of ``package``, or ``"not installed"``."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def versions() -> str:
     """Python, the platform and the versions of :data:`VERSIONS`, on one line."""
-    packages = ", ".join(f"{p} {_version(p)}" for p in VERSIONS)
+    packages = ", ".join(f"{p} {package_version(p)}" for p in VERSIONS)
     return f"Python {platform.python_version()} on {platform.platform()} ({os.cpu_count()} CPUs); {packages}"
 
 
