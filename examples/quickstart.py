@@ -25,7 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="example", help="llm string: example[:seed], embedded[:size], a server URL, an HF id")
     parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--episodes", type=int, default=65, help="episode budget, warm-up included (the paper: 4000)")
+    parser.add_argument("--episodes", type=int, default=65, help="episode budget, warm-up included (the paper: 4020)")
     parser.add_argument("--k", type=int, default=5, help="episodes per candidate (the paper uses 20)")
     parser.add_argument("--warmup", type=int, default=5, help="random candidates before the first iteration (paper: 20)")
     parser.add_argument(

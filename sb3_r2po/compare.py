@@ -4,7 +4,7 @@
         --budget 300 --out comparison
 
 Every method is charged only for the episodes it trains on; evaluation episodes are not charged (the paper's
-SB3 protocol charged 20 evaluation episodes after every training episode, R2PO_METHOD.md section 6). Writes
+SB3 protocol charged 20 evaluation episodes after every training episode). Writes
 to ``--out``:
 
 - ``results.md``: the paper-format table (mean return over training, best, final, episodes until the rolling
@@ -803,7 +803,9 @@ def main(argv: list[str] | None = None) -> None:
         help=f"R2PO or a variant ({', '.join(R2PO_METHODS)}) and baselines ({', '.join(BASELINES)})",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--budget", type=int, default=300, help="training episodes per run (the paper: 4000)")
+    parser.add_argument(
+        "--budget", type=int, default=300, help="training episodes per run (the paper: 4000 + R2PO's 20 warm-up episodes)"
+    )
     parser.add_argument("--llm", default=None, help="R2PO's llm string (example[:seed], a server URL, ...)")
     parser.add_argument("--n-eval-episodes", type=int, default=None, help="R2PO's K (default: zoo_configs/r2po.yml)")
     parser.add_argument("--warmup-episodes", type=int, default=None, help="R2PO's warm-up (default: zoo_configs/r2po.yml)")

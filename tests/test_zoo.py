@@ -42,7 +42,7 @@ ZOO_KEYS = {"n_timesteps", "policy", "n_envs", "env_kwargs", "env_wrapper", "nor
 TABULAR = {"FrozenLake-v1", "R2PO/Maze3x3-v0", "R2PO/Nim-v0"}
 """The envs with Discrete observations."""
 
-# Section 5 of R2PO_METHOD.md: env -> (policy, target, tau_c, step, warm-up, max episode length).
+# The paper's settings: env -> (policy, target, tau_c, step, warm-up, max episode length).
 PAPER_SETTINGS: dict[str, tuple[str, float, float, float | None, int, int]] = {
     "CartPole-v1": ("MlpLinear", 500, 480, 1.0, 20, 1000),
     "InvertedPendulum-v5": ("MlpLinear", 1000, 950, 1.0, 20, 1000),

@@ -1,6 +1,6 @@
 """R2PO: Reflective Prompted Policy Optimization as a Stable-Baselines3 algorithm.
 
-One iteration (``../shared/R2PO_METHOD.md``, section 1)::
+One iteration (the R2PO paper, arXiv 2605.08315)::
 
     theta_init = Search-LLM(history)                  # 1. propose from the history
     init       = evaluate(theta_init, K episodes)     # 2. roll out
@@ -100,7 +100,7 @@ class R2PO(BaseAlgorithm):
     :param param_decimals: Precision of every parameter of a linear policy.
     :param temperature: Sampling temperature passed to the LLM.
     :param max_episodes: Episode budget of the whole run, warm-up included (``None``: unlimited). The paper's
-        budget is ``max_episodes=4000``.
+        budget is 4000 episodes after the warm-up: ``max_episodes=4020`` with 20 warm-up episodes.
     :param max_episode_steps: Length cap of an evaluation episode for envs without a time limit of their own.
     :param max_trajectory_steps: Most steps of a trajectory shown to the Critic (head and tail kept).
     :param trajectory_digits: Significant figures of the numbers in rendered trajectories.
