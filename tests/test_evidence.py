@@ -74,6 +74,18 @@ def test_evidence_package_rule() -> None:
     assert not build_evidence([episode([1.0] * 10)], target=500, tau_c=480).above_tau_c
 
 
+def test_each_trajectory_is_the_one_its_name_says_and_the_rule_reads_the_mean() -> None:
+    """Returns that tell median, mean-closest, worst and best apart; the rule compares the *mean* with tau_c."""
+
+    def episodes(*lengths: int) -> list[Episode]:
+        return [episode([1.0] * n) for n in lengths]
+
+    evidence = build_evidence(episodes(10, 0, 100, 20), 500, 480, trajectories=("median", "mean", "worst", "best"))
+    assert evidence.trajectory_returns == {"median": 10, "mean": 20, "worst": 0, "best": 100}  # mean 32.5: closest 20
+    assert not build_evidence(episodes(10, 500, 500), 500, 480).above_tau_c  # mean 337 < 480 <= max
+    assert build_evidence(episodes(470, 500, 500), 500, 480).above_tau_c  # mean 490 >= 480 > min
+
+
 @pytest.mark.parametrize(
     "x, digits, text",
     [

@@ -129,6 +129,26 @@ def test_failed_search_falls_back_after_a_retry() -> None:
     assert llm.calls[1][-2] == {"role": "assistant", "content": "no numbers here"}
 
 
+def test_the_fallback_is_a_small_step_from_the_best_candidate() -> None:
+    """At ``step_size=0.1`` the fallback stays within a few steps of the best warm-up candidate (a fresh draw from
+    [-6, 6] would not)."""
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=ScriptedLLM(["no numbers here"]),
+        n_eval_episodes=2,
+        warmup_episodes=2,
+        seed=0,
+        max_episodes=4,
+        step_size=0.1,
+    )
+    model.learn(10**6)
+    record = model.history[-1]
+    best = max((r for r in model.history if r["kind"] == "warmup"), key=lambda r: r["mean_return"])
+    assert record["kind"] == "fallback" and record["params"] != best["params"]
+    assert np.abs(np.subtract(record["params"], best["params"])).max() <= 0.5
+
+
 def test_duplicate_of_history_counts_as_failure() -> None:
     # iteration 1: search [0.5, 0.5], the critic repeats it (declined); iteration 2: the search repeats it
     # (a failure: it would waste K episodes), the re-ask answers [1.0, 1.0]

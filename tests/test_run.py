@@ -1,3 +1,5 @@
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -185,6 +187,59 @@ def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
     )
     model.learn(10**6)
     assert model.iteration > 1  # off by default
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        # every revision differs from its Search candidate: 4 episodes an iteration, 12 after the warm-up
+        ([0.5, 1.0, 1.5, 2.0, 2.5, 3.0], ["1 of 3", "2 of 3", "3 of 3"]),
+        # the first Critic keeps the candidate (declined, not evaluated): 2 episodes saved, one more iteration planned
+        ([0.5, 0.5, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0], ["1 of 3", "2 of 4", "3 of 4", "4 of 4"]),
+    ],
+)
+def test_search_prompt_counts_the_iterations_the_budget_leaves(values: list[float], expected: list[str]) -> None:
+    llm = ScriptedLLM([vector(v, v) for v in values])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=14)
+    model.learn(10**6)
+    counted = [re.search(r"This is iteration (\d+ of \d+)\.", prompt) for prompt in llm.prompts()]
+    assert [m.group(1) for m in counted if m] == expected and model._episode_num == 14
+
+
+class AlternatingBandit(BanditEnv):
+    """The bandit with 2 taken off the reward of every second episode: a candidate's K returns differ."""
+
+    episodes = -1
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.episodes += 1
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward - 2.0 * (self.episodes % 2), terminated, truncated, info
+
+
+def test_stop_at_target_needs_the_minimum_of_k_episodes_at_the_target() -> None:
+    """Returns 3, 1, 3: the mean and the best episode reach the target 3, the worst does not, so training goes on;
+    a warm-up record (one episode) never confirms the target."""
+    llm = ScriptedLLM([vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)])
+    model = R2PO(
+        "MlpLinear",
+        AlternatingBandit(),
+        llm=llm,
+        n_eval_episodes=3,
+        warmup_episodes=0,
+        target_return=3,
+        seed=0,
+        stop_at_target=True,
+        max_episodes=12,
+    )
+    model.learn(10**6)
+    assert any(r["max_return"] >= 3 for r in model.history)
+    assert not model.target_confirmed() and model.iteration > 1
+    model.history = [{"kind": "warmup", "n_episodes": 1, "min_return": 10.0, "mean_return": 10.0}]
+    assert not model.target_confirmed()
 
 
 def test_example_llm_reads_and_answers_list_style_prompts() -> None:

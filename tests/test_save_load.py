@@ -25,6 +25,9 @@ def test_save_load_round_trip(tmp_path, env_id: str, policy: str) -> None:
     obs = np.stack([model.observation_space.sample() for _ in range(32)])
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
     assert loaded._backend is None  # no LLM work at load
+    for name in ("llm_stats", "_episode_num", "num_timesteps", "_n_evaluations"):  # the counters a resume continues
+        assert getattr(loaded, name) == getattr(model, name), name
+    assert loaded._rng.bit_generator.state == model._rng.bit_generator.state  # the next warm-up draw / fallback
 
 
 def test_learning_continues_after_load(tmp_path) -> None:
