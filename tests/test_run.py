@@ -167,26 +167,18 @@ def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(bias: str, lengt
     assert "nan" not in critic.lower().replace("non-finite", "") and "non-finite value" in critic
 
 
-def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
-    # bandit return = W + b: the first search already scores 3 >= target 3 in every episode
+def _target_run(env: gym.Env, **kwargs) -> R2PO:
+    """A run toward target 3 on a bandit (return = W + b): the first Search candidate scores 3 in every episode."""
     llm = ScriptedLLM([vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)])
-    model = R2PO(
-        "MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, target_return=3, seed=0, stop_at_target=True
-    )
+    model = R2PO("MlpLinear", env, llm=llm, n_eval_episodes=3, warmup_episodes=0, target_return=3, seed=0, **kwargs)
     model.learn(10**6)
+    return model
+
+
+def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
+    model = _target_run(BanditEnv(), stop_at_target=True)
     assert model.iteration == 1 and model.target_confirmed()
-    model = R2PO(
-        "MlpLinear",
-        BanditEnv(),
-        llm=ScriptedLLM([vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)]),
-        n_eval_episodes=3,
-        warmup_episodes=0,
-        target_return=3,
-        seed=0,
-        max_episodes=12,
-    )
-    model.learn(10**6)
-    assert model.iteration > 1  # off by default
+    assert _target_run(BanditEnv(), max_episodes=12).iteration > 1  # off by default
 
 
 @pytest.mark.parametrize(
@@ -223,19 +215,7 @@ class AlternatingBandit(BanditEnv):
 def test_stop_at_target_needs_the_minimum_of_k_episodes_at_the_target() -> None:
     """Returns 3, 1, 3: the mean and the best episode reach the target 3, the worst does not, so training goes on;
     a warm-up record (one episode) never confirms the target."""
-    llm = ScriptedLLM([vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)])
-    model = R2PO(
-        "MlpLinear",
-        AlternatingBandit(),
-        llm=llm,
-        n_eval_episodes=3,
-        warmup_episodes=0,
-        target_return=3,
-        seed=0,
-        stop_at_target=True,
-        max_episodes=12,
-    )
-    model.learn(10**6)
+    model = _target_run(AlternatingBandit(), stop_at_target=True, max_episodes=12)
     assert any(r["max_return"] >= 3 for r in model.history)
     assert not model.target_confirmed() and model.iteration > 1
     model.history = [{"kind": "warmup", "n_episodes": 1, "min_return": 10.0, "mean_return": 10.0}]
