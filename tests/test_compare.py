@@ -6,6 +6,7 @@ import importlib.util
 import json
 import struct
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,11 @@ if importlib.util.find_spec("rl_zoo3") is None:  # not importorskip: importing r
 if importlib.util.find_spec("matplotlib") is None:
     pytest.skip("matplotlib is not installed (pip install 'rl_zoo3[plots]')", allow_module_level=True)
 
-from sb3_r2po.compare import hyperparams_file, main, rolling_mean, run_comparison, summarize
+import gymnasium as gym
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_r2po.compare import BudgetReached, EpisodeBudget, hyperparams_file, main, rolling_mean, run_comparison, summarize
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.zoo import config_dir
 
@@ -109,6 +114,59 @@ def test_statistics_definitions() -> None:
     assert summarize(returns, window=20, threshold=11.0)["to_threshold"] is None
     short = summarize([1.0, 2.0], window=20, threshold=0.0)
     assert short["best"] == short["final"] == 1.5 and short["to_threshold"] is None
+    # fewer episodes than the window: "best" is the mean of all of them, not the best partial mean
+    assert summarize([2.0, 1.0], window=20)["best"] == 1.5
+
+
+def test_partial_windows_at_the_start_count_for_neither_best_nor_threshold() -> None:
+    # the first two episodes alone average 10 (a partial window); the full 20-episode windows never exceed 8
+    returns = [10.0] * 2 + [0.0] * 18 + [8.0] * 20
+    stats = summarize(returns, window=20, threshold=5.0)
+    assert stats["best"] == 8.0
+    assert stats["to_threshold"] == 33  # episodes 14..33: seven 0s and thirteen 8s, mean 5.2 (episode 32: 4.8)
+
+
+class _FixedLength(gym.Env):
+    """Reward 1 per step, episodes of exactly ``length`` steps."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, length: int) -> None:
+        self.length, self.t = length, 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        return np.zeros(1, dtype=np.float32), 1.0, self.t >= self.length, False, {}
+
+
+def test_episode_budget_counts_all_sub_environments_together() -> None:
+    """Sub-environments with episodes of 2 and 3 steps: the 5th episode overall ends at step 6 (two end there);
+    episodes the Monitors saw before training are not counted."""
+    venv = DummyVecEnv([lambda: Monitor(_FixedLength(2)), lambda: Monitor(_FixedLength(3))])
+    venv.reset()
+    venv.step(np.zeros(2, dtype=np.int64))
+    venv.step(np.zeros(2, dtype=np.int64))  # env 0 ends an episode before the callback starts
+    venv.reset()
+    callback = EpisodeBudget(budget=5)
+    callback.init_callback(SimpleNamespace(get_env=lambda: venv, logger=None, num_timesteps=0))
+    go_on = []
+    for _ in range(6):
+        venv.step(np.zeros(2, dtype=np.int64))
+        go_on.append(callback.on_step())
+    assert go_on == [True] * 5 + [False]
+    assert callback.returns == [2.0, 3.0, 2.0, 2.0, 3.0] and callback.lengths == [2, 3, 2, 2, 3]
+    hard = EpisodeBudget(budget=1, hard_stop=True)
+    hard.init_callback(SimpleNamespace(get_env=lambda: venv, logger=None, num_timesteps=0))
+    venv.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(BudgetReached):
+        venv.step(np.zeros(2, dtype=np.int64))
+        hard.on_step()
 
 
 def test_hyperparameter_files() -> None:

@@ -225,6 +225,24 @@ def test_pong_return_gives_reward():
     assert obs[3] == 5.0 and obs[1] == 15.0
 
 
+@pytest.mark.parametrize("ball_y, returned", [(345.0, True), (255.0, True), (345.5, False), (254.5, False)])
+def test_pong_return_window_is_half_the_paddle_plus_the_ball_radius(ball_y, returned):
+    env = PongEnv()
+    env.reset(seed=0)  # paddle centre 300: returned within 40 + 5
+    env.ball[:] = (18.0, ball_y)
+    env.velocity[:] = (-5.0, 0.0)
+    obs, reward, terminated, _, info = env.step(2)
+    assert info["returned"] is returned and reward == float(returned) and terminated is not returned
+    if returned:  # reflected off the paddle line x = 15: 18 - 5 = 13 comes back to 17
+        assert obs[1] == 17.0 and obs[3] == 5.0
+
+
+def test_pong_serve_goes_either_way():
+    velocities = np.array([PongEnv().reset(seed=seed)[0][3:] for seed in range(30)])
+    assert set(velocities[:, 0]) == {-5.0, 5.0}
+    assert (velocities[:, 1] < 0).any() and (velocities[:, 1] > 0).any() and (np.abs(velocities[:, 1]) <= 5.0).all()
+
+
 def test_pong_miss_terminates():
     env = PongEnv()
     env.reset(seed=0)

@@ -160,6 +160,18 @@ def test_duplicate_of_history_counts_as_failure() -> None:
     assert second["search"]["params"] == [1.0, 1.0]
 
 
+def test_a_discrete_perturbation_changes_exactly_one_state_to_another_action() -> None:
+    space = ParameterSpace(6, values=(0, 1, 2))
+    center = np.array([0.0, 1.0, 2.0, 0.0, 1.0, 2.0])
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        out = space.perturb(center, 1.0, rng)
+        changed = np.flatnonzero(out != center)
+        assert changed.size == 1 and out[changed[0]] in space.values
+    single = ParameterSpace(2, values=(3,))  # one action: nothing else to change to
+    np.testing.assert_array_equal(single.perturb(np.array([3.0, 3.0]), 1.0, rng), [3.0, 3.0])
+
+
 @pytest.mark.parametrize("style", ["indexed", "list"])
 @pytest.mark.parametrize("space", [ParameterSpace(10, -6.0, 6.0, 1), ParameterSpace(16, values=(0, 1, 2, 3))])
 def test_formatted_vector_parses_back_exactly(style: str, space: ParameterSpace) -> None:

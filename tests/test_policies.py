@@ -34,6 +34,10 @@ def test_box_actions_are_clipped() -> None:
     actions = policy.act(np.array([[1.0], [-1.0], [0.1]]))
     np.testing.assert_allclose(actions.reshape(-1), [2.0, -2.0, 1.0])
     assert actions.dtype == np.float32
+    # each action dimension is clipped to its own bounds
+    wide = LinearPolicy(spaces.Box(-1, 1, (1,)), spaces.Box(np.array([-1.0, -3.0]), np.array([1.0, 3.0]), dtype=np.float32))
+    wide.set_flat(np.array([10.0, 10.0, 0.0, 0.0]))
+    np.testing.assert_allclose(wide.act(np.array([[1.0], [-1.0]])), [[1.0, 3.0], [-1.0, -3.0]])
 
 
 def test_tabular_policy() -> None:
@@ -43,6 +47,7 @@ def test_tabular_policy() -> None:
     np.testing.assert_array_equal(policy.act(np.array([0, 1, 2, 3])), [2, 1, 0, 2])
     shifted = TabularPolicy(spaces.Discrete(3, start=1), spaces.Discrete(2, start=5))
     assert shifted.parameter_space.values == (5, 6)
+    np.testing.assert_array_equal(shifted.get_flat(), [5.0, 5.0, 5.0])  # starts at a legal table: the first action
     shifted.set_flat(np.array([5.0, 6.0, 5.0]))
     np.testing.assert_array_equal(shifted.act(np.array([1, 2, 3])), [5, 6, 5])
 

@@ -115,6 +115,24 @@ def test_history_compression_keeps_the_best_and_the_most_recent() -> None:
     assert last_search.split("## History")[1].count("; mean return:") <= 5
 
 
+@pytest.mark.parametrize(
+    "best_k, recent, means, expected",
+    [
+        (2, 2, [5.0, 8.0, 1.0, 9.0, 3.0, 2.0, 4.0, 7.0], [1, 3, 6, 7]),  # oldest first, not ranked
+        (2, 1, [9.0, 1.0, 9.0, 9.0, 2.0, 3.0], [0, 2, 5]),  # ties among the best go to the earliest entries
+        (None, 2, [5.0, 9.0, 1.0, 8.0], [2, 3]),  # only the latest
+        (2, None, [5.0, 9.0, 1.0, 8.0, 0.0], [1, 3]),  # only the best
+        (0, 0, [5.0, 9.0], []),
+    ],
+)
+def test_shown_history_picks_the_right_entries_in_history_order(
+    best_k: int | None, recent: int | None, means: list[float], expected: list[int]
+) -> None:
+    model = R2PO("MlpLinear", "CartPole-v1", llm="example", history_best_k=best_k, history_recent=recent)
+    model.history = [{"mean_return": m, "i": i} for i, m in enumerate(means)]
+    assert [r["i"] for r in model.shown_history()] == expected
+
+
 def test_list_reply_style_writes_every_vector_as_a_list() -> None:
     replies = [f"params: [{', '.join(['0.5'] * 9 + [str(i)])}]" for i in range(1, 10)]
     llm = ScriptedLLM(replies)

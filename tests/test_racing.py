@@ -17,6 +17,25 @@ def test_rule() -> None:
     assert race([100.0] * 20, incumbent=50.0, chunk=5, z=1.645) == 20
 
 
+def test_the_bound_is_mean_plus_z_sample_std_over_sqrt_m() -> None:
+    # mean 1, sample std (ddof=1) sqrt(2), m = 2: 1 + z * sqrt(2) / sqrt(2) = 1 + z
+    assert upper_bound([0.0, 2.0], 1.0) == pytest.approx(2.0)
+    assert upper_bound([1.0, 2.0, 3.0], 1.645) == pytest.approx(2.0 + 1.645 / np.sqrt(3))
+    assert should_stop([0.0, 2.0], incumbent=2.01, z=1.0) and not should_stop([0.0, 2.0], incumbent=1.99, z=1.0)
+
+
+def test_a_challenger_that_can_still_tie_is_not_stopped() -> None:
+    # keep-best gives ties to the challenger: a bound equal to the incumbent must not stop the race
+    assert not should_stop([5.0] * 5, incumbent=5.0, z=1.645)
+    assert race([5.0] * 20, incumbent=5.0, chunk=5, z=1.645) == 20
+
+
+def test_race_checks_after_every_chunk_and_charges_a_multiple_of_it() -> None:
+    assert race([100.0] * 6 + [0.0] * 14, incumbent=95.0, chunk=3, z=1.645) == 9  # bounds 100, 100, 94.1
+    assert race([100.0] * 3 + [0.0] * 17, incumbent=95.0, chunk=3, z=1.645) == 6  # bounds 100, 86.8
+    assert race([0.0, 0.0, 0.0, 0.0], incumbent=1.0, chunk=3, z=1.645) == 3
+
+
 def test_a_bad_revision_is_stopped_early_and_only_its_episodes_are_charged() -> None:
     model = R2PO(
         "MlpLinear",
@@ -40,16 +59,19 @@ def test_a_good_revision_runs_all_k_episodes() -> None:
         "MlpLinear",
         "CartPole-v1",
         llm=ScriptedLLM([BAD, GOOD]),
-        n_eval_episodes=10,
+        n_eval_episodes=12,
         warmup_episodes=0,
         seed=0,
-        max_episodes=20,
+        max_episodes=24,
         racing=True,
         racing_chunk=5,
     )
     model.learn(10**7)
-    assert model.history[-1]["kind"] == "critic" and model.history[-1]["n_episodes"] == 10
-    assert model._episode_num == 20
+    # K = 12 with chunks of 5: 5 + 5 + 2 episodes, no more
+    assert model.history[-1]["kind"] == "critic" and model.history[-1]["n_episodes"] == 12
+    assert model._episode_num == 24
+    # the chunks' episodes are numbered in the order they were started, across chunks
+    assert [ep.index for ep in model._last_result.episodes] == list(range(12))
 
 
 def test_racing_is_off_by_default_and_never_used_without_keep_best() -> None:
