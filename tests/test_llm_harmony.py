@@ -43,6 +43,8 @@ def test_flattened_final_channel() -> None:
     flat = f"analysisWe need to think about the pole.assistantfinal{ANSWER}"
     assert final_channel(flat) == ANSWER
     assert final_channel(f"analysis...assistantfinal{ANSWER}<|return|>") == ANSWER
+    # the last final channel is the answer, also when flattened
+    assert final_channel(f"analysisxassistantfinalparams[0]: 9, params[1]: 9assistantfinal{ANSWER}") == ANSWER
     assert is_harmony(flat)
 
 
@@ -57,6 +59,8 @@ def test_truncated_final_channel() -> None:
     cut = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>params[0]: 1."
     assert final_channel(cut) == "params[0]: 1."
     assert final_is_truncated(cut)
+    # a completed final channel earlier does not hide that the last one was cut off
+    assert final_is_truncated(f"<|channel|>final<|message|>old<|end|><|start|>assistant{cut}")
     assert not final_is_truncated(f"analysisxassistantfinal{ANSWER}")  # flattened text cannot tell
     assert not final_is_truncated(ANSWER)
 
@@ -98,6 +102,7 @@ CUT = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>fi
         ("<|channel|>final<|message|>params: [1, 2", analysis_only("")),
         ("<|channel|>final <|constrain|>json<|message|>{", analysis_only("")),
         ("analysisthinkassistantfinalparams: [1, 2", "analysisthink"),
+        ("analysisthinkassistantfinaloldassistantfinalparams: [1, 2", "analysisthink"),  # before the first
         ("assistantfinalparams: [1, 2", analysis_only("")),
         ("params: [1, 2", analysis_only("params: [1, 2")),
         ("", analysis_only("")),

@@ -334,6 +334,24 @@ def test_chat_batch_sends_concurrently(scripted: ScriptedServer) -> None:
     assert sorted(r["body"]["messages"][0]["content"] for r in scripted.chat_requests) == [c[0]["content"] for c in convs]
 
 
+def test_a_failed_batch_keeps_each_reply_with_its_conversation(scripted: ScriptedServer) -> None:
+    """One conversation of a concurrent batch is refused (HTTP 400, not retried): the error carries the replies the
+    other conversations got, each at its conversation's place (RecordingBackend and BatchingBackend use them)."""
+    from sb3_r2po.llm.base import batch_replies
+
+    def answer(body: dict[str, Any]) -> Response:
+        question = body["messages"][0]["content"]
+        return error(400) if question == "bad" else completion(f"answer to {question}")
+
+    scripted.default = answer
+    convs = [[{"role": "user", "content": q}] for q in ("q0", "bad", "q2", "q3")]
+    with pytest.raises(LLMServerError, match="HTTP 400") as info:
+        fast(scripted.url).chat_batch(convs)
+    assert [r and r.text for r in batch_replies(info.value)] == ["answer to q0", None, "answer to q2", "answer to q3"]
+    replies = fast(scripted.url).chat_batch([c for c in convs if c[0]["content"] != "bad"])
+    assert [r.text for r in replies] == ["answer to q0", "answer to q2", "answer to q3"]
+
+
 def test_construction_is_offline_and_validated() -> None:
     b = OpenAIBackend("http://127.0.0.1:9/v1#m")  # nothing listens there; nothing is contacted
     assert b.model == "m" and b._client is None

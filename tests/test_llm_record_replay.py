@@ -120,6 +120,16 @@ def test_fallback_answers_misses(tmp_path: Path) -> None:
     assert replay.chat(conv("a")) == recorded[0]
     assert replay.chat(conv("new")).text == "from the fallback"
     assert replay.stats == {"hits": 1, "misses": 1}
+    replay = ReplayBackend(path, fallback=Counter())
+    assert replay.chat(conv("new"), temperature=0.7).text == "reply 1 to new at 0.7"  # the request's temperature
+
+
+def test_a_replayed_batch_keeps_its_temperature(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(Counter(), path)
+    recorded = chat_batch(rec, [conv("c"), conv("d")], temperature=0.7)
+    assert [r["settings"] for r in read_records(path)] == [{"temperature": 0.7}] * 2
+    assert chat_batch(ReplayBackend(path), [conv("c"), conv("d")], temperature=0.7) == recorded
 
 
 def test_replay_of_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
@@ -199,6 +209,8 @@ def test_a_failed_batch_records_the_replies_it_got(tmp_path: Path) -> None:
         rec.chat_batch([conv("a"), conv("bad"), conv("c")])
     assert [r and r.text for r in batch_replies(info.value)] == ["ok a", None, "ok c"]  # the others are still asked
     assert [r["reply"]["text"] for r in read_records(path)] == ["ok a", "ok c"]
+    assert [r["messages"][-1]["content"] for r in read_records(path)] == ["a", "c"]  # each with its own request
+    assert ReplayBackend(path).chat(conv("c")).text == "ok c"
 
 
 def test_record_then_replay_through_llm_strings(tmp_path: Path) -> None:
@@ -231,3 +243,32 @@ def test_request_hash_ignores_extra_message_keys_and_is_stable() -> None:
     b = request_hash([{"role": "user", "content": "x"}], request_settings(0))
     assert a == b and len(a) == 64
     assert a != request_hash([{"role": "user", "content": "x"}], request_settings(0.5))
+    # every message counts, not only the last one: the same question after another system prompt or history
+    assert request_hash(conv("x", "sys A"), request_settings(0.0)) != request_hash(conv("x", "sys B"), request_settings(0.0))
+    assert request_hash(conv("x", "sys"), request_settings(0.0)) != request_hash(conv("x"), request_settings(0.0))
+    swapped = [{"role": "user", "content": "sys"}, {"role": "user", "content": "x"}]
+    assert request_hash(conv("x", "sys"), request_settings(0.0)) != request_hash(swapped, request_settings(0.0))
+
+
+def test_replay_tells_apart_requests_that_differ_before_the_last_message(tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(Counter(), path)
+    first, second = rec.chat(conv("same", "system A")), rec.chat(conv("same", "system B"))
+    replay = ReplayBackend(path)
+    assert replay.chat(conv("same", "system B")) == second  # asked in the other order: matched by the whole request
+    assert replay.chat(conv("same", "system A")) == first
+    with pytest.raises(ReplayMissError, match="never recorded"):
+        replay.chat(conv("same"))
+
+
+def test_a_broken_line_before_the_last_is_an_error_not_skipped(tmp_path: Path) -> None:
+    """Only a half-written last line (a crash) is skipped; a broken line inside the file means a damaged recording."""
+    path = tmp_path / "calls.jsonl"
+    record_session(path)
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines[2] = lines[2][:40]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(LLMBackendError, match="line 3 is not JSON"):
+        read_records(path)
+    with pytest.raises(LLMBackendError, match="line 3 is not JSON"):
+        ReplayBackend(path).chat(conv("a"))

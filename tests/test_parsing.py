@@ -22,6 +22,9 @@ ACTIONS = ParameterSpace(4, values=(0, 1, 2, 3))
         ("params[0]: \u22121.5, params[1]: 0, params[2]: 1e0", [-1.5, 0.0, 1.0]),  # unicode minus
         ("params[0]: 7.0, params[1]: -9, params[2]: 0.26", [6.0, -6.0, 0.3]),  # clipped and rounded
         ("echo params[0]: 0, params[1]: 0, params[2]: 0\nanswer: params: [1, 1, 1]", [1.0, 1.0, 1.0]),  # the last wins
+        # the last wins whatever the styles: a listed vector before an indexed one (the two kinds are found
+        # by separate scans, so the last must be chosen by position)
+        ("echo params: [0, 0, 0]\nanswer: params[0]: 1, params[1]: 1, params[2]: 1", [1.0, 1.0, 1.0]),
         (
             "<|channel|>analysis<|message|>params: [5, 5, 5]<|end|><|start|>assistant"
             "<|channel|>final<|message|>params: [1, 2, 3]<|return|>",

@@ -105,6 +105,34 @@ def test_a_run_continued_after_an_llm_error_replays_from_its_transcript(tmp_path
     assert replayed.history == model.history and model.iteration == 4
 
 
+def test_a_counted_call_of_an_iteration_cut_short_by_an_llm_error_is_set_aside(tmp_path) -> None:
+    """The Search reply of an iteration is counted in llm_stats, then the iteration's Critic call fails; the caller
+    catches the error and calls learn() again. The transcript is rewound to the calls of the last history entry,
+    not to llm_stats (which counted the orphan), so the orphan Search reply is set aside."""
+    example = ExampleLLM(0)
+    state = {"calls": 0, "down": True}
+
+    def flaky(messages: list[dict[str, str]]) -> str:
+        state["calls"] += 1
+        if state["down"] and state["calls"] == 5:
+            return "ORPHAN " + example.chat(messages).text  # a usable Search reply, counted
+        if state["down"] and state["calls"] == 6:
+            raise LLMBackendError("server down")
+        return example.chat(messages).text
+
+    kwargs = dict(n_eval_episodes=2, warmup_episodes=2, seed=3, max_episodes=2 + 2 * 2 * 4)
+    model = R2PO("MlpLinear", "CartPole-v1", llm=flaky, checkpoint_dir=str(tmp_path), **kwargs)
+    with pytest.raises(LLMBackendError, match="server down"):
+        model.learn(10**6)
+    assert model.llm_stats["calls"] == 5 and model._transcript_calls == 4  # the orphan was counted: the case under test
+    state["down"] = False
+    with pytest.warns(RuntimeWarning, match="1 recorded call"):
+        model.learn(10**6, reset_num_timesteps=False)
+    path = tmp_path / "llm_calls.jsonl"
+    assert not any(r["reply"]["text"].startswith("ORPHAN") for r in read_records(path))
+    assert "ORPHAN" in path.read_text(encoding="utf-8")  # set aside, still in the file
+
+
 def test_a_loaded_model_refuses_another_runs_directory(tmp_path) -> None:
     kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, max_episodes=4)
     R2PO("MlpLinear", "CartPole-v1", seed=1, checkpoint_dir=str(tmp_path / "a"), **kwargs).learn(10**6)

@@ -1,0 +1,111 @@
+"""chat_batch and BatchingBackend: each caller gets its own reply, at its own temperature, in order."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, batch_replies, chat_batch
+from sb3_r2po.llm.batching import BatchingBackend
+
+
+def conv(text: str) -> list[Message]:
+    return [{"role": "user", "content": text}]
+
+
+def echo(messages: list[Message]) -> str:
+    if messages[-1]["content"] == "bad":
+        raise LLMBackendError("refused")
+    return "echo " + messages[-1]["content"]
+
+
+class Batched:
+    """A batching backend that echoes the question and the temperature, recording every batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[float, list[str]]] = []
+        self.lock = threading.Lock()
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        return self.chat_batch([messages], temperature=temperature)[0]
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        with self.lock:
+            self.batches.append((temperature, [c[-1]["content"] for c in conversations]))
+        return [ChatReply(f"{c[-1]['content']} at {temperature}") for c in conversations]
+
+
+def test_chat_batch_one_by_one_keeps_the_order() -> None:
+    from sb3_r2po.llm.resolve import make_backend
+
+    backend = make_backend(echo)  # no chat_batch: asked one after another
+    assert [r.text for r in chat_batch(backend, [conv("a"), conv("b"), conv("c")])] == ["echo a", "echo b", "echo c"]
+    with pytest.raises(LLMBackendError, match="refused") as info:
+        chat_batch(backend, [conv("a"), conv("bad"), conv("c")])
+    assert [r and r.text for r in batch_replies(info.value)] == ["echo a", None, "echo c"]
+
+
+def test_one_callers_conversations_go_out_as_one_batch_in_order() -> None:
+    inner = Batched()
+    backend = BatchingBackend(inner)  # no worker registered
+    replies = backend.chat_batch([conv("a"), conv("b"), conv("c")], temperature=0.5)
+    assert [r.text for r in replies] == ["a at 0.5", "b at 0.5", "c at 0.5"]
+    assert inner.batches == [(0.5, ["a", "b", "c"])] and backend.batch_sizes == [3]
+
+
+def test_a_failed_conversation_of_a_callers_batch_keeps_the_others_replies() -> None:
+    backend = BatchingBackend(echo)
+    with pytest.raises(LLMBackendError, match="refused") as info:
+        backend.chat_batch([conv("a"), conv("bad"), conv("c")])
+    assert [r and r.text for r in batch_replies(info.value)] == ["echo a", None, "echo c"]
+
+
+def test_callers_with_different_temperatures_each_get_their_own() -> None:
+    inner = Batched()
+    backend = BatchingBackend(inner)
+    results: dict[str, str] = {}
+    ready = threading.Barrier(3)
+
+    def ask(name: str, temperature: float) -> None:
+        with backend.worker():
+            ready.wait(timeout=10)
+            results[name] = backend.chat(conv(name), temperature=temperature).text
+
+    threads = [threading.Thread(target=ask, args=(f"q{i}", t)) for i, t in enumerate((0.0, 0.7, 0.0))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert results == {"q0": "q0 at 0.0", "q1": "q1 at 0.7", "q2": "q2 at 0.0"}
+    assert sorted((t, sorted(qs)) for t, qs in inner.batches) == [(0.0, ["q0", "q2"]), (0.7, ["q1"])]  # one per temperature
+
+
+def test_a_failed_batch_reports_only_the_callers_own_replies() -> None:
+    """Two callers share an inner batch; one conversation of the first caller fails: its error carries that
+    caller's replies, in its order, not the whole inner batch's."""
+    backend = BatchingBackend(echo)
+    ready = threading.Barrier(2)
+    outcome: dict[str, object] = {}
+
+    def first() -> None:
+        with backend.worker():
+            ready.wait(timeout=10)
+            try:
+                backend.chat_batch([conv("a"), conv("bad")])
+            except LLMBackendError as exc:
+                outcome["first"] = [r and r.text for r in batch_replies(exc)]
+
+    def second() -> None:
+        with backend.worker():
+            ready.wait(timeout=10)
+            outcome["second"] = backend.chat(conv("c")).text
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    assert backend.batch_sizes == [3]  # the case under test: one inner batch for both callers
+    assert outcome == {"first": ["echo a", None], "second": "echo c"}
