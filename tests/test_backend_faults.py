@@ -334,9 +334,10 @@ def test_learn_raises_the_typed_error_and_keeps_every_finished_iteration(
     records = iteration_records(model.history)
     assert [r["iteration"] for r in records] == list(range(1, finished + 1)) and model.iteration == finished
     assert all(r["revision"]["status"] in ("kept", "rejected") for r in records)
-    assert model.llm_stats["calls"] == good and model.llm_stats["fallbacks"] == 0
+    # the model is left as of its last history entry: the cut iteration's calls and episodes are not charged
+    assert model.llm_stats["calls"] == 2 * finished and model.llm_stats["fallbacks"] == 0
     assert len(server.chat_requests) == good + RETRIES + 1
-    assert model._episode_num >= W + finished * 2 * K
+    assert model._episode_num == W + finished * 2 * K == model.history[-1]["episodes"]
 
     # the same history on disk: history.json and the checkpoint's model.zip
     assert json.loads((run_dir / "history.json").read_text()) == model.history

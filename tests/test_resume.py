@@ -106,9 +106,10 @@ def test_a_run_continued_after_an_llm_error_replays_from_its_transcript(tmp_path
 
 
 def test_a_counted_call_of_an_iteration_cut_short_by_an_llm_error_is_set_aside(tmp_path) -> None:
-    """The Search reply of an iteration is counted in llm_stats, then the iteration's Critic call fails; the caller
-    catches the error and calls learn() again. The transcript is rewound to the calls of the last history entry,
-    not to llm_stats (which counted the orphan), so the orphan Search reply is set aside."""
+    """The Search reply of an iteration is recorded, then the iteration's Critic call fails; the caller catches the
+    error and calls learn() again. The model is rolled back to its last history entry (counters, random state, LLM
+    statistics) and the transcript rewound to the same point, so the orphan Search reply is set aside, the continued
+    run is the uninterrupted one, and its transcript replays it."""
     example = ExampleLLM(0)
     state = {"calls": 0, "down": True}
 
@@ -124,13 +125,20 @@ def test_a_counted_call_of_an_iteration_cut_short_by_an_llm_error_is_set_aside(t
     model = R2PO("MlpLinear", "CartPole-v1", llm=flaky, checkpoint_dir=str(tmp_path), **kwargs)
     with pytest.raises(LLMBackendError, match="server down"):
         model.learn(10**6)
-    assert model.llm_stats["calls"] == 5 and model._transcript_calls == 4  # the orphan was counted: the case under test
+    assert model._transcript.recorded == 5  # the orphan was recorded: the case under test
+    last = model.history[-1]
+    assert model.llm_stats["calls"] == model._transcript_calls == 4  # rolled back to the last history entry
+    assert (model._episode_num, model.num_timesteps) == (last["episodes"], last["timesteps"])
     state["down"] = False
     with pytest.warns(RuntimeWarning, match="1 recorded call"):
         model.learn(10**6, reset_num_timesteps=False)
     path = tmp_path / "llm_calls.jsonl"
     assert not any(r["reply"]["text"].startswith("ORPHAN") for r in read_records(path))
     assert "ORPHAN" in path.read_text(encoding="utf-8")  # set aside, still in the file
+    uninterrupted = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(0), **kwargs).learn(10**6)
+    assert model.history == uninterrupted.history and model.iteration == 4
+    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{path}", **kwargs).learn(10**6)
+    assert replayed.history == model.history
 
 
 def test_a_loaded_model_refuses_another_runs_directory(tmp_path) -> None:

@@ -345,6 +345,17 @@ class R2PO(BaseAlgorithm):
         self._committed = {name: copy.deepcopy(getattr(self, name)) for name in COMMITTED_STATE}
         self._committed["history_length"] = len(self.history)
 
+    def _roll_back(self) -> None:
+        """
+        Return to the state of the last history entry after an exception cut an iteration short (an LLM error, a
+        failing env, Ctrl-C): the next ``learn()`` repeats that iteration in full, as a run resumed from its
+        checkpoint would, and the run stays identical to an uninterrupted one (and replayable from its transcript,
+        which ``learn()`` rewinds to the same point). The cut iteration's episodes are not charged.
+        """
+        for name, value in (self._committed or {}).items():
+            if name in COMMITTED_STATE:
+                setattr(self, name, copy.deepcopy(value))  # the snapshot stays intact for save() and the next roll-back
+
     @property
     def variant_spec(self) -> Variant:
         """The :class:`~sb3_r2po.variants.Variant` named by ``variant``."""
@@ -902,15 +913,19 @@ class R2PO(BaseAlgorithm):
         callback.on_training_start(locals(), globals())
         self._start_learning()
 
-        if self._warmup(callback):
-            while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
-                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                if not self._iterate(callback):
-                    break
-                if log_interval is not None and self.iteration % log_interval == 0:
-                    self.dump_logs()
-                if self.stop_at_target and self.target_confirmed():
-                    break
+        try:
+            if self._warmup(callback):
+                while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
+                    self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                    if not self._iterate(callback):
+                        break
+                    if log_interval is not None and self.iteration % log_interval == 0:
+                        self.dump_logs()
+                    if self.stop_at_target and self.target_confirmed():
+                        break
+        except BaseException:
+            self._roll_back()
+            raise
         callback.on_training_end()
         return self
 
