@@ -109,3 +109,66 @@ def test_a_failed_batch_reports_only_the_callers_own_replies() -> None:
         thread.join(timeout=20)
     assert backend.batch_sizes == [3]  # the case under test: one inner batch for both callers
     assert outcome == {"first": ["echo a", None], "second": "echo c"}
+
+
+def refuse_bad(messages: list[Message]) -> str:
+    """Echo, refusing every question that starts with "bad" (its own message names it)."""
+    if messages[-1]["content"].startswith("bad"):
+        raise LLMBackendError("refused " + messages[-1]["content"])
+    return "echo " + messages[-1]["content"]
+
+
+class RefusingBatches:
+    """A batching backend whose batch fails as a whole when one question starts with "bad"."""
+
+    def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
+        return self.chat_batch([messages], temperature=temperature)[0]
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
+        if any(c[-1]["content"].startswith("bad") for c in conversations):
+            raise LLMBackendError("batch refused")
+        return [ChatReply("echo " + c[-1]["content"]) for c in conversations]
+
+
+@pytest.mark.parametrize("inner", ["one_by_one", "batched"])
+def test_two_callers_failing_in_one_batch_each_get_their_own_error(inner: str) -> None:
+    """Both callers of one inner batch have a failing conversation: each raises its own error object, carrying its own
+    replies (a shared one would carry the replies of whichever caller attached them last). An inner backend that
+    answers one by one gives each conversation's own error message."""
+    backend = BatchingBackend(refuse_bad if inner == "one_by_one" else RefusingBatches())
+    ready = threading.Barrier(3)
+    done = threading.Event()
+    outcome: dict[str, tuple[BaseException, list[str | None]]] = {}
+
+    def caller(name: str, texts: list[str]) -> None:
+        with backend.worker():
+            ready.wait(timeout=10)
+            try:
+                backend.chat_batch([conv(text) for text in texts])
+            except LLMBackendError as exc:
+                outcome[name] = (exc, [r and r.text for r in batch_replies(exc)])
+
+    def idle() -> None:  # a third worker: the batch waits for 3 requests, so both callers' 4 go out together
+        with backend.worker():
+            ready.wait(timeout=10)
+            done.wait(timeout=10)
+
+    threads = [
+        threading.Thread(target=caller, args=("A", ["a", "badA"])),
+        threading.Thread(target=caller, args=("B", ["badB", "b"])),
+    ]
+    helper = threading.Thread(target=idle)
+    for thread in [*threads, helper]:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+    done.set()
+    helper.join(timeout=20)
+    assert backend.batch_sizes == [4]  # the case under test: one inner batch for both callers
+    (error_a, replies_a), (error_b, replies_b) = outcome["A"], outcome["B"]
+    assert error_a is not error_b
+    if inner == "one_by_one":
+        assert (replies_a, replies_b) == (["echo a", None], [None, "echo b"])
+        assert str(error_a) == "refused badA" and str(error_b) == "refused badB"
+    else:  # a real batch fails as a whole: no replies, one message
+        assert (replies_a, replies_b) == ([None, None], [None, None]) and str(error_a) == str(error_b) == "batch refused"

@@ -106,28 +106,52 @@ def chat_batch(
     if callable(batched):
         return list(batched(conversations, temperature=temperature))
     replies: list[ChatReply | None] = []
-    first: Exception | None = None
+    errors: list[Exception | None] = []
     for messages in conversations:  # independent conversations: one failing does not stop the others
         try:
             replies.append(backend.chat(messages, temperature=temperature))
+            errors.append(None)
         except Exception as exc:
             replies.append(None)
-            first = first or exc
+            errors.append(exc)
+    first = next((e for e in errors if e is not None), None)
     if first is not None:
-        keep_batch_replies(first, replies)
+        keep_batch_replies(first, replies, errors)
         raise first
     return replies  # type: ignore[return-value]
 
 
-def keep_batch_replies(exc: BaseException, replies: Sequence[ChatReply | None]) -> None:
+def keep_batch_replies(
+    exc: BaseException, replies: Sequence[ChatReply | None], errors: Sequence[BaseException | None] | None = None
+) -> None:
     """
     Attach to ``exc``, the error that ended a batch, the replies the batch did get (``None`` for the others), so
-    that a caller can still use them (:class:`~sb3_r2po.llm.recording.RecordingBackend` records them).
-    ``chat_batch`` implementations call it before raising.
+    that a caller can still use them (:class:`~sb3_r2po.llm.recording.RecordingBackend` records them), and, when
+    known, each conversation's own error (``None`` where a reply came). ``chat_batch`` implementations call it
+    before raising.
     """
     exc.batch_replies = list(replies)  # type: ignore[attr-defined]
+    if errors is not None:
+        exc.batch_errors = list(errors)  # type: ignore[attr-defined]
 
 
 def batch_replies(exc: BaseException) -> list[ChatReply | None]:
     """The replies a failed batch did get, per conversation (``None`` where none came; ``[]`` when not known)."""
     return list(getattr(exc, "batch_replies", []))
+
+
+def batch_errors(exc: BaseException) -> list[BaseException | None]:
+    """Each conversation's own error in a failed batch (``None`` where a reply came; ``[]`` when not known)."""
+    return list(getattr(exc, "batch_errors", []))
+
+
+def own_copy(exc: BaseException) -> BaseException:
+    """
+    A copy of ``exc`` (same class, arguments, attributes, cause and traceback) made without calling its
+    ``__init__``: one error shared by several callers of a batch, each of which attaches its own replies.
+    """
+    copied = type(exc).__new__(type(exc))
+    copied.args = exc.args
+    copied.__dict__.update(exc.__dict__)
+    copied.__cause__, copied.__context__ = exc.__cause__, exc.__context__
+    return copied.with_traceback(exc.__traceback__)

@@ -19,7 +19,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, batch_replies, chat_batch, keep_batch_replies
+from sb3_r2po.llm.base import (
+    ChatBackend,
+    ChatReply,
+    Message,
+    batch_errors,
+    batch_replies,
+    chat_batch,
+    keep_batch_replies,
+    own_copy,
+)
 
 
 @dataclass
@@ -120,8 +129,9 @@ class BatchingBackend:
                     self._cond.wait()
         failed = [request for request in requests if request.error is not None]
         if failed:
-            keep_batch_replies(failed[0].error, [request.reply for request in requests])  # type: ignore[arg-type]
-            raise failed[0].error  # type: ignore[misc]
+            error = own_copy(failed[0].error)  # type: ignore[arg-type]  # the inner error may be other callers' too
+            keep_batch_replies(error, [request.reply for request in requests], [request.error for request in requests])
+            raise error
         return [request.reply for request in requests]  # type: ignore[misc]
 
     # ------------------------------------------------------------------ batching (called with the lock held)
@@ -152,9 +162,10 @@ class BatchingBackend:
                     replies = chat_batch(self.inner, [r.messages for r in group], temperature=temperature)
                 except BaseException as exc:  # a caller whose conversation got no reply sees the failure
                     partial = batch_replies(exc) or [None] * len(group)
-                    for request, reply in zip(group, partial, strict=True):
+                    own = batch_errors(exc) or [exc] * len(group)  # each conversation's own error, when known
+                    for request, reply, error in zip(group, partial, own, strict=True):
                         if reply is None:
-                            request.error = exc
+                            request.error = error or exc
                         else:
                             request.reply = reply
                 else:

@@ -326,7 +326,7 @@ class OpenAIBackend(TransientState):
         replies = [None if e is not None else f.result() for f, e in zip(futures, errors, strict=True)]
         first = next((e for e in errors if e is not None), None)
         if first is not None:  # every request has ended: keep the replies that came, raise the first error
-            keep_batch_replies(first, replies)
+            keep_batch_replies(first, replies, errors)
             raise first
         return replies  # type: ignore[return-value]
 
