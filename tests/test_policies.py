@@ -35,7 +35,9 @@ def test_box_actions_are_clipped() -> None:
     np.testing.assert_allclose(actions.reshape(-1), [2.0, -2.0, 1.0])
     assert actions.dtype == np.float32
     # each action dimension is clipped to its own bounds
-    wide = LinearPolicy(spaces.Box(-1, 1, (1,)), spaces.Box(np.array([-1.0, -3.0]), np.array([1.0, 3.0]), dtype=np.float32))
+    wide = LinearPolicy(
+        spaces.Box(-1, 1, (1,)), spaces.Box(np.array([-1.0, -3.0], np.float32), np.array([1.0, 3.0], np.float32))
+    )
     wide.set_flat(np.array([10.0, 10.0, 0.0, 0.0]))
     np.testing.assert_allclose(wide.act(np.array([[1.0], [-1.0]])), [[1.0, 3.0], [-1.0, -3.0]])
 
