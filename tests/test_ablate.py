@@ -7,9 +7,9 @@ import pytest
 
 import sb3_r2po
 from sb3_r2po import R2PO
-from sb3_r2po.ablate import main, run_one, run_settings
+from sb3_r2po.ablate import main, make_env, report, resolve_llm, run_one, run_settings
 from sb3_r2po.compare import r2po_entry
-from sb3_r2po.diagnostics import points_at_worst
+from sb3_r2po.diagnostics import points_at_worst, salience_summary
 from sb3_r2po.llm.example import ExampleLLM
 from sb3_r2po.llm.recording import RecordingBackend, read_records
 from sb3_r2po.r2po.policies import LinearPolicy, TabularPolicy
@@ -174,3 +174,80 @@ def test_replay_reproduces_a_recording_whose_replies_vary(tmp_path: Path) -> Non
     for before, after in zip(recorded, replayed, strict=True):
         assert [r["params"] for r in before["history"]] == [r["params"] for r in after["history"]]
         assert before["mean_return"] == after["mean_return"] and before["llm_calls"] == after["llm_calls"]
+
+
+# ---------------------------------------------------------------------------------------------- figures and report
+
+
+def test_run_one_figures_come_from_the_iterations_of_its_history() -> None:
+    llm = RecordingCalls()
+    run = run_one("CartPole-v1", "r2po", 0, llm, {"max_episodes": 3 + 4 * 2, "n_eval_episodes": 2, "warmup_episodes": 3})
+    iterations = [r["mean_return"] for r in run["history"] if r["kind"] != "warmup"]
+    warmup = [r["mean_return"] for r in run["history"] if r["kind"] == "warmup"]
+    assert len(iterations) == 2 and max(warmup) != max(iterations)  # the warm-up episodes would change the figures
+    assert run["mean_return"] == pytest.approx(sum(iterations) / 2) and run["best_return"] == max(iterations)
+    assert run["mean_return"] != run["best_return"]
+    assert run["llm_calls"] == llm.calls == 4 and run["iterations"] == 2 and run["episodes"] == 11
+    expected = salience_summary(run["history"])
+    assert run["salience"]["revisions"] == 2 and run["salience"]["accepted"] == expected["accepted"]
+
+
+class RecordingCalls:
+    """The example LLM, counting its calls."""
+
+    def __init__(self) -> None:
+        self.inner, self.calls = ExampleLLM(seed=0), 0
+
+    def chat(self, messages, *, temperature: float = 0.0):
+        self.calls += 1
+        return self.inner.chat(messages, temperature=temperature)
+
+
+def _run(env: str, variant: str, seed: int, mean: float, best: float, diagnostics: list[dict]) -> dict[str, Any]:
+    history = [{"kind": "search", "diagnostics": d} for d in diagnostics]
+    return {"env": env, "variant": variant, "seed": seed, "mean_return": mean, "best_return": best, "history": history}
+
+
+def _d(regression: bool) -> dict[str, Any]:
+    return {"accepted": not regression, "regression": regression, "n_changed": 1, "l1": 1.0, "worst_fixation": False,
+            "above_tau_c": False}  # fmt: skip
+
+
+def test_report_tables_group_runs_by_env_and_variant() -> None:
+    runs = [
+        _run("A-v0", "r2po", 0, 1.0, 10.0, [_d(True)]),
+        _run("A-v0", "r2po", 1, 3.0, 20.0, [_d(False)]),
+        _run("A-v0", "props", 0, 5.0, 50.0, []),
+        _run("B-v0", "r2po", 0, 7.0, 70.0, [_d(False)]),
+        _run("B-v0", "props", 0, 9.0, 90.0, []),
+    ]
+    text = report(runs, "cmd")
+    mean_table, best_table = (part.split("## ")[0] for part in text.split("(mean +- std over seeds)")[1:3])
+    assert "| A-v0 | 2.00 +- 1.00 | 5.00 +- 0.00 |" in mean_table and "| B-v0 | 7.00 +- 0.00 | 9.00 +- 0.00 |" in mean_table
+    assert (
+        "| A-v0 | 15.00 +- 5.00 | 50.00 +- 0.00 |" in best_table and "| B-v0 | 70.00 +- 0.00 | 90.00 +- 0.00 |" in best_table
+    )
+    assert "| r2po | 3 | 1 | 33.3 % |" in text and "| props | 0 | 0 | - |" in text  # pooled per variant
+
+
+def test_make_env_caps_an_env_without_a_time_limit(tmp_path: Path) -> None:
+    import gymnasium as gym
+    from helpers import EndlessEnv
+
+    gym.register("R2POTest/Endless-v0", entry_point=EndlessEnv)
+    try:
+        env = make_env("R2POTest/Endless-v0", {"max_episode_steps": 7}, seed=0)
+        env.reset()
+        dones = [bool(env.step([0])[2][0]) for _ in range(20)]
+        assert dones.index(True) == 6
+        env.close()
+    finally:
+        del gym.registry["R2POTest/Endless-v0"]
+
+
+def test_policy_kwargs_string_and_record_option(tmp_path: Path) -> None:
+    settings = run_settings("CartPole-v1", "r2po", {"policy_kwargs": "dict(bias=False)"})
+    assert settings["policy_kwargs"] == {"bias": False}
+    backend = resolve_llm("example:0", record=str(tmp_path / "calls.jsonl"))
+    assert isinstance(backend, RecordingBackend)
+    assert not isinstance(resolve_llm("example:0"), RecordingBackend)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import gymnasium as gym
 import numpy as np
 import pytest
+from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_r2po import R2PO, ExampleLLM
 from sb3_r2po.llm.base import ChatReply, Message
@@ -265,3 +266,31 @@ def test_pure_search_in_lockstep_never_calls_the_inner_backend_from_two_threads(
     models = [make(seed, inner, variant="pure_search") for seed in range(3)]
     learn_in_lockstep(models, 10**9)
     assert inner.most == 1 and sum(inner.batches) >= 2 * 3 and max(inner.batches) > 2
+
+
+def test_lockstep_edge_arguments_and_forwarded_learn_options() -> None:
+    assert learn_in_lockstep([], 10) == []
+    with pytest.raises(ValueError, match="have no llm"):
+        learn_in_lockstep([make(0, None), make(1, None)], 10)
+    counter = BatchCounter()
+    models = learn_in_lockstep([make(seed, counter) for seed in (0, 1)], 10**9)
+    lengths = [len(m.history) for m in models]
+    # reset_num_timesteps=False reaches every learn(): the spent budget stays spent, nothing trains again
+    learn_in_lockstep(models, 10**9, reset_num_timesteps=False)
+    assert [len(m.history) for m in models] == lengths and all(m._episode_num == BUDGET for m in models)
+
+
+def test_a_list_of_callbacks_for_one_model() -> None:
+    seen: list[str] = []
+
+    class Named(BaseCallback):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def _on_step(self) -> bool:
+            seen.append(self.name)
+            return True
+
+    learn_in_lockstep([make(0, BatchCounter())], 10**9, callbacks=[[Named("a"), Named("b")]])
+    assert seen.count("a") == seen.count("b") > 0

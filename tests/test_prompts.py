@@ -317,3 +317,81 @@ def test_best_line_when_compression_shows_only_warm_up_lines() -> None:
         f"The best mean return over 3 episodes so far is {sig(best_after_first, 4)} (the warm-up vectors, run for 1 "
         "episode each, are not counted: one episode is a noisy estimate)."
     ]
+
+
+def test_critic_system_prompt_states_whether_the_revision_must_beat_the_candidate() -> None:
+    builder, evidence = (
+        PromptBuilder(),
+        build_evidence([Episode([np.zeros(1)] * 2, [np.zeros(1)], [1.0], "terminated")], None, None),
+    )
+    systems = {}
+    for keep_best in (True, False):
+        ctx = PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0, extra={"keep_best": keep_best})
+        systems[keep_best] = builder.critic(ctx, HistoryLine("params[0]: 0", 1.0, 1), evidence)[0]["content"]
+    assert (
+        "only kept if its mean return is at least that of the candidate, so do not change what already works" in systems[True]
+    )
+    assert "replaces the candidate whatever its return" not in systems[True]
+    assert "replaces the candidate whatever its return" in systems[False]
+    assert "only kept if" not in systems[False]
+
+
+def test_critic_prompt_spells_out_the_rule_the_evidence_and_how_to_decline() -> None:
+    prompt = critic_prompt({}, tau_c=15.0)
+    rule = prompt.split("## Revision rule")[1].split("## History")[0]
+    assert "at least 15 and the statistics show no failure that happens consistently, keep the parameters unchanged" in rule
+    assert "or make at most one very small edit that the evidence strongly justifies" in rule
+    assert "- To keep the candidate as it is, repeat its parameters exactly." in your_step(prompt)
+    assert "- episode length: mean 20, min 10, max 30" in prompt and "- endings: terminated 3" in prompt
+    assert "closest to the median return (return 20); each line is one step" in prompt
+    three = critic_prompt(dict(trajectories=("worst", "median", "best")))
+    assert "Worst episode (return 10); each" in three and "Best episode (return 30); each" in three
+
+
+def test_prompts_show_the_whole_task_description() -> None:
+    task = TaskDescription(
+        "Reach the flag.", ("s[0]: position", "s[1]: velocity"), ("0: left", "1: right"), "-1 a step", "at the flag"
+    )
+    ctx = PromptContext(task, ("layout",), ParameterSpace(2, decimals=2), 1.0, (), 1, None, 0.5)
+    episodes = [Episode([np.zeros(2)] * 2, [np.array(0)], [1.0], "terminated")]
+    search = PromptBuilder().search(ctx)[1]["content"]
+    critic = PromptBuilder().critic(ctx, HistoryLine("params: ...", 1.0, 1), build_evidence(episodes, 1.0, None))[1]["content"]
+    for prompt in (search, critic):
+        for line in ("## Task\nReach the flag.", "- s[0]: position\n- s[1]: velocity", "- 0: left\n- 1: right"):
+            assert line in prompt
+        assert "Reward: -1 a step" in prompt and "Episode end: at the flag" in prompt
+        assert "written with 2 decimal(s)" in prompt
+
+
+def test_search_prompt_explores_below_a_target_and_balances_without_one() -> None:
+    system = PromptBuilder().search(PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0))[0]["content"]
+    assert "You never see the environment directly: you learn from the returns of the vectors evaluated so far." in system
+    prompts = {
+        target: your_step(
+            PromptBuilder().search(PromptContext(None, ("l",), ParameterSpace(1), target, (), 1, None, 1.0))[1]["content"]
+        )
+        for target in (None, 5.0)
+    }
+    assert "explore: try regions of the space the history has not covered" in prompts[5.0]
+    assert "Balance exploring" not in prompts[5.0]
+    assert "Balance exploring new regions of the space with refining the best vectors." in prompts[None]
+    assert "explore:" not in prompts[None]
+
+
+def test_history_section_counts_omitted_entries_and_says_when_it_is_empty() -> None:
+    empty = PromptBuilder().search(PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0))[1]["content"]
+    assert "## History\nNo parameter vector has been evaluated yet." in empty
+    history = (HistoryLine("params[0]: 1.0", 3.0, 5), HistoryLine("params[0]: 2.0", 4.0, 5))
+    ctx = PromptContext(
+        None, ("layout",), ParameterSpace(1), None, history, 9, None, 1.0, best=4.0, extra={"history_omitted": 7}
+    )
+    prompt = PromptBuilder().search(ctx)[1]["content"]
+    assert "9 parameter vectors evaluated so far; the 7 not shown are neither among the best nor the most recent" in prompt
+    assert "No parameter vector" not in prompt
+
+
+def test_best_line_mentions_the_warm_up_only_when_warm_up_lines_are_shown() -> None:
+    history = (HistoryLine("params[0]: 3.0", 10.4, 5),)
+    ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4, best_episodes=5)
+    prompt = PromptBuilder().search(ctx)[1]["content"]
+    assert "The best mean return over 5 episodes so far is 10.4.\n" in prompt and "warm-up" not in prompt

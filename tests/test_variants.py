@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from helpers import BanditEnv, ScriptedLLM, vector
 
@@ -129,3 +131,60 @@ def test_diagnostics_and_salience_summary() -> None:
 def test_unknown_variant() -> None:
     with pytest.raises(ValueError, match="Unknown variant"):
         R2PO("MlpLinear", "CartPole-v1", llm=ScriptedLLM(["x"]), variant="nope")
+
+
+def test_pure_search_asks_one_proposal_when_the_budget_pays_for_one_evaluation() -> None:
+    # 12 episodes after the warm-up: a pair (8), then 4 left: one proposal, not a pair whose second is never run
+    replies = [vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)]
+    model, llm = run("pure_search", replies, max_episodes=1 + 12)
+    assert model.iteration == 2 and model._episode_num == 13
+    assert len(llm.calls) == 3
+    assert model.history[-1]["revision"]["status"] == "skipped"
+
+
+def test_actor_second_pass_second_proposal_must_differ_from_the_first() -> None:
+    # the second Search repeats the first (not yet in the history): it is re-asked, not taken as a declined proposal
+    model, llm = run("actor_second_pass", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE])
+    assert "already proposed in this iteration" in llm.calls[2][-1]["content"]
+    assert model.history[-1]["revision"]["status"] in ("kept", "rejected")
+    assert model.history[-1]["revision"]["params"] == [0, 0, 0, 0, 0, 1, 0, 1.2, 0, 0]
+
+
+def test_critic_only_revises_the_last_entry_with_its_own_episode_count_and_diagnostics() -> None:
+    # bandit, return W + b; the last entry is the 1-episode warm-up, then a K = 4 candidate
+    replies = [vector(1.0, 1.0), "The worst episode is low.\n" + vector(1.5, 1.0), vector(2.0, 1.0)]
+    model, llm = run("critic_only", replies, env=BanditEnv(), max_episodes=1 + 8, target_return=4, tau_c=2.0)
+    critics = [call[1]["content"].split("## Candidate under review\n")[1].split("\n")[0] for call in llm.calls]
+    assert re.search(r"\(1 episodes?\)$", critics[0]) and critics[1].endswith("(4 episodes)")
+    first, second = (r["diagnostics"] for r in model.history[1:])
+    assert first["accepted"]
+    # the candidate revised second returned exactly tau_c: at the threshold counts as above it
+    assert model.history[1]["mean_return"] == 2.0 and second["above_tau_c"] and second["worst_fixation"]
+    assert second["l1"] == 0.5 and second["n_changed"] == 1
+
+
+def test_critic_only_counts_its_fallbacks_and_keeps_adjusted_notes() -> None:
+    model, _ = run("critic_only", ["no numbers here"], env=BanditEnv(), max_episodes=1 + 8, max_llm_retries=0)
+    assert [r["kind"] for r in model.history] == ["warmup", "fallback", "fallback"]
+    assert model.llm_stats["fallbacks"] == 2
+    model, _ = run("critic_only", [vector(1.0, 99.0)], env=BanditEnv(), max_episodes=1 + 4)
+    revision = model.history[-1]["revision"]
+    assert model.history[-1]["kind"] == "critic" and revision["params"] == [1.0, 6.0]
+    assert len(revision["adjusted"]) == 1 and "params[1]" in revision["adjusted"][0]
+
+
+@pytest.mark.parametrize("variant, expected", [("props", "1 of 4"), ("pure_search", "1 of 2"), ("r2po", "1 of 2")])
+def test_planned_iterations_count_the_candidates_of_the_variant(variant: str, expected: str) -> None:
+    # 16 episodes after the warm-up, K = 4: a one-candidate variant plans four iterations, a two-candidate one two
+    replies = [vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)]
+    _, llm = run(variant, replies, max_episodes=1 + 16)
+    assert f"This is iteration {expected}." in llm.calls[0][1]["content"]
+
+
+def test_r2po_candidate_at_tau_c_counts_as_above_it() -> None:
+    # the Search candidate returns exactly tau_c = 2: the revision rule applies to it
+    model, llm = run(
+        "r2po", [vector(1.0, 1.0), vector(1.0, 1.5)], env=BanditEnv(), max_episodes=1 + 8, target_return=4, tau_c=2
+    )
+    assert model.history[1]["search"]["mean_return"] == 2.0 and model.history[1]["diagnostics"]["above_tau_c"] is True
+    assert "is at or above this threshold" in llm.calls[1][1]["content"]

@@ -390,3 +390,68 @@ def test_optimize_r2po_scores_every_trial(tmp_path: Path) -> None:
     trials = optuna.load_study(study_name="r2po", storage=storage).trials
     assert len(trials) == 2 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     assert all(t.value is not None and -1.0 <= t.value <= 1.0 for t in trials), [t.value for t in trials]  # not -inf
+
+
+def _maze_run(callback, **kwargs) -> R2PO:
+    model = R2PO("Tabular", "R2PO/Maze3x3-v0", llm="example:0", warmup_episodes=2, n_eval_episodes=2, max_episodes=6, seed=0)
+    return model.learn(4_000_000, callback=callback, **kwargs)
+
+
+def test_final_trial_evaluation_only_when_due_and_only_for_r2po() -> None:
+    optuna = pytest.importorskip("optuna")
+    from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
+    from sb3_r2po.zoo.sampler import sample_r2po_params
+
+    register_r2po()
+    assert HYPERPARAMS_SAMPLER["r2po"] is sample_r2po_params
+    eval_env = make_vec_env("R2PO/Maze3x3-v0")
+
+    def callback(eval_freq: int) -> FinalTrialEvalCallback:
+        trial = optuna.create_study(direction="maximize").ask()
+        return FinalTrialEvalCallback(eval_env, trial, n_eval_episodes=2, eval_freq=eval_freq)
+
+    first = callback(100_000)
+    model = _maze_run(first)
+    assert first.eval_idx == 1
+    n_calls = first.n_calls
+    model.learn(4_000_000, callback=first, reset_num_timesteps=False)  # the budget is spent: no step, no evaluation
+    assert first.n_calls == n_calls and first.eval_idx == 1
+    # the last scheduled evaluation fell on the last step: not evaluated twice
+    last = callback(first.n_calls)
+    _maze_run(last)
+    assert last.n_calls == first.n_calls and last.eval_idx == 1
+    # no scheduled evaluations at all (eval_freq 0): one at the end
+    none = callback(0)
+    _maze_run(none)
+    assert none.eval_idx == 1
+    # other algorithms run to their horizon, where the zoo's evaluations are: no extra one
+    ppo = callback(100_000)
+    PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, n_epochs=1, seed=0).learn(32, callback=ppo)
+    assert ppo.eval_idx == 0
+    eval_env.close()
+
+
+def test_config_dir_override_and_option_parsing_edges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "r2po.yml").write_text("default:\n  n_eval_episodes: 20\n")
+    monkeypatch.setenv("SB3_R2PO_ZOO_CONFIGS", str(tmp_path))
+    assert config_dir() == tmp_path and config_file("r2po") == tmp_path / "r2po.yml"
+    monkeypatch.delenv("SB3_R2PO_ZOO_CONFIGS")
+    assert "default" not in config_env_ids("r2po") and "CartPole-v1" in config_env_ids("r2po")
+    # after "--" nothing is an option: no --conf-file given, and the --algo before it counts
+    r2po_yml = str(config_file("r2po"))
+    assert resolve_train_args(["--algo", "r2po", "--", "--conf-file=x.yml"])[:2] == ["--conf-file", r2po_yml]
+    assert resolve_train_args(["--algo", "r2po", "--", "--algo", "ppo"])[:2] == ["--conf-file", r2po_yml]
+
+
+def test_entry_point_usage_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    from sb3_r2po.zoo import main
+
+    for argv, code in (([], 2), (["-h"], 0), (["--help"], 0), (["nope"], 2)):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == code, argv
+    assert "unknown script 'nope'" in capsys.readouterr().err
