@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import gymnasium as gym
 import pytest
@@ -80,28 +81,38 @@ def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path) -> None:
     assert resumed.history == first.history
 
 
-def test_a_run_continued_after_an_llm_error_replays_from_its_transcript(tmp_path) -> None:
-    """The server fails on a re-ask (the unusable first reply is recorded, never counted); the caller catches the
-    error and calls learn() again. The transcript sets the orphan aside, so replaying it reproduces the run."""
+OUTAGE = dict(n_eval_episodes=2, warmup_episodes=2, seed=3, max_episodes=2 + 2 * 2 * 4)
+"""Settings of the runs cut by an LLM outage: 4 iterations of 2 + 2 episodes after 2 warm-up episodes."""
+
+
+def _cut_by_an_outage(tmp_path, fifth: Callable[[ExampleLLM, list[dict[str, str]]], str]) -> R2PO:
+    """A run with ``checkpoint_dir`` whose 5th LLM call is answered by ``fifth`` and whose 6th fails ("server down");
+    the caller catches the error, and the server answers again from then on."""
     example = ExampleLLM(0)
     state = {"calls": 0, "down": True}
 
     def flaky(messages: list[dict[str, str]]) -> str:
         state["calls"] += 1
         if state["down"] and state["calls"] == 5:
-            return "no vector in this reply"  # unusable: recorded, then re-asked
+            return fifth(example, messages)
         if state["down"] and state["calls"] == 6:
             raise LLMBackendError("server down")
         return example.chat(messages).text
 
-    kwargs = dict(n_eval_episodes=2, warmup_episodes=2, seed=3, max_episodes=2 + 2 * 2 * 4)
-    model = R2PO("MlpLinear", "CartPole-v1", llm=flaky, checkpoint_dir=str(tmp_path), **kwargs)
+    model = R2PO("MlpLinear", "CartPole-v1", llm=flaky, checkpoint_dir=str(tmp_path), **OUTAGE)
     with pytest.raises(LLMBackendError, match="server down"):
         model.learn(10**6)
     state["down"] = False
+    return model
+
+
+def test_a_run_continued_after_an_llm_error_replays_from_its_transcript(tmp_path) -> None:
+    """The server fails on a re-ask (the unusable first reply is recorded, never counted); the caller catches the
+    error and calls learn() again. The transcript sets the orphan aside, so replaying it reproduces the run."""
+    model = _cut_by_an_outage(tmp_path, lambda example, messages: "no vector in this reply")  # recorded, re-asked
     with pytest.warns(RuntimeWarning, match="1 recorded call"):
         model.learn(10**6, reset_num_timesteps=False)
-    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{tmp_path / 'llm_calls.jsonl'}", **kwargs).learn(10**6)
+    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{tmp_path / 'llm_calls.jsonl'}", **OUTAGE).learn(10**6)
     assert replayed.history == model.history and model.iteration == 4
 
 
@@ -110,34 +121,19 @@ def test_a_counted_call_of_an_iteration_cut_short_by_an_llm_error_is_set_aside(t
     error and calls learn() again. The model is rolled back to its last history entry (counters, random state, LLM
     statistics) and the transcript rewound to the same point, so the orphan Search reply is set aside, the continued
     run is the uninterrupted one, and its transcript replays it."""
-    example = ExampleLLM(0)
-    state = {"calls": 0, "down": True}
-
-    def flaky(messages: list[dict[str, str]]) -> str:
-        state["calls"] += 1
-        if state["down"] and state["calls"] == 5:
-            return "ORPHAN " + example.chat(messages).text  # a usable Search reply, counted
-        if state["down"] and state["calls"] == 6:
-            raise LLMBackendError("server down")
-        return example.chat(messages).text
-
-    kwargs = dict(n_eval_episodes=2, warmup_episodes=2, seed=3, max_episodes=2 + 2 * 2 * 4)
-    model = R2PO("MlpLinear", "CartPole-v1", llm=flaky, checkpoint_dir=str(tmp_path), **kwargs)
-    with pytest.raises(LLMBackendError, match="server down"):
-        model.learn(10**6)
+    model = _cut_by_an_outage(tmp_path, lambda example, messages: "ORPHAN " + example.chat(messages).text)  # usable
     assert model._transcript.recorded == 5  # the orphan was recorded: the case under test
     last = model.history[-1]
     assert model.llm_stats["calls"] == model._transcript_calls == 4  # rolled back to the last history entry
     assert (model._episode_num, model.num_timesteps) == (last["episodes"], last["timesteps"])
-    state["down"] = False
     with pytest.warns(RuntimeWarning, match="1 recorded call"):
         model.learn(10**6, reset_num_timesteps=False)
     path = tmp_path / "llm_calls.jsonl"
     assert not any(r["reply"]["text"].startswith("ORPHAN") for r in read_records(path))
     assert "ORPHAN" in path.read_text(encoding="utf-8")  # set aside, still in the file
-    uninterrupted = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(0), **kwargs).learn(10**6)
+    uninterrupted = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(0), **OUTAGE).learn(10**6)
     assert model.history == uninterrupted.history and model.iteration == 4
-    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{path}", **kwargs).learn(10**6)
+    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{path}", **OUTAGE).learn(10**6)
     assert replayed.history == model.history
 
 
