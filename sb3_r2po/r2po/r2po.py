@@ -330,12 +330,10 @@ class R2PO(BaseAlgorithm):
         from another thread (or a callback) never disturbs the training in progress.
         """
         saved = copy.copy(self)  # a new __dict__ sharing the policy, env and history with the model
-        committed = self._committed or {}
-        for name in COMMITTED_STATE:
-            if name in committed:
-                setattr(saved, name, committed[name])  # snapshots are replaced at every commit, never changed in place
-        if committed:
-            saved.history = self.history[: committed["history_length"]]
+        for name, value in self._committed_state().items():
+            setattr(saved, name, value)  # snapshots are replaced at every commit, never changed in place
+        if self._committed:
+            saved.history = self.history[: self._committed["history_length"]]
         if not isinstance(self.llm, str):
             saved.llm = None
         BaseAlgorithm.save(saved, path, exclude=exclude, include=include)
@@ -345,6 +343,11 @@ class R2PO(BaseAlgorithm):
         self._committed = {name: copy.deepcopy(getattr(self, name)) for name in COMMITTED_STATE}
         self._committed["history_length"] = len(self.history)
 
+    def _committed_state(self) -> dict[str, Any]:
+        """The :data:`COMMITTED_STATE` values of the last snapshot (none before the first one)."""
+        committed = self._committed or {}
+        return {name: committed[name] for name in COMMITTED_STATE if name in committed}
+
     def _roll_back(self) -> None:
         """
         Return to the state of the last history entry after an exception cut an iteration short (an LLM error, a
@@ -352,9 +355,8 @@ class R2PO(BaseAlgorithm):
         checkpoint would, and the run stays identical to an uninterrupted one (and replayable from its transcript,
         which ``learn()`` rewinds to the same point). The cut iteration's episodes are not charged.
         """
-        for name, value in (self._committed or {}).items():
-            if name in COMMITTED_STATE:
-                setattr(self, name, copy.deepcopy(value))  # the snapshot stays intact for save() and the next roll-back
+        for name, value in self._committed_state().items():
+            setattr(self, name, copy.deepcopy(value))  # the snapshot stays intact for save() and the next roll-back
 
     @property
     def variant_spec(self) -> Variant:
