@@ -3,8 +3,11 @@
 "Solved" is the 20-episode rolling mean of training returns first reaching 475 (``sb3_r2po.compare.summarize``).
 Every method is charged only for its training episodes. The baselines use RL Zoo's tuned hyperparameters through
 ``sb3_r2po.compare`` (the same ``ExperimentManager`` path as ``python -m sb3_r2po.zoo train``) and get their own
-budget, large enough to solve the task; R2PO gets the budget an LLM on this CPU can pay for (about 20 s per call
+budget, large enough to solve the task; R2PO gets the budget an LLM on this CPU can pay for (about 13-25 s per call
 with the 0.5B model). A run that does not get there within its budget says so: the table never extrapolates.
+
+R2PO's rows add a figure of its own: the training episodes after which a kept candidate's K-episode mean first
+reached 475 (the paper's "best iteration" view: the policy R2PO keeps, not the episodes it spent exploring).
 
 The reference column is the issue's measurement (RL Zoo 2.9 tuned hyperparameters, seeds 0-2): ARS 92, 110 and
 not within its 5e4-step budget (460 at the end); PPO 177, 186, 168.
@@ -16,6 +19,11 @@ Usage (one command)::
 ``--prompts lean`` (or ``full``, ``tight``) gives R2PO a prompt preset (:func:`sb3_r2po.prompts.prompt_preset`);
 without it R2PO keeps the prompt settings of ``zoo_configs/r2po.yml`` (R2PO's defaults).
 
+``--json PATH`` keeps the measurements: every run is written to it as soon as it ends (atomically), so a cut
+command loses at most the run in progress. The same command again reads the file, reruns nothing that is there
+and continues with the missing (method, seed) runs; a file written with other settings is refused, never
+overwritten.
+
 An existing ``python -m sb3_r2po.compare`` output with the same R2PO settings can stand in for the R2PO runs
 (``--r2po-runs comparison/runs.json``): the settings are checked and the table says where the runs came from.
 """
@@ -24,16 +32,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.compare import run_comparison, summarize
+from sb3_r2po.compare import run_seeds, summarize
 
+ENV_ID = "CartPole-v1"
 THRESHOLD = 475.0
 WINDOW = 20
 REFERENCE = {"ars": "92, 110, not reached (460 at 5e4 steps)", "ppo": "177, 186, 168"}
+KEPT = ("method", "seed", "returns", "episodes_run", "wall_time_s", "iterations", "llm_calls", "llm_stats", "history")
+"""What the JSON keeps of a run of :func:`sb3_r2po.compare.run_seeds` (its hyperparameters are in ``settings``)."""
 
 
 def r2po_runs_from(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -44,6 +56,34 @@ def r2po_runs_from(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]
         if theirs.get(key) != value:
             raise ValueError(f"{path}: setting {key} is {theirs.get(key)!r}, this benchmark needs {value!r}")
     return [run for run in data["runs"] if run["method"] == "r2po"]
+
+
+def load_progress(path: Path | None, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs an earlier call of the same command wrote to ``path`` (none when there is no file)."""
+    if path is None or not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    if "runs" not in data:
+        raise ValueError(f"{path} holds no per-run data (an older version of this script wrote it); give another --json")
+    if data["settings"] != settings:
+        differ = sorted(key for key in {*settings, *data["settings"]} if settings.get(key) != data["settings"].get(key))
+        raise ValueError(f"{path} was written with other settings ({', '.join(differ)}); give another --json")
+    return data["runs"]
+
+
+def write_progress(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``path`` so that a cut leaves the old file or the new one, never a torn one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1))
+    os.replace(tmp, path)
+
+
+def first_kept_at(run: dict[str, Any], k: int, threshold: float) -> int | None:
+    """Training episodes after which an R2PO history entry of K episodes first had a mean >= ``threshold``."""
+    for entry in run.get("history", []):
+        if entry["kind"] != "warmup" and entry["n_episodes"] >= k and entry["mean_return"] >= threshold:
+            return int(entry["episodes"])
+    return None
 
 
 def cell(values: list[int | None], budget: int) -> str:
@@ -64,18 +104,15 @@ def main() -> None:
     parser.add_argument("--prompts", default=None, help="R2PO's prompt preset (full, lean, tight); default: R2PO's own")
     parser.add_argument("--baseline-budget", type=int, default=400)
     parser.add_argument("--r2po-runs", default=None, help="reuse the R2PO runs of this compare runs.json")
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", default=None, help="write every run here as it ends; rerun to continue a cut command")
     args = parser.parse_args()
 
     import torch as th
 
     th.set_num_threads(1)
     start = time.perf_counter()
-    baselines = run_comparison(
-        "CartPole-v1", ["ars", "ppo"], args.seeds, args.baseline_budget, window=WINDOW, threshold=THRESHOLD, progress=False
-    )
     r2po_settings = {
-        "env": "CartPole-v1",
+        "env": ENV_ID,
         "llm": args.llm,
         "budget": args.r2po_budget,
         "n_eval_episodes": args.n_eval_episodes,
@@ -83,50 +120,67 @@ def main() -> None:
         "seeds": args.seeds,
         "prompts": args.prompts,
     }
+    settings = {**r2po_settings, "baseline_budget": args.baseline_budget, "r2po_runs": args.r2po_runs}
+    json_path = Path(args.json) if args.json else None
+    runs = load_progress(json_path, settings)
+    if runs:
+        print(f"{json_path}: {len(runs)} run(s) already there, continuing with the missing ones")
+
     if args.r2po_runs:
         r2po = r2po_runs_from(Path(args.r2po_runs), r2po_settings)
         source = f"reused from {args.r2po_runs}"
     else:
-        result = run_comparison(
-            "CartPole-v1",
-            ["r2po"],
-            args.seeds,
-            args.r2po_budget,
-            llm=args.llm,
-            window=WINDOW,
-            threshold=THRESHOLD,
-            n_eval_episodes=args.n_eval_episodes,
-            warmup_episodes=args.warmup_episodes,
-            progress=False,
-            prompts=args.prompts,
-        )
-        r2po = result["runs"]
-        source = "run now"
+        source = "run now" if not runs else f"run by this command, continued from {json_path}"
+    plan = [("ars", args.baseline_budget, {}), ("ppo", args.baseline_budget, {})]
+    if not args.r2po_runs:
+        r2po_kwargs = {
+            "llm": args.llm,
+            "n_eval_episodes": args.n_eval_episodes,
+            "warmup_episodes": args.warmup_episodes,
+            "prompts": args.prompts,
+        }
+        plan.append(("r2po", args.r2po_budget, r2po_kwargs))
+    for method, budget, kwargs in plan:
+        for seed in args.seeds:
+            if any(r["method"] == method and r["seed"] == seed for r in runs):
+                continue
+            (run,) = run_seeds(method, ENV_ID, [seed], budget, **kwargs)
+            runs.append({key: run[key] for key in KEPT if key in run})
+            summary = summarize(run["returns"], WINDOW, THRESHOLD)
+            print(f"{method} seed {seed}: to {THRESHOLD:g} {summary['to_threshold']}, best {summary['best']:.1f}, "
+                  f"{run['wall_time_s']:.0f} s", flush=True)
+            if json_path is not None:
+                write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source})
+    if not args.r2po_runs:
+        r2po = [r for r in runs if r["method"] == "r2po"]
     wall = time.perf_counter() - start
 
     rows = []
-    for method, runs, budget in (
+    for method, method_runs, budget in (
         ("r2po", r2po, args.r2po_budget),
-        ("ars", [r for r in baselines["runs"] if r["method"] == "ars"], args.baseline_budget),
-        ("ppo", [r for r in baselines["runs"] if r["method"] == "ppo"], args.baseline_budget),
+        ("ars", [r for r in runs if r["method"] == "ars"], args.baseline_budget),
+        ("ppo", [r for r in runs if r["method"] == "ppo"], args.baseline_budget),
     ):
-        runs = sorted(runs, key=lambda r: r["seed"])
-        stats = [summarize(r["returns"], WINDOW, THRESHOLD) for r in runs]
-        rows.append(
-            {
-                "method": method,
-                "budget": budget,
-                "seeds": [r["seed"] for r in runs],
-                "to_threshold": [s["to_threshold"] for s in stats],
-                "best": [s["best"] for s in stats],
-                "wall_time_s": [r["wall_time_s"] for r in runs],
-            }
-        )
+        method_runs = sorted(method_runs, key=lambda r: r["seed"])
+        stats = [summarize(r["returns"], WINDOW, THRESHOLD) for r in method_runs]
+        row = {
+            "method": method,
+            "budget": budget,
+            "seeds": [r["seed"] for r in method_runs],
+            "to_threshold": [s["to_threshold"] for s in stats],
+            "best": [s["best"] for s in stats],
+            "wall_time_s": [r["wall_time_s"] for r in method_runs],
+        }
+        if method == "r2po" and all("history" in r for r in method_runs):
+            row["kept_candidate_at"] = [first_kept_at(r, args.n_eval_episodes, THRESHOLD) for r in method_runs]
+            row["fallbacks"] = [int(r["llm_stats"]["fallbacks"]) for r in method_runs]
+            row["iterations"] = [r["iterations"] for r in method_runs]
+        rows.append(row)
 
     prompts = f", `{args.prompts}` prompts" if args.prompts else ""
     label = {"r2po": f"R2PO (`{args.llm}`, task description, K={args.n_eval_episodes}{prompts})", "ars": "ARS", "ppo": "PPO"}
     goal = f"the {WINDOW}-episode rolling mean reaches {THRESHOLD:g}"
-    print(f"\nCartPole-v1, training episodes until {goal}, seeds {args.seeds}:\n")
+    print(f"\n{ENV_ID}, training episodes until {goal}, seeds {args.seeds}:\n")
     print("| method | budget (episodes) | episodes to 475, per seed | best rolling mean, per seed | reference (issue) |")
     print("|---|---:|---|---|---|")
     for row in rows:
@@ -135,9 +189,16 @@ def main() -> None:
             f"| {label[row['method']]} | {row['budget']} | {cell(row['to_threshold'], row['budget'])} | {best} "
             f"| {REFERENCE.get(row['method'], '-')} |"
         )
+    r2po_row = rows[0]
+    if "kept_candidate_at" in r2po_row:
+        print(
+            f"\nR2PO, training episodes until a kept candidate's {args.n_eval_episodes}-episode mean first reached "
+            f"{THRESHOLD:g}, per seed: {cell(r2po_row['kept_candidate_at'], args.r2po_budget)}; iterations "
+            f"{r2po_row['iterations']}, Search fallbacks (unusable or repeated proposals) {r2po_row['fallbacks']}."
+        )
     print(f"\nR2PO runs: {source}. Wall time of this command: {wall:.0f} s.")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"settings": r2po_settings, "rows": rows, "r2po_source": source}, indent=1))
+    if json_path is not None:
+        write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source, "rows": rows})
 
 
 if __name__ == "__main__":

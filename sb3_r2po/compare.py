@@ -388,6 +388,10 @@ def finish_run(run: PreparedRun) -> dict[str, Any]:
             raise RuntimeError(f"R2PO ran {model._episode_num} episodes, the Monitor saw {result['episodes_run']}")
         result["iterations"] = int(model.iteration)
         result["llm_calls"] = int(model.llm_stats["calls"])
+        result["llm_stats"] = {key: float(value) for key, value in model.llm_stats.items()}
+        result["history"] = [
+            {key: record[key] for key in ("kind", "mean_return", "n_episodes", "episodes")} for record in model.history
+        ]
     return result
 
 
@@ -421,7 +425,9 @@ def run_seeds(
     :param prompts: R2PO's prompt preset (:data:`sb3_r2po.prompts.PROMPT_PRESETS`); ``None``: the file's settings.
     :return: Per run: ``method``, ``algo``, ``seed``, ``returns`` and ``lengths`` (the first ``budget`` training episodes,
         in order), ``episodes_run``, ``timesteps``, ``horizon``, ``wall_time_s``, ``hyperparams`` (as the zoo read them)
-        and ``hyperparams_file``; R2PO runs add ``iterations`` and ``llm_calls``.
+        and ``hyperparams_file``; R2PO runs add ``iterations``, ``llm_calls``, ``llm_stats`` (R2PO's ``llm_stats``) and
+        ``history`` (per history entry: ``kind``, ``mean_return``, ``n_episodes`` and ``episodes``, the episodes run when
+        it was written).
     """
 
     def prepare(seed: int) -> PreparedRun:

@@ -78,6 +78,13 @@ def test_budgets_and_per_episode_returns(comparison: Path) -> None:
     r2po = [r for r in runs if r["method"] == "r2po"]
     assert all(r["hyperparams"]["max_episodes"] == BUDGET and r["hyperparams"]["n_eval_episodes"] == 5 for r in r2po)
     assert all(r["iterations"] >= 2 and r["llm_calls"] >= 2 for r in r2po)
+    for run in r2po:  # the history as R2PO wrote it: the warm-up's single episodes are the first returns
+        history = run["history"]
+        assert [h["kind"] for h in history[:10]] == ["warmup"] * 10 and history[10]["kind"] != "warmup"
+        assert [h["mean_return"] for h in history[:10]] == run["returns"][:10]
+        assert [h["episodes"] for h in history[:10]] == list(range(1, 11))
+        assert history[-1]["episodes"] == BUDGET and len(history) == 10 + run["iterations"]
+        assert run["llm_stats"]["calls"] == run["llm_calls"]
     ppo = next(r for r in runs if r["method"] == "ppo")
     assert ppo["hyperparams"]["n_envs"] == 8 and ppo["hyperparams"]["learning_rate"] == "lin_0.001"  # the zoo's tuned entry
 

@@ -173,8 +173,10 @@ def test_an_interrupt_in_the_caller_stops_every_model() -> None:
         time.sleep(0.02)
         return example.chat(messages).text
 
+    # a budget the runs would spend by themselves in seconds: a stop that is ignored fails the test, it cannot hang it
+    budget = 600
     models = [
-        R2PO("MlpLinear", "CartPole-v1", llm=slow, n_eval_episodes=3, warmup_episodes=2, seed=s, max_episodes=10**4)
+        R2PO("MlpLinear", "CartPole-v1", llm=slow, n_eval_episodes=3, warmup_episodes=2, seed=s, max_episodes=budget)
         for s in range(2)
     ]
 
@@ -193,6 +195,7 @@ def test_an_interrupt_in_the_caller_stops_every_model() -> None:
     lengths = [len(m.history) for m in models]
     time.sleep(0.3)
     assert [len(m.history) for m in models] == lengths and all(m.llm is slow for m in models)
+    assert all(m.history[-1]["episodes"] < budget // 2 for m in models)  # stopped at the interrupt, not at the budget
 
 
 def test_a_function_callback_works_as_in_learn() -> None:

@@ -6,6 +6,7 @@ import textwrap
 from collections.abc import Callable
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from sb3_r2po import R2PO, ExampleLLM
@@ -147,3 +148,28 @@ def test_a_loaded_model_refuses_another_runs_directory(tmp_path) -> None:
     with pytest.raises(ValueError, match="already holds another run"):
         model.learn(10**6, reset_num_timesteps=False)
     assert (tmp_path / "b" / "history.json").read_text() == other
+
+
+def test_an_interrupt_between_a_history_entry_and_its_snapshot_takes_the_entry_back(monkeypatch) -> None:
+    """Ctrl-C can land inside ``_commit``, after the history append and before the snapshot of the counters: the
+    roll-back removes that entry too, so the history and the counters agree and learn() again is the uninterrupted run."""
+    kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, seed=4, max_episodes=2 + 2 * 2 * 3)
+    uninterrupted = R2PO("MlpLinear", "CartPole-v1", **kwargs).learn(10**6)
+    model = R2PO("MlpLinear", "CartPole-v1", **kwargs)
+    snapshot = model._snapshot
+    state = {"calls": 0}
+
+    def cut_at_the_fourth(*args) -> None:
+        state["calls"] += 1
+        if state["calls"] == 4:  # learn()'s own snapshot, two warm-up entries, then the first iteration's entry
+            raise KeyboardInterrupt
+        snapshot(*args)
+
+    monkeypatch.setattr(model, "_snapshot", cut_at_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        model.learn(10**6)
+    assert len(model.history) == 2 and model._episode_num == model.history[-1]["episodes"] == 2
+    assert np.array_equal(model.policy.get_flat(), model.best_record()["params"])
+    monkeypatch.setattr(model, "_snapshot", snapshot)
+    model.learn(10**6, reset_num_timesteps=False)
+    assert model.history == uninterrupted.history

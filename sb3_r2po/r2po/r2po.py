@@ -357,6 +357,12 @@ class R2PO(BaseAlgorithm):
         """
         for name, value in self._committed_state().items():
             setattr(self, name, copy.deepcopy(value))  # the snapshot stays intact for save() and the next roll-back
+        if self._committed and len(self.history) > self._committed["history_length"]:
+            # cut inside _commit, after the append and before the snapshot (a Ctrl-C can land there): the entry goes
+            del self.history[self._committed["history_length"] :]
+            best = self.best_record()
+            if best is not None:
+                self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
 
     @property
     def variant_spec(self) -> Variant:
