@@ -147,8 +147,11 @@ def main() -> None:
             (run,) = run_seeds(method, ENV_ID, [seed], budget, **kwargs)
             runs.append({key: run[key] for key in KEPT if key in run})
             summary = summarize(run["returns"], WINDOW, THRESHOLD)
-            print(f"{method} seed {seed}: to {THRESHOLD:g} {summary['to_threshold']}, best {summary['best']:.1f}, "
-                  f"{run['wall_time_s']:.0f} s", flush=True)
+            print(
+                f"{method} seed {seed}: to {THRESHOLD:g} {summary['to_threshold']}, best {summary['best']:.1f}, "
+                f"{run['wall_time_s']:.0f} s",
+                flush=True,
+            )
             if json_path is not None:
                 write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source})
     if not args.r2po_runs:
