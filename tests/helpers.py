@@ -45,8 +45,12 @@ class BanditEnv(gym.Env):
 class EndlessEnv(gym.Env):
     """An env that never ends by itself (no time limit): for the episode cap."""
 
+    metadata = {"render_modes": ["rgb_array"]}  # noqa: RUF012  (make_vec_env asks for rgb_array; gymnasium warns otherwise)
     observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
     action_space = spaces.Discrete(2)
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
