@@ -6,7 +6,8 @@ Every method is charged only for its training episodes. The baselines use RL Zoo
 budget, large enough to solve the task; R2PO gets the budget an LLM on this CPU can pay for (about 13-25 s per call
 with the 0.5B model). A run that does not get there within its budget says so: the table never extrapolates.
 
-R2PO's rows add a figure of its own: the training episodes after which a kept candidate's K-episode mean first
+A column gives every method's rolling mean after R2PO's budget (the methods side by side at a matched
+budget). R2PO's rows add a figure of its own: the training episodes after which a kept candidate's K-episode mean first
 reached 475 (the paper's "best iteration" view: the policy R2PO keeps, not the episodes it spent exploring).
 
 The reference column is the issue's measurement (RL Zoo 2.9 tuned hyperparameters, seeds 0-2): ARS 92, 110 and
@@ -38,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.compare import run_seeds, summarize
+from sb3_r2po.compare import rolling_mean, run_seeds, summarize
 
 ENV_ID = "CartPole-v1"
 THRESHOLD = 475.0
@@ -84,6 +85,11 @@ def first_kept_at(run: dict[str, Any], k: int, threshold: float) -> int | None:
         if entry["kind"] != "warmup" and entry["n_episodes"] >= k and entry["mean_return"] >= threshold:
             return int(entry["episodes"])
     return None
+
+
+def at_episode(returns: list[float], episode: int) -> float | None:
+    """The ``WINDOW``-episode rolling mean of ``returns`` after ``episode`` training episodes (``None``: fewer ran)."""
+    return None if len(returns) < episode else float(rolling_mean(returns, WINDOW)[episode - 1])
 
 
 def cell(values: list[int | None], budget: int) -> str:
@@ -172,6 +178,7 @@ def main() -> None:
             "seeds": [r["seed"] for r in method_runs],
             "to_threshold": [s["to_threshold"] for s in stats],
             "best": [s["best"] for s in stats],
+            "at_r2po_budget": [at_episode(r["returns"], args.r2po_budget) for r in method_runs],
             "wall_time_s": [r["wall_time_s"] for r in method_runs],
         }
         if method == "r2po" and all("history" in r for r in method_runs):
@@ -184,13 +191,17 @@ def main() -> None:
     label = {"r2po": f"R2PO (`{args.llm}`, task description, K={args.n_eval_episodes}{prompts})", "ars": "ARS", "ppo": "PPO"}
     goal = f"the {WINDOW}-episode rolling mean reaches {THRESHOLD:g}"
     print(f"\n{ENV_ID}, training episodes until {goal}, seeds {args.seeds}:\n")
-    print("| method | budget (episodes) | episodes to 475, per seed | best rolling mean, per seed | reference (issue) |")
-    print("|---|---:|---|---|---|")
+    print(
+        "| method | budget (episodes) | episodes to 475, per seed | best rolling mean, per seed "
+        f"| rolling mean at episode {args.r2po_budget}, per seed | reference (issue) |"
+    )
+    print("|---|---:|---|---|---|---|")
     for row in rows:
         best = ", ".join(f"{b:.1f}" for b in row["best"])
+        matched = ", ".join("-" if v is None else f"{v:.1f}" for v in row["at_r2po_budget"])
         print(
             f"| {label[row['method']]} | {row['budget']} | {cell(row['to_threshold'], row['budget'])} | {best} "
-            f"| {REFERENCE.get(row['method'], '-')} |"
+            f"| {matched} | {REFERENCE.get(row['method'], '-')} |"
         )
     r2po_row = rows[0]
     if "kept_candidate_at" in r2po_row:

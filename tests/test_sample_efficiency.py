@@ -30,7 +30,11 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     r2po = [r for r in data["runs"] if r["method"] == "r2po"]
     assert all(len(r["returns"]) == 30 and r["history"][-1]["episodes"] == 30 for r in r2po)
     assert "| R2PO (`example`, task description, K=5) | 30 | not within 30, not within 30 |" in first.stdout
+    assert "rolling mean at episode 30, per seed |" in first.stdout
     assert "a kept candidate's 5-episode mean first reached 475" in first.stdout
+    for row in data["rows"]:  # every method side by side after R2PO's 30 episodes: the mean of episodes 11-30
+        mine = sorted((r for r in data["runs"] if r["method"] == row["method"]), key=lambda r: r["seed"])
+        assert row["at_r2po_budget"] == pytest.approx([sum(r["returns"][10:30]) / 20 for r in mine])
 
     cut = {**data, "runs": data["runs"][:3]}  # as if the command had been stopped during PPO's second seed
     del cut["rows"]
