@@ -14,7 +14,7 @@ if importlib.util.find_spec("rl_zoo3") is None:  # the baselines run through RL 
     pytest.skip("rl_zoo3 is not installed", allow_module_level=True)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sample_efficiency.py"
-ARGS = ["--llm", "example", "--seeds", "0", "1", "--r2po-budget", "30", "--baseline-budget", "30"]
+ARGS = ["--llm", "example", "--seeds", "0", "--r2po-budget", "30", "--baseline-budget", "30"]
 """Tiny budgets with the stand-in LLM: R2PO runs a 10-episode warm-up and four 5-episode evaluations."""
 
 
@@ -26,28 +26,27 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     path = tmp_path / "se.json"
     first = run(*ARGS, "--json", str(path))
     data = json.loads(path.read_text())
-    assert [(r["method"], r["seed"]) for r in data["runs"]] == [(m, s) for m in ("ars", "ppo", "r2po") for s in (0, 1)]
+    assert [(r["method"], r["seed"]) for r in data["runs"]] == [("ars", 0), ("ppo", 0), ("r2po", 0)]
     r2po = [r for r in data["runs"] if r["method"] == "r2po"]
     assert all(len(r["returns"]) == 30 and r["history"][-1]["episodes"] == 30 for r in r2po)
-    assert "| R2PO (`example`, task description, K=5) | 30 | not within 30, not within 30 |" in first.stdout
+    assert "| R2PO (`example`, task description, K=5) | 30 | not within 30 |" in first.stdout
     assert "rolling mean at episode 30, per seed |" in first.stdout
     assert "a kept candidate's 5-episode mean first reached 475" in first.stdout
     for row in data["rows"]:  # every method side by side after R2PO's 30 episodes: the mean of episodes 11-30
         mine = sorted((r for r in data["runs"] if r["method"] == row["method"]), key=lambda r: r["seed"])
         assert row["at_r2po_budget"] == pytest.approx([sum(r["returns"][10:30]) / 20 for r in mine])
 
-    cut = {**data, "runs": data["runs"][:3]}  # as if the command had been stopped during PPO's second seed
+    cut = {**data, "runs": data["runs"][:1]}  # as if the command had been stopped during PPO's run
     del cut["rows"]
     path.write_text(json.dumps(cut))
     again = run(*ARGS, "--json", str(path))
-    assert "3 run(s) already there" in again.stdout
+    assert "1 run(s) already there" in again.stdout
     assert [line.split(":")[0] for line in again.stdout.splitlines() if " seed " in line and ": to " in line] == [
-        "ppo seed 1",
+        "ppo seed 0",
         "r2po seed 0",
-        "r2po seed 1",
     ]
     continued = json.loads(path.read_text())
-    assert continued["runs"][:3] == data["runs"][:3]  # kept as written, not run again
+    assert continued["runs"][0] == data["runs"][0]  # kept as written, not run again
     # the stand-in LLM and the seeds make the runs run again equal the first command's
     assert [r["returns"] for r in continued["runs"]] == [r["returns"] for r in data["runs"]]
     assert continued["rows"][0]["best"] == data["rows"][0]["best"]
@@ -55,9 +54,9 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
 
 def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
     path = tmp_path / "se.json"
-    run(*ARGS, "--seeds", "0", "--json", str(path))
+    run(*ARGS, "--json", str(path))
     before = path.read_text()
-    refused = run(*ARGS, "--seeds", "0", "--r2po-budget", "40", "--json", str(path), check=False)
+    refused = run(*ARGS, "--r2po-budget", "40", "--json", str(path), check=False)
     assert refused.returncode != 0 and "written with other settings (budget)" in refused.stderr
     assert path.read_text() == before
     path.write_text(json.dumps({"settings": {}, "rows": []}))  # the format of the script before it kept runs
