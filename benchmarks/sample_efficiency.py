@@ -132,13 +132,13 @@ def main() -> None:
     if runs:
         print(f"{json_path}: {len(runs)} run(s) already there, continuing with the missing ones")
 
-    if args.r2po_runs:
-        r2po = r2po_runs_from(Path(args.r2po_runs), r2po_settings)
+    plan = [("ars", args.baseline_budget, {}), ("ppo", args.baseline_budget, {})]
+    if args.r2po_runs:  # checked before anything runs
+        reused = r2po_runs_from(Path(args.r2po_runs), r2po_settings)
         source = f"reused from {args.r2po_runs}"
     else:
+        reused = None
         source = "run now" if not runs else f"run by this command, continued from {json_path}"
-    plan = [("ars", args.baseline_budget, {}), ("ppo", args.baseline_budget, {})]
-    if not args.r2po_runs:
         r2po_kwargs = {
             "llm": args.llm,
             "n_eval_episodes": args.n_eval_episodes,
@@ -160,8 +160,7 @@ def main() -> None:
             )
             if json_path is not None:
                 write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source})
-    if not args.r2po_runs:
-        r2po = [r for r in runs if r["method"] == "r2po"]
+    r2po = reused if reused is not None else [r for r in runs if r["method"] == "r2po"]
     wall = time.perf_counter() - start
 
     rows = []

@@ -285,6 +285,10 @@ class R2PO(BaseAlgorithm):
         self.policy = self.policy.to(self.device)
         if not isinstance(self.policy, CompactPolicy):
             raise TypeError(f"R2PO needs a CompactPolicy (linear or tabular), got {type(self.policy).__name__}")
+        self._use_best()
+
+    def _use_best(self) -> None:
+        """Put the best history candidate (:meth:`best_record`) into the policy; an empty history leaves it as it is."""
         best = self.best_record()
         if best is not None:
             self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
@@ -360,9 +364,7 @@ class R2PO(BaseAlgorithm):
         if self._committed and len(self.history) > self._committed["history_length"]:
             # cut inside _commit, after the append and before the snapshot (a Ctrl-C can land there): the entry goes
             del self.history[self._committed["history_length"] :]
-            best = self.best_record()
-            if best is not None:
-                self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+            self._use_best()
 
     @property
     def variant_spec(self) -> Variant:
@@ -492,9 +494,7 @@ class R2PO(BaseAlgorithm):
         record["episodes"] = int(self._episode_num)
         record["timesteps"] = int(self.num_timesteps)
         self.history.append(record)
-        best = self.best_record()
-        assert best is not None
-        self.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+        self._use_best()
         if self._transcript is not None:
             self._transcript_calls = self._transcript.recorded
         self._snapshot()
