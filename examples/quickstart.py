@@ -4,21 +4,26 @@
     python examples/quickstart.py --llm embedded         # Qwen2.5-Coder on this CPU (see README)
     python examples/quickstart.py --llm http://127.0.0.1:8000/v1   # any OpenAI-compatible server
 
-Prints a short results table. What a small CPU model or the example stand-in achieves says nothing about
-what gpt-oss-20b achieves.
+Prints what it prepares (the model file, the model), one line per iteration (``verbose=1``: episodes used of the
+budget, the Search proposal's mean return, the Critic's revision with its mean return and whether it was kept, the
+best so far, the LLM's calls and seconds), then a short results table. What a small CPU model or the example
+stand-in achieves says nothing about what gpt-oss-20b achieves.
 """
 
 from __future__ import annotations
 
-import argparse
-import time
+print("quickstart: loading the libraries (torch, Stable-Baselines3)", flush=True)  # the first run's imports take seconds
 
-import gymnasium as gym
-from stable_baselines3.common.evaluation import evaluate_policy
-from stable_baselines3.common.monitor import Monitor
+import argparse  # noqa: E402
+import time  # noqa: E402
 
-from sb3_r2po import R2PO
-from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
+import gymnasium as gym  # noqa: E402
+from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
+from stable_baselines3.common.logger import Logger  # noqa: E402
+from stable_baselines3.common.monitor import Monitor  # noqa: E402
+
+from sb3_r2po import R2PO  # noqa: E402
+from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset  # noqa: E402
 
 
 def main() -> None:
@@ -53,7 +58,12 @@ def main() -> None:
         # prompt size; the default "lean" preset, for CPU models: the 8 best and 4 latest history entries,
         # 20 trajectory steps, 2 digits, vectors written as lists (params: [v, ...], what the embedded grammar enforces)
         **prompt_preset(args.prompts),
-        verbose=0,
+        verbose=1,  # what is being prepared, then one line per iteration
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))  # the per-iteration lines only, not SB3's log tables
+    print(
+        f"quickstart: R2PO on {args.env} with llm={args.llm}: {args.warmup} warm-up episodes, then iterations of "
+        f"2 x {args.k} episodes until {args.episodes} episodes are used"
     )
 
     # 2. Train until the episode budget is spent (total_timesteps is only an upper safety net here).

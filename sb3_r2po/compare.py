@@ -468,7 +468,7 @@ def _jsonable(value: Any) -> Any:
 # --------------------------------------------------------------------------- 5. statistics
 
 
-def rolling_mean(returns: Sequence[float], window: int) -> np.ndarray:
+def rolling_mean(returns: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
     """The mean of the last ``window`` returns after every episode (fewer at the start: the mean so far)."""
     values = np.asarray(returns, dtype=np.float64)
     if values.size == 0:

@@ -40,7 +40,7 @@ def points_at_worst(text: str) -> bool:
     return bool(FIXATION_PATTERN.search(text or ""))
 
 
-def edit_size(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
+def edit_size(before: Sequence[float] | np.ndarray, after: Sequence[float] | np.ndarray) -> dict[str, float]:
     """Number of changed parameters, largest absolute change and L1 norm of the change."""
     delta = np.abs(np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64))
     changed = delta > 1e-12
@@ -48,8 +48,8 @@ def edit_size(before: Sequence[float], after: Sequence[float]) -> dict[str, floa
 
 
 def diagnose_revision(
-    before: Sequence[float],
-    after: Sequence[float],
+    before: Sequence[float] | np.ndarray,
+    after: Sequence[float] | np.ndarray,
     before_return: float,
     after_return: float | None,
     reply: str,

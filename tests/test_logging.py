@@ -56,6 +56,6 @@ def test_text_is_not_printed_to_stdout(tmp_path, capsys) -> None:
     model.learn(200)
     out = capsys.readouterr().out
     assert "best_return" in out and "search_return" in out
-    assert "ExampleLLM" not in out and "Search step" not in out
+    assert "seeded local search" not in out and "Search step" not in out  # no reply or prompt text
     csv_header = (tmp_path / "progress.csv").read_text().splitlines()[0]
     assert "llm_text" not in csv_header and "theta" not in csv_header

@@ -153,10 +153,19 @@ def test_the_fallback_is_a_small_step_from_the_best_candidate() -> None:
 
 
 def test_duplicate_of_history_counts_as_failure() -> None:
-    # iteration 1: search [0.5, 0.5], the critic repeats it (declined); iteration 2: the search repeats it
-    # (a failure: it would waste K episodes), the re-ask answers [1.0, 1.0]
+    # iteration 1: search [0.5, 0.5], the critic repeats it (declined, skip_unchanged_revisions); iteration 2: the
+    # search repeats it (a failure: it would waste K episodes), the re-ask answers [1.0, 1.0]
     llm = ScriptedLLM(["params: [0.5, 0.5]", "params: [0.5, 0.5]", "params: [0.5, 0.5]", "params: [1.0, 1.0]"])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=0, seed=0, max_episodes=2)
+    model = R2PO(
+        "MlpLinear",
+        BanditEnv(),
+        llm=llm,
+        n_eval_episodes=1,
+        warmup_episodes=0,
+        seed=0,
+        max_episodes=2,
+        skip_unchanged_revisions=True,
+    )
     model.learn(10**6)
     second = model.history[-1]
     assert "already evaluated" in second["search"]["failures"][0]

@@ -74,6 +74,7 @@ def test_keep_best_rejects_a_worse_revision() -> None:
     assert record["revision"] == {
         "role": "critic",
         "status": "rejected",
+        "unchanged": False,
         "params": [0.0, 1.0],
         "mean_return": 1.0,
         "failures": [],
@@ -84,12 +85,31 @@ def test_keep_best_rejects_a_worse_revision() -> None:
     assert len(model.history) == 1  # only the kept candidate enters the history
 
 
-def test_unchanged_revision_is_not_evaluated_again() -> None:
+def test_unchanged_revision_is_evaluated_again_as_the_reference_does() -> None:
     llm = ScriptedLLM([vector(1.0, 1.0), vector(1.0, 1.0)])
     model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
     model.learn(1)
+    assert model._episode_num == 6 and model.iteration == 1
+    revision = model.history[-1]["revision"]
+    assert revision["unchanged"] and revision["status"] in ("kept", "rejected") and revision["n_episodes"] == 3
+    assert model.history[-1]["mean_return"] == max(revision["mean_return"], model.history[-1]["search"]["mean_return"])
+
+
+def test_skip_unchanged_revisions_declines_without_evaluating() -> None:
+    llm = ScriptedLLM([vector(1.0, 1.0), vector(1.0, 1.0)])
+    model = R2PO(
+        "MlpLinear",
+        BanditEnv(),
+        llm=llm,
+        n_eval_episodes=3,
+        warmup_episodes=0,
+        max_episodes=6,
+        seed=0,
+        skip_unchanged_revisions=True,
+    )
+    model.learn(1)
     assert model._episode_num == 3
-    assert model.history[-1]["revision"]["status"] == "declined"
+    assert model.history[-1]["revision"]["status"] == "declined" and model.history[-1]["revision"]["unchanged"]
 
 
 def test_budget_too_small_for_the_revision_skips_the_critic() -> None:
@@ -186,13 +206,33 @@ def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
     [
         # every revision differs from its Search candidate: 4 episodes an iteration, 12 after the warm-up
         ([0.5, 1.0, 1.5, 2.0, 2.5, 3.0], ["1 of 3", "2 of 3", "3 of 3"]),
-        # the first Critic keeps the candidate (declined, not evaluated): 2 episodes saved, one more iteration planned
-        ([0.5, 0.5, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0], ["1 of 3", "2 of 4", "3 of 4", "4 of 4"]),
+        # the first Critic keeps the candidate, evaluated again as the reference does: the same plan
+        ([0.5, 0.5, 1.5, 2.0, 2.5, 3.0], ["1 of 3", "2 of 3", "3 of 3"]),
     ],
 )
 def test_search_prompt_counts_the_iterations_the_budget_leaves(values: list[float], expected: list[str]) -> None:
     llm = ScriptedLLM([vector(v, v) for v in values])
     model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=14)
+    model.learn(10**6)
+    counted = [re.search(r"This is iteration (\d+ of \d+)\.", prompt) for prompt in llm.prompts()]
+    assert [m.group(1) for m in counted if m] == expected and model._episode_num == 14
+
+
+def test_a_declined_revision_leaves_budget_for_one_more_iteration() -> None:
+    # skip_unchanged_revisions: the first Critic keeps the candidate (declined, not evaluated): 2 episodes saved
+    values = [0.5, 0.5, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
+    expected = ["1 of 3", "2 of 4", "3 of 4", "4 of 4"]
+    llm = ScriptedLLM([vector(v, v) for v in values])
+    model = R2PO(
+        "MlpLinear",
+        BanditEnv(),
+        llm=llm,
+        n_eval_episodes=2,
+        warmup_episodes=2,
+        seed=0,
+        max_episodes=14,
+        skip_unchanged_revisions=True,
+    )
     model.learn(10**6)
     counted = [re.search(r"This is iteration (\d+ of \d+)\.", prompt) for prompt in llm.prompts()]
     assert [m.group(1) for m in counted if m] == expected and model._episode_num == 14

@@ -117,9 +117,9 @@ class ParameterSpace:
             allowed = np.asarray(self.values, dtype=np.float64)
             outside = [i for i, v in enumerate(vec) if not np.any(v == allowed)]
             if outside:
-                i = outside[0]
                 raise InvalidParameters(
-                    f"params[{i}] = {short_number(vec[i])} is not one of the allowed values {list(self.values)}"
+                    f"params[{outside[0]}] = {short_number(vec[outside[0]])} is not one of the allowed values "
+                    f"{list(self.values)}"
                 )
             return Projection(vec.copy())
         clipped = np.clip(vec, self.low, self.high)

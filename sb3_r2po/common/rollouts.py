@@ -129,6 +129,7 @@ class _VecStepper:
 
     def step(self, actions: np.ndarray, obs: list[np.ndarray], active: list[bool]) -> tuple[list[_Step], int]:
         new_obs, rewards, dones, infos = self.env.step(actions)
+        assert isinstance(new_obs, np.ndarray)  # Box and Discrete observations (the policies' spaces)
         steps = []
         for i in range(len(obs)):
             if dones[i]:

@@ -78,7 +78,9 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
 
     def _obs(self) -> np.ndarray:
         obs = np.array([self.paddle_y, *self.ball, *self.velocity], dtype=np.float32)
-        return np.clip(obs, self.observation_space.low, self.observation_space.high)
+        space = self.observation_space
+        assert isinstance(space, spaces.Box)
+        return np.clip(obs, space.low, space.high)
 
     def _clip_paddle(self, y: float) -> float:
         half = self.paddle_height / 2

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,6 +45,35 @@ class ChatBackend(Protocol):
     """
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply: ...
+
+
+@runtime_checkable
+class Preparable(Protocol):
+    """
+    A backend with a slow first step (joining or loading a model): R2PO calls ``prepare`` once, at the start of the
+    first ``learn()``, so that the step is reported there (``verbose >= 1``) instead of hiding in the first call.
+    """
+
+    def prepare(self) -> None: ...
+
+
+@contextlib.contextmanager
+def log_progress(enabled: bool) -> Iterator[None]:
+    """While active (and ``enabled``), print the ``sb3_r2po`` loggers' INFO records (a backend's progress) to stdout."""
+    log = logging.getLogger("sb3_r2po")
+    if not enabled or (log.isEnabledFor(logging.INFO) and log.hasHandlers()):
+        yield  # the user's own logging configuration already shows them
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("R2PO: %(message)s"))
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 class TransientState:

