@@ -12,7 +12,7 @@ import pytest
 
 from sb3_r2po import R2PO
 
-pytestmark = pytest.mark.embedded
+pytestmark = [pytest.mark.embedded, pytest.mark.slow]
 
 
 def _model_available() -> str | None:

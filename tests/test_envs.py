@@ -9,7 +9,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import sb3_r2po.envs
 from sb3_r2po.envs import MAZE_ID, NIM_ID, PONG_ID, Maze3x3Env, NimEnv, PongEnv
-from sb3_r2po.envs.maze import MAZE_WALLS
+from sb3_r2po.envs.maze import MAZE_WALLS, MOVES
 
 ENV_IDS = [NIM_ID, PONG_ID, MAZE_ID]
 ENV_CLASSES = [NimEnv, PongEnv, Maze3x3Env]
@@ -202,39 +202,151 @@ def test_pong_paddle_stays_in_court():
     assert env.paddle_y == 40.0
 
 
-@pytest.mark.parametrize("dy, y0", [(-5.0, 7.0), (5.0, 593.0)])
-def test_pong_wall_bounce(dy, y0):
+@pytest.mark.parametrize("y0, dy", [(3.0, -5.0), (587.0, 5.0)])
+def test_pong_wall_bounce(y0, dy):
+    """At or beyond a wall (y <= 0 or y >= 590) dy changes sign; the position is not corrected (envs/pong.py)."""
     env = PongEnv()
     env.reset(seed=0)
     env.ball[:] = (400.0, y0)
     env.velocity[:] = (5.0, dy)
     obs, reward, terminated, *_ = env.step(2)
-    assert obs[4] == -dy
-    assert 5.0 <= obs[2] <= 595.0
-    assert obs[2] == pytest.approx(y0 + 1.0 if dy < 0 else y0 - 1.0)
+    assert obs[2] == y0 + dy and obs[4] == -dy
     assert reward == 0.0 and not terminated
+    obs, *_ = env.step(2)
+    assert obs[2] == y0 and obs[4] == -dy
+
+
+def test_pong_no_hit_test_before_the_paddle_line():
+    env = PongEnv()
+    env.reset(seed=0)
+    env.ball[:] = (20.0, 300.0)
+    env.velocity[:] = (-5.0, 0.0)
+    obs, reward, terminated, _, info = env.step(2)  # x = 15 > 10: not yet at the paddle
+    assert obs[1] == 15.0 and obs[3] == -5.0 and reward == 0.0 and not terminated and not info["returned"]
 
 
 def test_pong_return_gives_reward():
     env = PongEnv()
     env.reset(seed=0)
-    env.ball[:] = (20.0, 300.0)
+    env.ball[:] = (15.0, 300.0)
     env.velocity[:] = (-5.0, 0.0)
     obs, reward, terminated, _, info = env.step(2)
-    assert reward == 1.0 and not terminated and info["returned"]
-    assert obs[3] == 5.0 and obs[1] == 15.0
+    assert reward == 1.0 and not terminated and info["returned"] and info["missed_by"] is None
+    assert obs[1] == 10.0 and obs[3] == 5.0
 
 
-@pytest.mark.parametrize("ball_y, returned", [(345.0, True), (255.0, True), (345.5, False), (254.5, False)])
-def test_pong_return_window_is_half_the_paddle_plus_the_ball_radius(ball_y, returned):
+@pytest.mark.parametrize("ball_y, returned", [(260.0, True), (340.0, True), (259.5, False), (340.5, False)])
+def test_pong_hit_window_is_the_paddle_edges_inclusive(ball_y, returned):
     env = PongEnv()
-    env.reset(seed=0)  # paddle centre 300: returned within 40 + 5
-    env.ball[:] = (18.0, ball_y)
+    env.reset(seed=0)  # paddle centre 300: top 260, bottom 340
+    env.ball[:] = (15.0, ball_y)
     env.velocity[:] = (-5.0, 0.0)
     obs, reward, terminated, _, info = env.step(2)
-    assert info["returned"] is returned and reward == float(returned) and terminated is not returned
-    if returned:  # reflected off the paddle line x = 15: 18 - 5 = 13 comes back to 17
-        assert obs[1] == 17.0 and obs[3] == 5.0
+    assert info["returned"] is returned and reward == float(returned) and not terminated
+    assert obs[3] == (5.0 if returned else -5.0)
+
+
+@pytest.mark.parametrize("ball_y, dy", [(260.0, -5.0), (280.0, -2.5), (300.0, 0.0), (320.0, 2.5), (340.0, 5.0)])
+def test_pong_hit_sets_dy_from_the_hit_position(ball_y, dy):
+    """dy = 5 * (2 * h - 1), h = (ball y - paddle top) / 80 (envs/pong.py, ``_handle_paddle_hit``)."""
+    env = PongEnv()
+    env.reset(seed=0)
+    env.ball[:] = (15.0, ball_y - 3.0)
+    env.velocity[:] = (-5.0, 3.0)  # the incoming dy does not matter; the ball meets the paddle at ball_y
+    obs, reward, *_ = env.step(2)
+    assert reward == 1.0 and obs[3] == 5.0 and obs[4] == dy
+    assert obs[2] == ball_y
+    obs, *_ = env.step(2)
+    assert obs[2] == ball_y + dy
+
+
+def test_pong_opponent_hit_sets_dy_and_gives_no_reward():
+    env = PongEnv()
+    env.reset(seed=0)
+    env.opponent_y = 295.0  # moves first: its centre 295 < ball y 330, so it goes down to 300 (top 260)
+    env.ball[:] = (775.0, 330.0)
+    env.velocity[:] = (5.0, 0.0)
+    obs, reward, terminated, _, info = env.step(2)
+    assert env.opponent_y == 300.0
+    assert obs[1] == 780.0 and obs[3] == -5.0 and obs[4] == pytest.approx(5.0 * (2 * 70.0 / 80.0 - 1))
+    assert reward == 0.0 and not terminated and not info["returned"]
+
+
+@pytest.mark.parametrize("x0", [10.0, 5.0, 0.0])
+def test_pong_late_hit_still_counts(x0):
+    """The hit is tested on every step while x <= 10, down to x = -5 (which also ends the episode)."""
+    env = PongEnv()
+    env.reset(seed=0)
+    env.ball[:] = (x0, 300.0)
+    env.velocity[:] = (-5.0, 0.0)
+    obs, reward, terminated, _, info = env.step(2)
+    assert reward == 1.0 and info["returned"] and obs[3] == 5.0
+    assert terminated == (x0 - 5.0 < 0)
+    assert info["missed_by"] == ("agent" if terminated else None)
+
+
+def test_pong_paddle_catches_up_after_the_line():
+    """A ball missed at x = 10 can still be hit at x = 5 or 0 if the paddle gets there."""
+    env = PongEnv()
+    env.reset(seed=0)
+    env.ball[:] = (15.0, 345.0)  # 5 px below the paddle's bottom edge (340)
+    env.velocity[:] = (-5.0, 0.0)
+    _, reward, terminated, _, info = env.step(2)
+    assert reward == 0.0 and not terminated and not info["returned"]
+    obs, reward, terminated, _, info = env.step(1)  # paddle down 5: bottom edge 345
+    assert reward == 1.0 and info["returned"] and not terminated
+    assert obs[1] == 5.0 and obs[4] == 5.0
+
+
+def test_pong_miss_terminates():
+    env = PongEnv()
+    env.reset(seed=0)
+    env.ball[:] = (0.0, 500.0)
+    env.velocity[:] = (-5.0, 0.0)
+    obs, reward, terminated, truncated, info = env.step(2)
+    assert obs[1] == -5.0 and reward == 0.0 and terminated and not truncated
+    assert info["missed_by"] == "agent"
+
+
+def test_pong_opponent_miss_terminates():
+    env = PongEnv()
+    env.reset(seed=0)
+    env.opponent_y = 40.0
+    env.ball[:] = (790.0, 560.0)
+    env.velocity[:] = (5.0, 0.0)
+    obs, reward, terminated, _, info = env.step(2)
+    assert obs[1] == 795.0 and reward == 0.0 and terminated and info["missed_by"] == "opponent"
+
+
+@pytest.mark.parametrize(
+    "centre, ball_y, expected",
+    [(300.0, 300.0, 295.0), (300.0, 300.5, 305.0), (300.0, 100.0, 295.0), (40.0, 0.0, 40.0), (560.0, 600.0, 560.0)],
+)
+def test_pong_opponent_bang_bang(centre, ball_y, expected):
+    """The opponent always moves 5: down when its centre is above the ball's y, otherwise up; kept in the court."""
+    env = PongEnv()
+    env.reset(seed=0)
+    env.opponent_y = centre
+    env.ball[:] = (400.0, ball_y)
+    env.velocity[:] = (5.0, 0.0)
+    env.step(2)
+    assert env.opponent_y == expected
+
+
+def test_pong_serve_matches_the_reference_draws():
+    """Seeded serves and a do-nothing episode equal those of the reference env (envs/pong.py) with the same seed."""
+    env = PongEnv()
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs, np.array([300.0, 400.0, 300.0, 5.0, -2.3021328449249268], dtype=np.float32))
+    n_steps, terminated = 0, False
+    while not terminated:
+        obs, reward, terminated, truncated, _ = env.step(2)
+        n_steps += 1
+        assert reward == 0.0 and not truncated
+    assert n_steps == 233
+    np.testing.assert_array_equal(obs, np.array([300.0, -5.0, 27.65673828125, -5.0, -0.6202622056007385], dtype=np.float32))
+    obs, _ = env.reset(seed=1)
+    np.testing.assert_array_equal(obs, np.array([300.0, 400.0, 300.0, -5.0, 4.504636764526367], dtype=np.float32))
 
 
 def test_pong_serve_goes_either_way():
@@ -243,32 +355,39 @@ def test_pong_serve_goes_either_way():
     assert (velocities[:, 1] < 0).any() and (velocities[:, 1] > 0).any() and (np.abs(velocities[:, 1]) <= 5.0).all()
 
 
-def test_pong_miss_terminates():
-    env = PongEnv()
-    env.reset(seed=0)
-    env.ball[:] = (20.0, 500.0)
-    env.velocity[:] = (-5.0, 0.0)
-    _, reward, terminated, truncated, info = env.step(2)
-    assert reward == 0.0 and terminated and not truncated
-    assert info["missed_by"] == "agent"
-
-
-def test_pong_opponent_miss_terminates():
-    env = PongEnv()
-    env.reset(seed=0)
-    env.opponent_y = 40.0
-    env.ball[:] = (780.0, 560.0)
-    env.velocity[:] = (5.0, 0.0)
-    _, reward, terminated, _, info = env.step(2)
-    assert reward == 0.0 and terminated and info["missed_by"] == "opponent"
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_pong_track_ball_reaches_target(seed):
     env = gym.make(PONG_ID)
     _, rewards, *_ = rollout(env, track_ball, seed)
     # Three contacts fit in 1000 steps whichever way the ball is served: the best return is exactly 3.
     assert sum(rewards) == env.spec.reward_threshold == 3.0
+
+
+@pytest.mark.parametrize("seed, dx, hit_steps", [(1, -5.0, [78, 386, 694]), (0, 5.0, [230, 538, 846])])
+def test_pong_perfect_tracker_scores_three(seed, dx, hit_steps):
+    """A paddle that follows the ball scores exactly 3 in 1000 steps, hitting where the reference env does."""
+    env = gym.make(PONG_ID)
+    obs, _ = env.reset(seed=seed)
+    assert obs[3] == dx
+    hits = []
+    for step in range(1, 1001):
+        obs, reward, terminated, truncated, _ = env.step(0 if obs[0] > obs[2] else 1)
+        if reward:
+            hits.append(step)
+        if terminated or truncated:
+            break
+    assert hits == hit_steps
+    assert step == 1000 and truncated and not terminated
+
+
+def test_pong_truncates_itself_after_1000_steps():
+    """Like the reference env, PongEnv truncates at 1000 steps without gymnasium's TimeLimit."""
+    env = PongEnv()
+    obs, _ = env.reset(seed=1)
+    for step in range(1, 1001):
+        obs, _, terminated, truncated, _ = env.step(track_ball(obs))
+        assert not terminated
+        assert truncated == (step == 1000)
 
 
 def test_pong_idle_agent_misses():
@@ -311,23 +430,69 @@ def test_maze_spaces():
 
 
 def test_maze_shortest_path():
-    assert Maze3x3Env.shortest_path_length() == 6
-    # Longer than the Manhattan distance.
-    assert Maze3x3Env.shortest_path_length() > 4
+    assert Maze3x3Env.shortest_path_length() == 4  # S, S, E, E: the Manhattan distance
 
 
-def test_maze_optimal_path_return():
+def _bfs_over_env() -> list[int]:
+    """Breadth-first search over action sequences, each replayed on a fresh registered env."""
+    frontier: list[list[int]] = [[]]
+    seen = {0}
+    while frontier:
+        next_frontier = []
+        for path in frontier:
+            for action in range(4):
+                env = gym.make(MAZE_ID)
+                obs, _ = env.reset(seed=0)
+                for a in [*path, action]:
+                    obs, _, terminated, _, _ = env.step(a)
+                if terminated:
+                    return [*path, action]
+                if int(obs) not in seen:
+                    seen.add(int(obs))
+                    next_frontier.append([*path, action])
+        frontier = next_frontier
+    raise AssertionError("the goal is unreachable")
+
+
+def test_maze_optimal_return_is_the_papers():
+    """The reference's maze (maze2d_3x3.npy): 4-step shortest path, optimal return 1 - 3 * 0.1 / 9 = 0.967 (paper: 0.97)."""
+    path = _bfs_over_env()
+    assert len(path) == 4
+    assert path == [1, 1, 2, 2]  # the only shortest path: S, S, E, E
+
+    # The optimal tabular policy (params[0] = params[3] = 1, params[6] = params[7] = 2) earns it in every episode.
+    table = [1, 0, 0, 1, 0, 0, 2, 2, 0]
     env = gym.make(MAZE_ID)
-    env.reset(seed=0)
-    path = [2, 2, 1, 3, 1, 2]  # E, E, S, W, S, E
-    total = 0.0
-    for i, action in enumerate(path):
-        obs, reward, terminated, _, _ = env.step(action)
-        total += reward
-        assert terminated == (i == len(path) - 1)
-    assert obs == 8
-    assert total == pytest.approx(1.0 - 5 * 0.1 / 9)
-    assert total >= env.spec.reward_threshold
+    observations, rewards, terminated, _ = rollout(env, lambda obs: table[int(obs)], seed=0)
+    assert [int(o) for o in observations] == [0, 3, 6, 7, 8]
+    assert terminated and len(rewards) == 4
+    assert sum(rewards) == pytest.approx(1.0 - 3 * 0.1 / 9)
+    assert round(sum(rewards), 3) == 0.967
+    assert sum(rewards) >= env.spec.reward_threshold
+
+
+# The reference's layout file maze2d_3x3.npy, indexed cells[x, y]; bit 1 opens north, 2 east, 4 south, 8 west.
+REFERENCE_CELLS = [[2, 1, 1], [2, 2, 8], [4, 8, 8]]
+
+
+def test_maze_walls_are_the_reference_layout():
+    """Our walls are exactly the closed boundaries decoded from the reference's cell codes (maze_view_2d.py)."""
+    bits = {0: 1, 1: 4, 2: 2, 3: 8}  # action -> the bit that opens that side
+    opposite = {0: 1, 1: 0, 2: 3, 3: 2}
+    walls = set()
+    for x in range(3):
+        for y in range(3):
+            for action, (dx, dy) in MOVES.items():
+                nx, ny = x + dx, y + dy
+                if not (0 <= nx < 3 and 0 <= ny < 3):
+                    continue
+                is_open = REFERENCE_CELLS[x][y] & bits[action] or REFERENCE_CELLS[nx][ny] & bits[opposite[action]]
+                if not is_open:
+                    walls.add(frozenset({(x, y), (nx, ny)}))
+                # Our env agrees on every move.
+                assert Maze3x3Env.next_cell((x, y), action) == ((nx, ny) if is_open else (x, y))
+    assert walls == set(MAZE_WALLS)
+    assert len(walls) == 4
 
 
 @pytest.mark.parametrize("wall", sorted(sorted(w) for w in MAZE_WALLS))
@@ -347,12 +512,12 @@ def test_maze_boundaries_block(cell, action):
 def test_maze_blocked_step_penalty():
     env = Maze3x3Env()
     env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step(1)  # south from the start: wall
-    assert obs == 0 and info["blocked"]
+    obs, reward, *_ = env.step(2)  # east from the start: free
+    assert obs == 1 and reward == pytest.approx(-0.1 / 9)
+    obs, reward, terminated, truncated, info = env.step(1)  # south from (1, 0): wall
+    assert obs == 1 and info["blocked"]
     assert reward == pytest.approx(-0.1 / 9)
     assert not terminated and not truncated
-    obs, reward, *_ = env.step(2)  # east: free
-    assert obs == 1 and reward == pytest.approx(-0.1 / 9)
 
 
 def test_maze_truncation():

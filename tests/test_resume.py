@@ -46,6 +46,7 @@ def run(run_dir, crash_at: int, llm: str = "example:3") -> int:
 
 
 @pytest.mark.parametrize("crash_fractions", [[0.01], [0.05, 0.5], [0.2, 0.55, 0.9]])
+@pytest.mark.slow
 def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, crash_fractions: list[float]) -> None:
     reference = tmp_path / "reference"
     assert run(reference, 0) == 0

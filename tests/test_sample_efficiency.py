@@ -22,6 +22,7 @@ def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, check=check)
 
 
+@pytest.mark.slow
 def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Path) -> None:
     path = tmp_path / "se.json"
     first = run(*ARGS, "--json", str(path))
@@ -52,6 +53,7 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     assert continued["rows"][0]["best"] == data["rows"][0]["best"]
 
 
+@pytest.mark.slow
 def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
     path = tmp_path / "se.json"
     run(*ARGS, "--json", str(path))

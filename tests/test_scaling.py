@@ -53,6 +53,7 @@ def worker(log_dir: Path, run_dir: Path, url: str, seed: int) -> subprocess.Pope
     )
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_loopback_server(tmp_path: Path) -> None:
     expected = parse_params(CARTPOLE_FINAL, ParameterSpace(size=10, low=-6.0, high=6.0, decimals=1)).params
     with real_tiny_server(tiny_model("cartpole")) as server:
@@ -76,6 +77,7 @@ def test_two_workers_share_one_loopback_server(tmp_path: Path) -> None:
     assert warmups[0] != warmups[1]
 
 
+@pytest.mark.slow
 def test_optuna_trials_shared_through_one_storage(tmp_path: Path) -> None:
     """RL Zoo's ``-optimize`` tunes R2PO (our sampler), and two processes with one ``--storage`` share the study."""
     optuna = pytest.importorskip("optuna")

@@ -12,22 +12,26 @@ from gymnasium import spaces
 Cell = tuple[int, int]
 
 #: Internal walls, each blocking movement in both directions between two adjacent cells ``(x, y)``.
-#: Drawn with ``y = 0`` as the top row (``S`` start, ``G`` goal)::
+#: They are the closed boundaries of the reference's layout file ``maze2d_3x3.npy`` (R2PO repository,
+#: ``envs/gym-maze-master/gym_maze/envs/maze_samples/``), whose cell codes open a passage when either
+#: neighbour has the bit of that direction set (``maze_view_2d.py``, ``Maze.is_open``). Drawn with ``y = 0``
+#: as the top row (``S`` start, ``G`` goal)::
 #:
 #:     +---+---+---+
 #:     | S         |      y = 0
-#:     +---+---+   +
-#:     |           |      y = 1
-#:     +   +   +---+
+#:     +   +---+   +
+#:     |   |       |      y = 1
+#:     +   +---+---+
 #:     |         G |      y = 2
 #:     +---+---+---+
 #:
-#: The agent must go east along the top row, down to (2, 1), back west to (1, 1), down to (1, 2)
-#: and east to the goal: 6 steps, against a Manhattan distance of 4.
+#: The shortest path goes south twice and then east twice (S, S, E, E): 4 steps, the Manhattan distance.
+#: The middle cell (1, 1) is reachable only from (2, 1), so the top route through (2, 0) is a dead end.
 MAZE_WALLS: frozenset[frozenset[Cell]] = frozenset(
     {
-        frozenset({(0, 0), (0, 1)}),
+        frozenset({(0, 1), (1, 1)}),
         frozenset({(1, 0), (1, 1)}),
+        frozenset({(1, 1), (1, 2)}),
         frozenset({(2, 1), (2, 2)}),
     }
 )
@@ -50,8 +54,16 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
     Observation: ``Discrete(9)``, the cell index ``y * 3 + x`` (start 0, goal 8).
 
     Reward: +1 on the step that reaches the goal (which terminates the episode), ``-0.1 / 9``
-    on every other step. The shortest path takes 6 steps, so the best return is ``1 - 5 * 0.1 / 9``
-    (about 0.944). The episode cap (20 steps) comes from ``gymnasium.make``.
+    on every other step. The shortest path takes 4 steps, so the best return is ``1 - 3 * 0.1 / 9``
+    (about 0.967, the paper's 0.97). The episode cap (20 steps) comes from ``gymnasium.make``.
+
+    Fidelity: this is the reference's ``maze-sample-3x3-v0`` (R2PO repository, ``envs/gym-maze-master/gym_maze/
+    envs/maze_env.py`` with ``maze_samples/maze2d_3x3.npy``) as its world sees it: the same walls, start, goal,
+    action order (N, S, E, W), rewards, blocked-move rule and state index ``y * 3 + x``. Deliberate differences:
+    the reference env returns the ``(x, y)`` pair (its world converts it to ``y * 3 + x``), truncates itself
+    after 200 steps (its configs' episode cap, 20 steps for R2PO and 100 for some variants, comes first), and plays
+    an action of -1..-4 as W, E, S, N through Python's negative indexing where this env rejects any action
+    outside 0..3.
 
     :param render_mode: ``None``, ``"ansi"`` (a text picture of the grid) or ``"rgb_array"`` (the grid drawn
         with numpy; Stable-Baselines3 asks for this mode when it makes an env from its id).

@@ -32,6 +32,11 @@ class NimEnv(gym.Env[np.int64, np.int64]):
 
     With 10 sticks the agent can always win: take 1 (leaving 9) and then always leave ``4k + 1``.
 
+    Fidelity: the rules, opponent and rewards are those of the reference's ``Nim-v0`` (R2PO repository,
+    ``envs/nim.py``). Deliberate difference: the reference plays the action value itself as the number of
+    sticks (its tabular values are 1, 2, 3; 0, 4 or more is an illegal move, -1), where this env's actions
+    are 0..2 and anything outside them raises ``ValueError``.
+
     :param initial_sticks: Sticks on the pile at the start of an episode.
     :param render_mode: ``None``, ``"ansi"`` (a one-line text picture of the pile) or ``"rgb_array"`` (the
         sticks drawn with numpy; Stable-Baselines3 asks for this mode when it makes an env from its id).

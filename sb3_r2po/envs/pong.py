@@ -1,4 +1,4 @@
-"""Single-agent Pong against a ball-tracking paddle (``R2PO/Pong-v0``)."""
+"""Single-agent Pong against a ball-chasing paddle (``R2PO/Pong-v0``)."""
 
 from __future__ import annotations
 
@@ -13,38 +13,58 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
     """
     Pong on an 800 x 600 court: the agent's paddle on the left, an opponent paddle on the right.
 
+    The rules are those of the reference's ``Pong-v0`` (R2PO repository, ``envs/pong.py``), reimplemented
+    here without its pygame dependency; the same seed gives the same episode.
+
     Coordinates are screen pixels: ``x`` grows to the right (0 is the agent's edge, 800 the
     opponent's), ``y`` grows downwards (0 is the top wall, 600 the bottom wall).
 
-    Geometry (all in pixels and pixels per step):
+    Geometry (pixels, and pixels per step):
 
     - paddles are ``paddle_width`` = 10 wide and ``paddle_height`` = 80 tall; the agent's paddle
-      occupies ``x`` in [0, 10], the opponent's ``x`` in [790, 800]; paddle centres are kept in
-      [40, 560] so a paddle never leaves the court; both start centred (y = 300);
-    - both paddles move at most ``paddle_speed`` = 5 per step;
-    - the ball has radius ``ball_radius`` = 5 and moves ``ball_speed`` = 5 horizontally per step;
-      its vertical speed is drawn at serve time uniformly in [-5, 5] and only changes sign on wall
-      bounces (a paddle hit reverses the horizontal direction only).
+      occupies ``x`` in [0, 10], the opponent's ``x`` in [790, 800]; :attr:`paddle_y` and
+      :attr:`opponent_y` are the paddle centres, kept in [40, 560]; both start at 300;
+    - the agent's paddle moves ``paddle_speed`` = 5 per step when it moves;
+    - the ball is a ``ball_size`` = 10 square; :attr:`ball` holds its top-left corner, which starts at
+      the court centre (400, 300); it moves ``ball_speed`` = 5 horizontally per step.
 
-    Serve: the ball starts at the court centre (400, 300); the horizontal direction (towards the
-    agent or towards the opponent) and the vertical speed are drawn from the env's seeded
-    ``np_random`` at reset.
+    Serve (at reset, from the env's seeded ``np_random``): the horizontal velocity is -5 (towards the
+    agent) or +5 with equal probability, the vertical velocity uniform in [-5, 5].
 
-    One step: the agent's paddle moves (action 0 up, i.e. towards y = 0; 1 down; 2 stay), the
-    opponent's paddle moves towards the ball's ``y`` by at most ``paddle_speed``, then the ball moves
-    and bounces off the top and bottom walls. When the ball reaches a paddle line it is returned if
-    its centre is within ``paddle_height / 2 + ball_radius`` of that paddle's centre; otherwise it
-    leaves the court and the episode terminates.
+    One step, in this order:
 
-    Reward: +1 each time the agent's paddle returns the ball, 0 otherwise.
+    1. the agent's paddle moves: action 0 up (towards y = 0), 1 down, 2 stays;
+    2. the opponent's paddle always moves 5 pixels: down when its centre is above the ball's ``y``
+       (the corner), otherwise up (bang-bang);
+    3. the ball moves by its velocity; when its ``y`` is then at or beyond a wall (``y <= 0`` or
+       ``y >= 590``) the vertical velocity changes sign (the position is not corrected);
+    4. a ball moving left with ``x <= 10`` whose ``y`` lies within the agent's paddle (top to bottom,
+       inclusive) is hit: reward +1. A ball moving right with ``x >= 780`` is tested against the
+       opponent's paddle the same way (no reward). These tests run on every step, so the ball can
+       still be hit at ``x`` = 10, 5, 0 and -5 (780 to 795 on the right). A hit reverses the
+       horizontal velocity and sets the vertical one from where the ball meets the paddle:
+       ``5 * (2 * h - 1)`` with ``h`` = (ball ``y`` - paddle top) / 80, so -5 at the paddle's top
+       edge, 0 at its centre and +5 at its bottom edge;
+    5. the episode terminates once the ball's ``x`` is below 0 or above 790 (even on the step of a
+       late hit), and is truncated after ``max_steps`` = 1000 steps.
 
-    Because the opponent moves as fast as the ball can move vertically and starts level with it, it
-    never misses: an episode ends when the agent misses or at the time limit (1000 steps when made
-    with ``gymnasium.make``). A crossing of the court takes 154 steps, so within 1000 steps the
-    agent meets the ball exactly 3 times whichever way it is served (first contact at step 77 or
-    231): a perfect policy scores 3, and so does simply moving the paddle towards the ball's ``y``.
+    Reward: +1 for each hit by the agent's paddle, 0 otherwise.
 
-    Observation (``Box`` of 5 ``float32``): own paddle centre y, ball x, ball y, ball dx, ball dy.
+    The opponent never misses in practice. From the serve, the ball reaches the agent's line at
+    step 78 when served towards the agent, and crosses the court in 154 steps, so a paddle that
+    follows the ball's ``y`` returns it exactly 3 times in 1000 steps (at steps 78, 386 and 694 when
+    served towards the agent, 230, 538 and 846 when served away): the best return is 3.
+
+    Observation (``Box`` of 5 ``float32``, not clipped): own paddle centre y, ball x, ball y, ball
+    horizontal velocity, ball vertical velocity. The ball's corner stays within x in [-5, 795] and
+    y in [-5, 605] (a hit can push a ball that is already at a wall slightly beyond it, where it then
+    keeps bouncing in place), which the ``Box`` bounds allow for.
+
+    Deliberate differences from the reference: this env rejects actions outside 0..2 (the reference
+    treats any other value as "stay"), returns float rewards, and reports ``info["returned"]`` (the
+    agent hit the ball on this step) and ``info["missed_by"]`` (``"agent"`` or ``"opponent"``: the side
+    the ball left the court on, ``None`` while it is in play); its declared observation bounds
+    contain every reachable observation (the reference declares [0, 520] for the paddle centre).
 
     :param render_mode: ``None`` or ``"rgb_array"`` (a 600 x 800 RGB image drawn with numpy).
     """
@@ -57,16 +77,24 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
     paddle_height: float = 80.0
     paddle_speed: float = 5.0
     ball_speed: float = 5.0
-    ball_radius: float = 5.0
+    ball_size: float = 10.0
+    max_steps: int = 1000
 
     def __init__(self, render_mode: str | None = None) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"Unsupported render_mode {render_mode!r}")
         self.render_mode = render_mode
         half = self.paddle_height / 2
-        low = np.array([half, 0.0, 0.0, -self.ball_speed, -self.ball_speed], dtype=np.float32)
+        # Reachable ranges under the rules above (see the class docstring).
+        low = np.array([half, -self.ball_speed, -self.ball_speed, -self.ball_speed, -self.ball_speed], dtype=np.float32)
         high = np.array(
-            [self.height - half, self.width, self.height, self.ball_speed, self.ball_speed],
+            [
+                self.height - half,
+                self.width - self.ball_size + self.ball_speed,
+                self.height + self.ball_speed,
+                self.ball_speed,
+                self.ball_speed,
+            ],
             dtype=np.float32,
         )
         self.observation_space = spaces.Box(low=low, high=high, dtype=np.float32)
@@ -75,12 +103,10 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         self.opponent_y = self.height / 2
         self.ball = np.array([self.width / 2, self.height / 2], dtype=np.float64)
         self.velocity = np.array([-self.ball_speed, 0.0], dtype=np.float64)
+        self.steps = 0
 
     def _obs(self) -> np.ndarray:
-        obs = np.array([self.paddle_y, *self.ball, *self.velocity], dtype=np.float32)
-        space = self.observation_space
-        assert isinstance(space, spaces.Box)
-        return np.clip(obs, space.low, space.high)
+        return np.array([self.paddle_y, *self.ball, *self.velocity], dtype=np.float32)
 
     def _clip_paddle(self, y: float) -> float:
         half = self.paddle_height / 2
@@ -91,13 +117,24 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         self.paddle_y = self.height / 2
         self.opponent_y = self.height / 2
         self.ball = np.array([self.width / 2, self.height / 2], dtype=np.float64)
-        direction = -1.0 if self.np_random.random() < 0.5 else 1.0
+        # Same draws, in the same order, as the reference's reset (envs/pong.py).
+        dx = float(self.np_random.choice([-self.ball_speed, self.ball_speed]))
         dy = float(self.np_random.uniform(-self.ball_speed, self.ball_speed))
-        self.velocity = np.array([direction * self.ball_speed, dy], dtype=np.float64)
+        self.velocity = np.array([dx, dy], dtype=np.float64)
+        self.steps = 0
         return self._obs(), {}
 
     def _hits(self, paddle_y: float) -> bool:
-        return abs(self.ball[1] - paddle_y) <= self.paddle_height / 2 + self.ball_radius
+        """Whether the ball's ``y`` lies within the paddle centred at ``paddle_y`` (edges included)."""
+        top = paddle_y - self.paddle_height / 2
+        return bool(top <= self.ball[1] <= top + self.paddle_height)
+
+    def _return_ball(self, paddle_y: float) -> None:
+        """Send the ball back, its vertical velocity set by where it meets the paddle (reference: ``_handle_paddle_hit``)."""
+        top = paddle_y - self.paddle_height / 2
+        self.velocity[0] = -self.velocity[0]
+        where = (self.ball[1] - top) / self.paddle_height
+        self.velocity[1] = self.ball_speed * (2 * where - 1)
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not self.action_space.contains(action):
@@ -107,39 +144,33 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
             self.paddle_y = self._clip_paddle(self.paddle_y - self.paddle_speed)
         elif action == 1:
             self.paddle_y = self._clip_paddle(self.paddle_y + self.paddle_speed)
-        gap = self.ball[1] - self.opponent_y
-        self.opponent_y = self._clip_paddle(self.opponent_y + float(np.clip(gap, -self.paddle_speed, self.paddle_speed)))
+        # Bang-bang opponent: it compares its centre with the ball's y and never stands still.
+        move = self.paddle_speed if self.opponent_y < self.ball[1] else -self.paddle_speed
+        self.opponent_y = self._clip_paddle(self.opponent_y + move)
 
         self.ball += self.velocity
-        top, bottom = self.ball_radius, self.height - self.ball_radius
-        if self.ball[1] < top:
-            self.ball[1] = 2 * top - self.ball[1]
-            self.velocity[1] = abs(self.velocity[1])
-        elif self.ball[1] > bottom:
-            self.ball[1] = 2 * bottom - self.ball[1]
-            self.velocity[1] = -abs(self.velocity[1])
+        if self.ball[1] <= 0 or self.ball[1] >= self.height - self.ball_size:
+            self.velocity[1] = -self.velocity[1]
 
-        reward, terminated = 0.0, False
-        info: dict[str, Any] = {"returned": False, "missed_by": None}
-        left_line = self.paddle_width + self.ball_radius
-        right_line = self.width - self.paddle_width - self.ball_radius
-        if self.velocity[0] < 0 and self.ball[0] <= left_line:
-            if self._hits(self.paddle_y):
-                self.ball[0] = 2 * left_line - self.ball[0]
-                self.velocity[0] = abs(self.velocity[0])
+        reward = 0.0
+        returned = False
+        if self.velocity[0] < 0:
+            if self.ball[0] <= self.paddle_width and self._hits(self.paddle_y):
+                self._return_ball(self.paddle_y)
                 reward = 1.0
-                info["returned"] = True
-            else:
-                terminated = True
-                info["missed_by"] = "agent"
-        elif self.velocity[0] > 0 and self.ball[0] >= right_line:
-            if self._hits(self.opponent_y):
-                self.ball[0] = 2 * right_line - self.ball[0]
-                self.velocity[0] = -abs(self.velocity[0])
-            else:
-                terminated = True
-                info["missed_by"] = "opponent"
-        return self._obs(), reward, terminated, False, info
+                returned = True
+        elif self.ball[0] >= self.width - self.paddle_width - self.ball_size and self._hits(self.opponent_y):
+            self._return_ball(self.opponent_y)
+
+        missed_by = None
+        if self.ball[0] < 0:
+            missed_by = "agent"
+        elif self.ball[0] > self.width - self.ball_size:
+            missed_by = "opponent"
+        self.steps += 1
+        truncated = self.steps >= self.max_steps
+        info: dict[str, Any] = {"returned": returned, "missed_by": missed_by}
+        return self._obs(), reward, missed_by is not None, truncated, info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
@@ -150,6 +181,6 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         for x0, y in ((0, self.paddle_y), (int(self.width) - pw, self.opponent_y)):
             yc = round(y)
             frame[max(0, yc - half) : yc + half, x0 : x0 + pw] = 255
-        bx, by, r = round(float(self.ball[0])), round(float(self.ball[1])), int(self.ball_radius)
-        frame[max(0, by - r) : by + r + 1, max(0, bx - r) : bx + r + 1] = 255
+        bx, by, size = round(float(self.ball[0])), round(float(self.ball[1])), int(self.ball_size)
+        frame[max(0, by) : max(0, by + size), max(0, bx) : max(0, bx + size)] = 255
         return frame
