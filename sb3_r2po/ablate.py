@@ -4,11 +4,13 @@
         --max-episodes 200 --out ablation.md
 
 Every run starts from the env's entry of ``zoo_configs/r2po.yml`` (the paper's settings: target, ``tau_c``, step
-size, warm-up, K, episode budget, ...), read as ``python -m sb3_r2po.zoo train --algo r2po`` and
-``python -m sb3_r2po.compare`` read it (:func:`run_settings`), with the variant and the options given on the command
-line on top: ``--max-episodes``, ``--n-eval-episodes`` and ``--warmup-episodes`` replace the file's values only when
-given. So every variant of an env gets the same budget, the file's ``max_episodes`` (4000 episodes after the
-warm-up) unless ``--max-episodes`` says otherwise.
+size, warm-up, K, episode budget, ...) with the settings its ``variants:`` mapping gives the variant (the reference's
+own settings for each baseline and ablation: warm-up, target, no ``tau_c``, the Maze's 100-step cap, ...), read as
+``python -m sb3_r2po.zoo train --algo r2po --hyperparams variant:...`` and ``python -m sb3_r2po.compare`` read it
+(:func:`run_settings`), with the options given on the command line on top: ``--max-episodes``,
+``--n-eval-episodes`` and ``--warmup-episodes`` replace the file's values only when given. So every variant of an
+env gets the reference's budget, 4000 episodes after its own warm-up (the file's ``max_episodes``), unless
+``--max-episodes`` says otherwise.
 
 Writes a markdown report: the paper-format table (mean return over iterations, best iteration; mean +- std
 over seeds), the salience summary per variant, the settings of each env, and the exact command and package
@@ -52,7 +54,8 @@ UNSUPPORTED_KEYS = ("normalize", "env_wrapper", "vec_env_wrapper", "frame_stack"
 def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """
     The settings of one ablation run: the env's entry of ``zoo_configs/r2po.yml`` (the ``default`` entry for an env
-    without one), then the variant, then ``overrides``, merged as ``python -m sb3_r2po.compare`` merges them
+    without one) with the variant's settings from its ``variants:`` mapping, then the variant, then ``overrides``
+    (which win), merged as ``python -m sb3_r2po.compare`` merges them
     (:func:`sb3_r2po.compare.r2po_entry`, :func:`sb3_r2po.compare.r2po_overrides`): a ``Tabular`` policy for an env
     with Discrete observations that the file lacks, and an ``n_eval_episodes``/``warmup_episodes``/``max_episodes``
     of ``overrides`` replacing the file's. The zoo's step horizon (``n_timesteps``) and ``callback`` are dropped.
@@ -67,7 +70,7 @@ def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = N
     :raises ValueError: for an entry with a key of :data:`UNSUPPORTED_KEYS`, or without an episode budget.
     """
     overrides = dict(overrides or {})
-    entry = r2po_entry(env_id)
+    entry = r2po_entry(env_id, variant)
     for key in ZOO_STEP_KEYS:
         entry.pop(key, None)
     budget = overrides.pop("max_episodes", entry.get("max_episodes"))
@@ -176,15 +179,16 @@ def report(runs: list[dict[str, Any]], command: str) -> str:
         "",
         "## Settings",
         "",
-        f"Seeds {seeds}. Each env's entry of `zoo_configs/r2po.yml` with the command's options on top; "
-        "`max_episodes` is the budget of every run, warm-up included:",
+        f"Seeds {seeds}. Each env's entry of `zoo_configs/r2po.yml` with the variant's own settings (its `variants:`, "
+        "the reference's) and the command's options on top; `max_episodes` is the budget of a run, warm-up included:",
         "",
     ]
     for env in envs:
-        settings = next(r.get("settings") for r in runs if r["env"] == env)
-        if settings:
-            shown = {key: value for key, value in settings.items() if key != "variant"}
-            lines.append(f"- {env}: " + ", ".join(f"{key}={value!r}" for key, value in shown.items()))
+        for variant in variants:
+            settings = next((r.get("settings") for r in runs if r["env"] == env and r["variant"] == variant), None)
+            if settings:
+                shown = {key: value for key, value in settings.items() if key != "variant"}
+                lines.append(f"- {env}, {variant}: " + ", ".join(f"{key}={value!r}" for key, value in shown.items()))
     lines += [
         "",
         "## Reproduce",
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         "--max-episodes",
         type=int,
         default=None,
-        help="episode budget per run, warm-up included (default: the env's max_episodes in zoo_configs/r2po.yml)",
+        help="episode budget per run, warm-up included (default: the variant's max_episodes in zoo_configs/r2po.yml)",
     )
     parser.add_argument(
         "--n-eval-episodes", type=int, default=None, help="K (default: the env's n_eval_episodes in zoo_configs/r2po.yml)"
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         "--warmup-episodes",
         type=int,
         default=None,
-        help="warm-up (default: the env's warmup_episodes in zoo_configs/r2po.yml)",
+        help="warm-up (default: the variant's warmup_episodes in zoo_configs/r2po.yml)",
     )
     parser.add_argument("--record", default=None, help="record every LLM call of every run to this JSONL file")
     parser.add_argument("--out", default="ablation.md")

@@ -20,9 +20,10 @@ How a run is built and measured, top to bottom in this file:
    for the env ids the zoo lacks (:func:`sb3_r2po.zoo.resolve_train_args` picks the file). So ``n_envs``,
    ``normalize``, ``policy_kwargs``, ``env_wrapper``, ``env_kwargs``, ``frame_stack`` and schedules such as
    ``lin_7.3e-4`` mean what they mean in the zoo. R2PO (and its variants, e.g. ``props``) reads
-   ``zoo_configs/r2po.yml`` (the paper's per-env settings) with ``llm``, ``variant`` and
-   ``max_episodes = budget`` set from the command line. The ``callback`` entries of the files (their own
-   episode stops) are ignored: :class:`EpisodeBudget` replaces them.
+   ``zoo_configs/r2po.yml`` (the paper's per-env settings; a variant with the reference's own settings for the env,
+   the entry's ``variants:``, e.g. its warm-up, target and, on the Maze, a 100-step episode cap) with ``llm``,
+   ``variant`` and ``max_episodes = budget`` set from the command line. The ``callback`` entries of the files (their
+   own episode stops) are ignored: :class:`EpisodeBudget` replaces them.
 2. **Training episodes** are read from the ``Monitor`` of every sub-environment of the training env, after every
    environment step (:class:`EpisodeBudget`): an episode counts when it ends, episodes ending in the same
    vector step are ordered by sub-environment index. ARS and R2PO run every episode on the training env, so
@@ -73,6 +74,7 @@ from tqdm.auto import tqdm
 from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 from sb3_r2po.variants import VARIANTS
 from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, register_r2po, resolve_train_args
+from sb3_r2po.zoo.settings import apply_variant
 
 BASELINES: dict[str, str] = {
     "ppo": "stable-baselines3",
@@ -125,12 +127,19 @@ def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
     return dict(entries.get(env_id, entries.get("default", {})))
 
 
-def r2po_entry(env_id: str) -> dict[str, Any]:
-    """R2PO's settings for ``env_id`` in ``zoo_configs/r2po.yml`` (the ``default`` entry for other envs)."""
+def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
+    """
+    The settings of ``variant`` for ``env_id`` in ``zoo_configs/r2po.yml`` (the ``default`` entry for other envs): the
+    entry with the settings its ``variants:`` mapping gives ``variant`` (the reference's own settings for a baseline or
+    ablation; :func:`sb3_r2po.zoo.settings.apply_variant`), without the mapping itself.
+
+    :param env_id: The gymnasium id.
+    :param variant: The R2PO variant; ``None``: the entry's own (``r2po``).
+    """
     path = config_file(ALGO_NAME)
     if path is None:
         raise FileNotFoundError("zoo_configs/r2po.yml not found")
-    return zoo_entry(path, env_id)
+    return apply_variant(zoo_entry(path, env_id), variant)[0]
 
 
 def is_tabular(env_id: str) -> bool:
@@ -154,19 +163,26 @@ def method_algo(method: str) -> str:
     raise ValueError(f"unknown method {method!r}: choose from {', '.join([*R2PO_METHODS, *BASELINES])}")
 
 
-def episode_cap(env_id: str) -> tuple[int, bool]:
+def episode_cap(env_id: str, variant: str | None = None) -> tuple[int, bool]:
     """
-    The episode length cap of the comparison: the env's own time limit, else R2PO's ``max_episode_steps`` for the
-    env (``zoo_configs/r2po.yml``, default 1000), which every method then gets as a ``TimeLimit``.
+    The episode length cap of an R2PO ``variant`` (``None``: R2PO's entry, the cap of the comparison's baselines) in
+    ``zoo_configs/r2po.yml``: the ``max_episode_steps`` of its ``env_kwargs`` (which replaces the env's time limit;
+    the reference's 100 steps of six Maze variants), else the env's own time limit, else its ``max_episode_steps``
+    (default 1000), which every method then gets as a ``TimeLimit``.
 
-    :return: ``(cap, added)``; ``added`` is True when the env has no time limit of its own.
+    :return: ``(cap, added)``; ``added`` is True when the cap is not the env's (an env without a time limit of its own
+        and no ``env_kwargs`` cap): the caller adds it as ``env_kwargs``.
     """
     import gymnasium as gym
 
+    entry = r2po_entry(env_id, variant)
+    from_kwargs = (entry.get("env_kwargs") or {}).get("max_episode_steps")
+    if from_kwargs:
+        return int(from_kwargs), False
     own = gym.spec(env_id).max_episode_steps
     if own:
         return int(own), False
-    return int(r2po_entry(env_id).get("max_episode_steps", 1000)), True
+    return int(entry.get("max_episode_steps", 1000)), True
 
 
 def default_threshold(env_id: str) -> float | None:
@@ -190,7 +206,8 @@ def r2po_overrides(
 ) -> dict[str, Any]:
     """
     The R2PO hyperparameters set on top of ``zoo_configs/r2po.yml``: the LLM, the variant, the budget and, when
-    ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its six prompt parameters.
+    ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its six prompt parameters. They win over the
+    file's settings for the variant (its ``variants:`` entry), as ``--hyperparams`` do in the zoo.
     """
     overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget}
     if prompts is not None:
@@ -324,10 +341,12 @@ def prepare_run(
         if llm is None:
             raise ValueError(f"method {method!r} needs an llm string")
         custom = r2po_overrides(method, env_id, llm, budget, n_eval_episodes, warmup_episodes, prompts)
-    cap, add_cap = episode_cap(env_id)
+    variant = method if algo == ALGO_NAME else None
+    cap, add_cap = episode_cap(env_id, variant)  # an R2PO variant may have its own (the reference's Maze variants)
     env_kwargs = None
     if add_cap:  # an env without a time limit: every method gets the same cap (merged with the file's env_kwargs)
-        env_kwargs = {**(zoo_entry(conf, env_id).get("env_kwargs") or {}), "max_episode_steps": cap}
+        entry = r2po_entry(env_id, variant) if algo == ALGO_NAME else zoo_entry(conf, env_id)
+        env_kwargs = {**(entry.get("env_kwargs") or {}), "max_episode_steps": cap}
 
     start = time.perf_counter()
     log_folder = tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_")
@@ -646,9 +665,13 @@ def report(result: dict[str, Any]) -> str:
         shown = ", ".join(f"{k}={v}" for k, v in first["hyperparams"].items() if k not in ("callback",))
         file = _short(first["hyperparams_file"])
         lines.append(f"| {method} | {first['algo']} (`{file}`) | {first['horizon']:,} steps | {shown} |")
+    own_caps = s.get("variant_episode_caps") or {}
+    own = "".join(
+        f"; {m} {c} steps (its own cap in the reference, `variants:` of `zoo_configs/r2po.yml`)" for m, c in own_caps.items()
+    )
     lines += [
         "",
-        f"Episode cap: {s['episode_cap']} steps ({s['episode_cap_source']}). Step horizon of `learn()`: the file's "
+        f"Episode cap: {s['episode_cap']} steps ({s['episode_cap_source']}){own}. Step horizon of `learn()`: the file's "
         f"`n_timesteps` or budget x episode cap, whichever is larger (schedules anneal over it; the budget ends every "
         "run). The files' `callback` entries are replaced by the episode budget.",
     ]
@@ -725,18 +748,19 @@ def run_comparison(
     if threshold is None:
         threshold = default_threshold(env_id)
         threshold_source = "the env's reward_threshold, else R2PO's target_return"
-    if any(m in R2PO_METHODS for m in methods):
-        entry = r2po_entry(env_id)
+    for method in dict.fromkeys(m for m in methods if m in R2PO_METHODS):
+        entry = r2po_entry(env_id, method)  # each variant's own warm-up (the reference's settings)
         k = n_eval_episodes if n_eval_episodes is not None else int(entry.get("n_eval_episodes", 20))
         warmup = warmup_episodes if warmup_episodes is not None else int(entry.get("warmup_episodes", 20))
         used = min(budget, warmup) + k * (max(0, budget - warmup) // k)
         if used != budget:
             print(
-                f"note: R2PO will use {used} of the {budget} episodes (warm-up {warmup}, then K={k} per evaluation); "
-                "for an exact match choose budget - warm-up as a multiple of K",
+                f"note: {method} will use {used} of the {budget} episodes (warm-up {warmup}, then K={k} per "
+                "evaluation); for an exact match choose budget - warm-up as a multiple of K",
                 file=sys.stderr,
             )
     cap, added = episode_cap(env_id)
+    variant_caps = {m: episode_cap(env_id, m)[0] for m in dict.fromkeys(methods) if m in R2PO_METHODS}
     settings = {
         "env": env_id,
         "methods": list(methods),
@@ -748,6 +772,7 @@ def run_comparison(
         "threshold_source": threshold_source,
         "episode_cap": cap,
         "episode_cap_source": "R2PO's max_episode_steps, added as a TimeLimit" if added else "the env's time limit",
+        "variant_episode_caps": {m: c for m, c in variant_caps.items() if c != cap},
         "n_eval_episodes": n_eval_episodes,
         "warmup_episodes": warmup_episodes,
         "torch_threads": _torch_threads(),

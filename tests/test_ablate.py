@@ -114,14 +114,16 @@ def test_runs_start_from_the_zoo_config(
     assert (
         model.max_episode_steps == entry["max_episode_steps"] and model.max_trajectory_steps == entry["max_trajectory_steps"]
     )
-    # the file's budget when none is given
-    assert run_settings(env_id, "props")["max_episodes"] == entry["max_episodes"] == 4000 + warmup
+    # the file's budget when none is given: 4000 episodes after the warm-up, the variant's own (the reference's)
+    assert run_settings(env_id, "r2po")["max_episodes"] == entry["max_episodes"] == 4000 + warmup
+    props = r2po_entry(env_id, "props")
+    assert run_settings(env_id, "props")["max_episodes"] == props["max_episodes"] == 4000 + props["warmup_episodes"]
 
 
 def test_command_line_options_override_only_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _model(monkeypatch, "MountainCar-v0", "props", max_episodes=2, n_eval_episodes=2)
-    assert model.warmup_episodes == 0 and model.n_eval_episodes == 2 and model.max_episodes == 2  # the file's warm-up
-    assert model.variant == "props" and model.target == -120
+    assert model.warmup_episodes == 20 and model.n_eval_episodes == 2 and model.max_episodes == 2  # the file's (props')
+    assert model.variant == "props" and model.target == -120 and model.tau_c is None
     model = _model(monkeypatch, "MountainCar-v0", max_episodes=1, warmup_episodes=1, target_return=-150.0)
     assert model.warmup_episodes == 1 and model.target == -150.0 and model.revision_threshold == -120
     # the zoo's env_kwargs build the env (the paper's slippery lake), and can be overridden like the rest
@@ -142,7 +144,8 @@ def test_the_report_holds_each_envs_settings(tmp_path: Path) -> None:
     (run,) = json.loads((tmp_path / "ablation.md.runs.json").read_text())
     assert run["settings"]["warmup_episodes"] == 0 and run["settings"]["target_return"] == -120  # zoo_configs/r2po.yml
     assert run["settings"]["n_eval_episodes"] == 2 and run["settings"]["max_episodes"] == 2  # the command line
-    assert "- MountainCar-v0: policy='MlpLinear', n_eval_episodes=2, warmup_episodes=0, max_episodes=2" in out.read_text()
+    line = "- MountainCar-v0, r2po: policy='MlpLinear', n_eval_episodes=2, warmup_episodes=0, max_episodes=2"
+    assert line in out.read_text()
 
 
 # ---------------------------------------------------------------------------------------------- replay
@@ -161,13 +164,14 @@ def test_replay_reproduces_a_recording_whose_replies_vary(tmp_path: Path) -> Non
     record = tmp_path / "calls.jsonl"
     recorder = RecordingBackend(varying, record)
     settings = {"max_episodes": 21, "n_eval_episodes": 3, "warmup_episodes": 3}
-    recorded = [run_one("CartPole-v1", variant, 0, recorder, settings) for variant in ("r2po", "rep_traj")]
+    variants = ("rep_traj", "always_critic")  # the same Search prompt (the reference's ProPS template) in both
+    recorded = [run_one("CartPole-v1", variant, 0, recorder, settings) for variant in variants]
     replies: dict[str, set[str]] = {}
     for call in read_records(record):
         replies.setdefault(call["hash"], set()).add(call["reply"]["text"])
     assert any(len(texts) > 1 for texts in replies.values())  # a prompt of both runs, answered differently
 
-    args = ["--envs", "CartPole-v1", "--variants", "r2po", "rep_traj", "--seeds", "0", "--max-episodes", "21"]
+    args = ["--envs", "CartPole-v1", "--variants", *variants, "--seeds", "0", "--max-episodes", "21"]
     args += ["--n-eval-episodes", "3", "--warmup-episodes", "3", "--out", str(tmp_path / "replay.md")]
     main(["--llm", f"replay:{record}", *args])
     replayed = json.loads((tmp_path / "replay.md.runs.json").read_text())

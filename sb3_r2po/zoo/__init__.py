@@ -15,7 +15,9 @@ The entry point then:
    algorithm reads ``zoo_configs/<algo>.yml`` when that file has an entry for the ``--env`` id (our custom envs,
    FrozenLake-v1 and the ``-v5`` MuJoCo tasks, which the zoo's own files lack); everything else keeps the
    zoo's own hyperparameter files. The options are read as the zoo's parser reads them, abbreviations
-   (``--alg r2po``) and ``--option=value`` included;
+   (``--alg r2po``) and ``--option=value`` included. An R2PO env entry's ``variants:`` mapping gives each of the
+   paper's baselines and ablations (``--hyperparams variant:"'props'"``) the reference's own settings for that env
+   (:mod:`sb3_r2po.zoo.settings`; the keys given with ``--hyperparams`` win);
 3. for ``plot_train``/``all_plots``: rewrites ``-e/--env`` ids to the zoo's folder names (``R2PO/Nim-v0`` ->
    ``R2PO-Nim-v0``), which the zoo's plot scripts match as plain substrings;
 4. passes every argument to the zoo's script unchanged otherwise.
@@ -106,8 +108,9 @@ def config_env_ids(algo: str) -> set[str]:
 
 def register_r2po(name: str = ALGO_NAME) -> list[str]:
     """
-    Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules, and
-    prepare ``-optimize`` for it (:func:`_register_optimize`; skipped when ``optuna`` is not installed).
+    Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules, make the
+    zoo apply the per-variant settings of an R2PO entry (:func:`sb3_r2po.zoo.settings.install_variant_settings`), and
+    prepare ``-optimize`` for it (:func:`_register_optimize`; both skipped when ``optuna`` is not installed).
 
     :param name: The algorithm name in the zoo.
     :return: The zoo modules whose ``ALGOS`` holds the entry (``rl_zoo3.utils`` first).
@@ -117,6 +120,7 @@ def register_r2po(name: str = ALGO_NAME) -> list[str]:
     from sb3_r2po import R2PO
 
     _register_optimize(name)  # first: the zoo modules it imports are patched below
+    _register_variant_settings()
     patched: list[str] = []
     seen: set[int] = set()
     loaded = sorted((key, mod) for key, mod in list(sys.modules.items()) if key.startswith("rl_zoo3") and mod is not None)
@@ -149,6 +153,17 @@ def _register_optimize(name: str) -> None:
     HYPERPARAMS_SAMPLER[name] = sample_r2po_params
     if not issubclass(rl_zoo3.exp_manager.TrialEvalCallback, FinalTrialEvalCallback):
         rl_zoo3.exp_manager.TrialEvalCallback = FinalTrialEvalCallback  # type: ignore[misc]
+
+
+def _register_variant_settings() -> None:
+    """Make the zoo resolve the ``variants:`` of an R2PO entry (:mod:`sb3_r2po.zoo.settings`)."""
+    try:
+        import rl_zoo3.exp_manager  # noqa: F401  (needs optuna)
+    except ImportError:  # only train needs the ExperimentManager, and it cannot run without it
+        return
+    from sb3_r2po.zoo.settings import install_variant_settings
+
+    install_variant_settings()
 
 
 def _matches(token: str, flags: Sequence[str], long_flag: str) -> bool:

@@ -1,0 +1,333 @@
+"""
+The paper's baselines and ablations get the reference's own settings per env (``variants:`` of zoo_configs/r2po.yml),
+through every path that builds a variant from the file: ``python -m sb3_r2po.zoo train``, ``compare`` and ``ablate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+
+import sb3_r2po
+from sb3_r2po import R2PO
+from sb3_r2po.ablate import run_one, run_settings
+from sb3_r2po.compare import episode_cap, r2po_entry
+from sb3_r2po.zoo import config_dir, config_file
+from sb3_r2po.zoo.settings import HISTORY_EXCERPTS_KEY, VARIANTS_KEY, apply_variant, r2po_accepts
+
+pytestmark = pytest.mark.filterwarnings("ignore:variant .* no history_excerpts parameter")
+"""Until R2PO has a history_excerpts parameter, resolving rep_traj, always_critic and critic_only warns."""
+
+HAS_ZOO = importlib.util.find_spec("rl_zoo3") is not None  # not importorskip: importing rl_zoo3 patches TimeLimit
+needs_zoo = pytest.mark.skipif(not HAS_ZOO, reason="rl_zoo3 is not installed")
+
+VARIANT_NAMES = (
+    "props", "props_plus", "pure_search", "actor_second_pass", "critic_only", "rep_traj", "always_critic", "three_traj",
+)  # fmt: skip
+ONE_CALL = ("props", "props_plus", "critic_only")
+"""Variants evaluating one candidate (K episodes) an iteration in the reference; the others evaluate two (2K)."""
+
+# The reference's configs (HWUDLabAIRoboticsResearch/R2PO @ 9449c38, configs/<env>/<env>_<variant>.yaml), per env:
+# R2PO's (warm-up, optimum, tau_c, effective episode cap) and what differs per variant. The effective cap is the
+# config's max_traj_length combined with gymnasium's TimeLimit (MountainCar: 200 whatever max_traj_length says).
+# N: traj_history_last_n of rep_traj, always_critic and critic_only (the other variants do not use it).
+REF_R2PO: dict[str, tuple[int, float, float, int]] = {
+    "CartPole-v1": (20, 500, 480, 500),
+    "InvertedPendulum-v5": (20, 1000, 950, 1000),
+    "InvertedDoublePendulum-v5": (20, 500, 450, 1000),
+    "MountainCar-v0": (0, -120, -120, 200),
+    "MountainCarContinuous-v0": (20, 100, 97, 999),
+    "Swimmer-v5": (100, 250, 230, 1000),
+    "R2PO/Pong-v0": (20, 3, 2.8, 1000),
+    "FrozenLake-v1": (0, 1.0, 0.85, 100),
+    "R2PO/Maze3x3-v0": (20, 0.9, 0.9, 20),
+    "R2PO/Nim-v0": (0, 1.0, 0.95, 1000),
+}
+REF_N = {
+    "CartPole-v1": 5, "InvertedPendulum-v5": 3, "InvertedDoublePendulum-v5": 5, "MountainCar-v0": 5,
+    "MountainCarContinuous-v0": 2, "Swimmer-v5": 3, "R2PO/Pong-v0": 5, "FrozenLake-v1": 100, "R2PO/Maze3x3-v0": 100,
+    "R2PO/Nim-v0": 100,
+}  # fmt: skip
+_SIX = ("props", "pure_search", "actor_second_pass", "critic_only", "rep_traj", "always_critic")
+REF_DIFFERENCES: dict[str, dict[str, dict[str, Any]]] = {
+    "InvertedDoublePendulum-v5": {
+        **{v: {"target": 10000} for v in VARIANT_NAMES if v != "three_traj"},
+        "three_traj": {"target": 200},
+    },
+    "MountainCar-v0": {v: {"warmup": 20} for v in _SIX},
+    "MountainCarContinuous-v0": {"props_plus": {"warmup": 0}, "three_traj": {"warmup": 0}},
+    "Swimmer-v5": {v: {"warmup": 20} for v in VARIANT_NAMES if v != "props_plus"},
+    "FrozenLake-v1": {v: {"warmup": 20} for v in _SIX},
+    "R2PO/Maze3x3-v0": {v: {"target": 1.0, "cap": 100} for v in _SIX},
+    "R2PO/Nim-v0": {v: {"warmup": 20} for v in _SIX},
+}
+
+
+def reference(env_id: str, variant: str) -> dict[str, Any]:
+    """The reference's settings of ``variant`` on ``env_id``: warmup, target, tau_c, cap, N, iterations."""
+    warmup, target, tau_c, cap = REF_R2PO[env_id]
+    settings: dict[str, Any] = {"warmup": warmup, "target": target, "tau_c": tau_c, "cap": cap, "N": None}
+    settings["iterations"] = 100
+    if variant != "r2po":
+        settings["tau_c"] = None
+        settings["iterations"] = 200 if variant in ONE_CALL else 100
+        if variant in ("critic_only", "rep_traj", "always_critic"):
+            settings["N"] = REF_N[env_id]
+        settings.update(REF_DIFFERENCES.get(env_id, {}).get(variant, {}))
+    return settings
+
+
+def _raw_entries() -> dict[str, Any]:
+    with open(config_dir() / "r2po.yml") as file:
+        return yaml.safe_load(file)
+
+
+# ---------------------------------------------------------------------------------------------- the data
+
+
+@pytest.mark.parametrize("env_id", list(REF_R2PO))
+def test_every_variant_resolves_to_the_reference_settings(env_id: str) -> None:
+    raw = _raw_entries()[env_id]
+    assert set(raw[VARIANTS_KEY]) == set(VARIANT_NAMES)  # every paper variant is stated, none unknown
+    for variant in ("r2po", *VARIANT_NAMES):
+        expected = reference(env_id, variant)
+        entry = r2po_entry(env_id, variant)
+        assert VARIANTS_KEY not in entry
+        got = {"warmup": entry["warmup_episodes"], "target": entry["target_return"], "tau_c": entry["tau_c"]}
+        got["cap"] = episode_cap(env_id, variant)[0]
+        got["N"] = raw[VARIANTS_KEY].get(variant, {}).get(HISTORY_EXCERPTS_KEY)
+        k = entry["n_eval_episodes"]
+        per_iteration = k * (1 if variant in ONE_CALL else 2)
+        got["iterations"] = (entry["max_episodes"] - entry["warmup_episodes"]) / per_iteration
+        assert got == expected, (env_id, variant)
+        assert k == 20 and entry["max_episodes"] == 4000 + entry["warmup_episodes"], (env_id, variant)
+        assert entry["n_timesteps"] >= entry["max_episodes"] * got["cap"], f"{env_id} {variant}: n_timesteps stops first"
+        assert entry["variant"] == "r2po"  # the variant is the caller's (the zoo's --hyperparams, compare, ablate)
+
+
+def test_r2po_keeps_its_own_entry() -> None:
+    for env_id, raw in _raw_entries().items():
+        expected = {key: value for key, value in raw.items() if key != VARIANTS_KEY}
+        assert r2po_entry(env_id) == r2po_entry(env_id, "r2po") == expected, env_id
+        assert "r2po" not in (raw.get(VARIANTS_KEY) or {})
+
+
+def test_the_packaged_copy_is_the_same_file() -> None:
+    packaged = Path(sb3_r2po.__file__).resolve().parent / "zoo" / "configs"
+    for path in config_dir().glob("*.yml"):
+        assert (packaged / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_apply_variant_merges_env_kwargs_keeps_explicit_keys_and_refuses_unknown_variants() -> None:
+    entry = {
+        "env_kwargs": {"is_slippery": True},
+        "warmup_episodes": 0,
+        "tau_c": 0.85,
+        VARIANTS_KEY: {"props": {"warmup_episodes": 20, "tau_c": None, "env_kwargs": {"max_episode_steps": 100}}},
+    }
+    settings, applied = apply_variant(entry, "props")
+    assert settings == {"env_kwargs": {"is_slippery": True, "max_episode_steps": 100}, "warmup_episodes": 20, "tau_c": None}
+    assert applied == {"warmup_episodes": 20, "tau_c": None, "env_kwargs": {"is_slippery": True, "max_episode_steps": 100}}
+    settings, applied = apply_variant(entry, "props", explicit={"warmup_episodes", "env_kwargs"})
+    assert settings == {"env_kwargs": {"is_slippery": True}, "warmup_episodes": 0, "tau_c": None} and applied == {
+        "tau_c": None
+    }
+    assert (
+        apply_variant(entry, "rep_traj")[0] == apply_variant(entry)[0] == {k: v for k, v in entry.items() if k != VARIANTS_KEY}
+    )
+    assert apply_variant({**entry, "variant": "props"})[0]["warmup_episodes"] == 20  # the entry's own variant
+    assert entry[VARIANTS_KEY]["props"]["env_kwargs"] == {"max_episode_steps": 100}  # not modified
+    with pytest.raises(ValueError, match="unknown variants \\['prop'\\]"):
+        apply_variant({VARIANTS_KEY: {"prop": {}}}, "props")
+    with pytest.raises(ValueError, match="must be a mapping"):
+        apply_variant({VARIANTS_KEY: {"props": 3}}, "props")
+
+
+def test_history_excerpts_reach_r2po_only_when_it_accepts_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """N is in the data; it is passed on only when R2PO has the parameter (another change adds it)."""
+    import sb3_r2po.zoo.settings as settings_module
+
+    entry = {"tau_c": 1.0, VARIANTS_KEY: {"rep_traj": {HISTORY_EXCERPTS_KEY: 5}}}
+    monkeypatch.setattr(settings_module, "r2po_accepts", lambda key: True)
+    assert apply_variant(entry, "rep_traj")[0] == {"tau_c": 1.0, HISTORY_EXCERPTS_KEY: 5}
+    monkeypatch.setattr(settings_module, "r2po_accepts", lambda key: False)
+    with pytest.warns(UserWarning, match="last 5 history entries"):
+        assert apply_variant(entry, "rep_traj")[0] == {"tau_c": 1.0}
+    # a value the user gives is theirs: passed on (R2PO then says whether it knows it)
+    assert apply_variant({**entry, HISTORY_EXCERPTS_KEY: 2}, "rep_traj", explicit={HISTORY_EXCERPTS_KEY})[0] == {
+        "tau_c": 1.0,
+        HISTORY_EXCERPTS_KEY: 2,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- the three paths
+
+CASES = [
+    ("R2PO/Maze3x3-v0", "r2po"),
+    ("R2PO/Maze3x3-v0", "props"),
+    ("R2PO/Maze3x3-v0", "rep_traj"),
+    ("R2PO/Maze3x3-v0", "three_traj"),
+    ("InvertedDoublePendulum-v5", "r2po"),
+    ("InvertedDoublePendulum-v5", "props_plus"),
+    ("InvertedDoublePendulum-v5", "three_traj"),
+    ("CartPole-v1", "r2po"),
+    ("CartPole-v1", "critic_only"),
+    ("CartPole-v1", "always_critic"),
+]
+"""(env, variant) built through each path; the Maze's and IDP's variants differ from R2PO in cap and target."""
+
+
+def _check_model(model: R2PO, env_id: str, variant: str) -> None:
+    expected = reference(env_id, variant)
+    assert model.variant == variant
+    assert model.warmup_episodes == expected["warmup"] and model.target == expected["target"], (env_id, variant)
+    assert model.tau_c == expected["tau_c"] and model.episode_cap == expected["cap"], (env_id, variant)
+    if expected["N"] is not None and r2po_accepts(HISTORY_EXCERPTS_KEY):
+        assert getattr(model, HISTORY_EXCERPTS_KEY) == expected["N"]
+
+
+def _skip_without_mujoco(env_id: str) -> None:
+    if env_id.endswith("-v5"):
+        pytest.importorskip("mujoco")
+
+
+def _zoo_model(tmp_path: Path, env_id: str, hyperparams: dict[str, Any], env_kwargs: dict[str, Any] | None = None) -> Any:
+    """The model ``python -m sb3_r2po.zoo train`` builds (not trains) from zoo_configs/r2po.yml, and its printout."""
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    from sb3_r2po.zoo import register_r2po
+
+    register_r2po()
+    manager = ExperimentManager(
+        argparse.Namespace(), "r2po", env_id, str(tmp_path), eval_freq=-1, hyperparams=hyperparams, env_kwargs=env_kwargs,
+        seed=0, verbose=0, device="cpu", config=str(config_file("r2po")),
+    )  # fmt: skip
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        model, saved = manager.setup_experiment()  # type: ignore[misc]
+    model.env.close()
+    assert VARIANTS_KEY not in saved  # the saved config (enjoy reads it) holds the resolved settings
+    return model, saved, out.getvalue()
+
+
+@needs_zoo
+@pytest.mark.parametrize("env_id, variant", CASES)
+def test_zoo_train_builds_each_variant_with_its_settings(tmp_path: Path, env_id: str, variant: str) -> None:
+    _skip_without_mujoco(env_id)
+    hyperparams = {"llm": "example:0"} if variant == "r2po" else {"llm": "example:0", "variant": variant}
+    model, saved, out = _zoo_model(tmp_path, env_id, hyperparams)
+    _check_model(model, env_id, variant)
+    assert model.max_episodes == 4000 + reference(env_id, variant)["warmup"]
+    assert saved["n_timesteps"] >= model.max_episodes * model.episode_cap
+    assert (f"Settings of variant {variant!r}" in out) is (variant != "r2po")
+
+
+@needs_zoo
+def test_zoo_hyperparams_and_env_kwargs_of_the_user_win(tmp_path: Path) -> None:
+    explicit = {"llm": "example:0", "variant": "props", "warmup_episodes": 3, "target_return": 0.5, "tau_c": 0.4}
+    model, saved, out = _zoo_model(tmp_path / "a", "R2PO/Maze3x3-v0", explicit)
+    assert (model.warmup_episodes, model.target, model.tau_c) == (3, 0.5, 0.4)
+    assert model.episode_cap == 100 and saved["env_kwargs"] == {"max_episode_steps": 100}  # the rest is the variant's
+    assert "yours kept: target_return, tau_c)" in out  # the keys of the variant that you set
+    # --env-kwargs replace the file's, as the zoo does for every entry
+    model, _, _ = _zoo_model(
+        tmp_path / "b", "R2PO/Maze3x3-v0", {"llm": "example:0", "variant": "props"}, {"max_episode_steps": 30}
+    )
+    assert model.episode_cap == 30 and model.target == 1.0
+
+
+@needs_zoo
+@pytest.mark.slow
+def test_zoo_train_entry_point_runs_a_variant_with_its_cap(tmp_path: Path) -> None:
+    """``python -m sb3_r2po.zoo train ... --hyperparams variant:'props'`` on the Maze: the 100-step episodes of the
+    reference's ProPS config (a random warm-up policy that never reaches the goal runs to the cap; the budget is the
+    20 warm-up episodes, so no LLM is called)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    hyperparams = ["llm:'example:0'", "variant:'props'", "n_eval_episodes:2", "max_episodes:20"]
+    cmd = [sys.executable, "-m", "sb3_r2po.zoo", "train", "--algo", "r2po", "--env", "R2PO/Maze3x3-v0", "-f", str(tmp_path)]
+    cmd += ["--seed", "0", "--eval-freq", "-1", "--num-threads", "1", "--hyperparams", *hyperparams]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Settings of variant 'props'" in proc.stdout
+    run_dir = tmp_path / "r2po" / "R2PO-Maze3x3-v0_1"
+    config = yaml.load((run_dir / "R2PO-Maze3x3-v0" / "config.yml").read_text(), Loader=yaml.UnsafeLoader)
+    config = dict(config)
+    assert config["target_return"] == 1.0 and config["tau_c"] is None and config["env_kwargs"] == {"max_episode_steps": 100}
+    assert config["warmup_episodes"] == 20 and config["max_episodes"] == 20 and VARIANTS_KEY not in config
+    lengths = [int(line.split(",")[1]) for line in (run_dir / "0.monitor.csv").read_text().splitlines()[2:]]
+    assert len(lengths) == 20 and max(lengths) == 100  # the reference's cap for ProPS, not R2PO's 20
+
+
+@needs_zoo
+@pytest.mark.parametrize("env_id, variant", CASES)
+def test_compare_builds_each_variant_with_its_settings(env_id: str, variant: str) -> None:
+    from sb3_r2po.compare import finish_run, prepare_run
+
+    _skip_without_mujoco(env_id)
+    run = prepare_run(variant, env_id, seed=0, budget=1, llm="example:0")
+    try:
+        _check_model(run.model, env_id, variant)
+        assert run.model.max_episodes == 1  # compare's budget is the user's
+        assert run.horizon >= run.model.episode_cap  # a variant's own cap sets the step horizon
+    finally:
+        run.model.env.close()
+        run.log_folder.cleanup()
+        run.bar.close()
+    if variant == "props" and env_id == "R2PO/Maze3x3-v0":  # the user's warm-up wins
+        run = prepare_run(variant, env_id, seed=0, budget=1, llm="example:0", warmup_episodes=3)
+        assert run.model.warmup_episodes == 3 and run.model.target == 1.0 and run.model.episode_cap == 100
+        finish_run(run)
+
+
+@needs_zoo
+def test_compare_reports_a_variants_own_cap(tmp_path: Path) -> None:
+    from sb3_r2po.compare import report, run_comparison
+
+    result = run_comparison("R2PO/Maze3x3-v0", ["r2po", "props"], [0], 2, llm="example:0", n_eval_episodes=1, progress=False)
+    settings = result["settings"]
+    assert settings["episode_cap"] == 20 and settings["variant_episode_caps"] == {"props": 100}
+    assert "props 100 steps (its own cap in the reference" in report(result)
+    props = next(r for r in result["runs"] if r["method"] == "props")
+    assert props["hyperparams"]["target_return"] == 1.0 and props["hyperparams"]["warmup_episodes"] == 20
+
+
+class _Spy(R2PO):
+    """R2PO remembering every instance (the model :func:`run_one` builds and drops)."""
+
+    built: ClassVar[list[R2PO]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _Spy.built.append(self)
+
+
+@pytest.mark.parametrize("env_id, variant", CASES)
+def test_ablate_builds_each_variant_with_its_settings(monkeypatch: pytest.MonkeyPatch, env_id: str, variant: str) -> None:
+    _skip_without_mujoco(env_id)
+    settings = run_settings(env_id, variant)
+    assert settings["max_episodes"] == 4000 + reference(env_id, variant)["warmup"]
+    monkeypatch.setattr(sb3_r2po, "R2PO", _Spy)
+    _Spy.built.clear()
+    run_one(env_id, variant, 0, "example:0", {"max_episodes": 1})  # one warm-up episode: no LLM call
+    (model,) = _Spy.built
+    _check_model(model, env_id, variant)
+
+
+def test_ablate_options_of_the_user_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sb3_r2po, "R2PO", _Spy)
+    _Spy.built.clear()
+    run_one("R2PO/Maze3x3-v0", "props", 0, "example:0", {"max_episodes": 1, "warmup_episodes": 3, "target_return": 0.5})
+    (model,) = _Spy.built
+    assert (model.warmup_episodes, model.target, model.tau_c, model.episode_cap) == (3, 0.5, None, 100)
+    settings = run_settings("R2PO/Maze3x3-v0", "props", {"env_kwargs": {"max_episode_steps": 30}, "tau_c": 0.7})
+    assert settings["env_kwargs"] == {"max_episode_steps": 30} and settings["tau_c"] == 0.7
