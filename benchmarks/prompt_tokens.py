@@ -43,6 +43,10 @@ ENVS = {
 CHECKPOINTS = (1, 50, 100)
 
 
+CRITIC_OPENING = "You are an optimization agent"
+"""How R2PO's Critic prompts start (its Search prompts are a global optimizer's)."""
+
+
 class PromptCapture(ExampleLLM):
     """ExampleLLM that keeps the last user prompt of each role, per iteration."""
 
@@ -51,12 +55,12 @@ class PromptCapture(ExampleLLM):
         self.prompts: dict[tuple[int, str], str] = {}
 
     def chat(self, messages: Sequence[dict[str, str]], *, temperature: float = 0.0) -> ChatReply:
-        user = messages[1]["content"]
-        role = "critic" if "Critic" in messages[0]["content"] else "search"
+        user = messages[-1]["content"]  # one user message per call (no system message)
+        role = "critic" if user.startswith(CRITIC_OPENING) else "search"
         iteration = int(user.split("This is iteration ")[1].split()[0].rstrip(".")) if "This is iteration " in user else -1
         if iteration < 0:  # the critic prompt has no iteration line: it belongs to the latest search
             iteration = max((i for i, r in self.prompts if r == "search"), default=0)
-        self.prompts[(iteration, role)] = messages[0]["content"] + "\n" + user
+        self.prompts[(iteration, role)] = "\n".join(m["content"] for m in messages)
         return super().chat(messages, temperature=temperature)
 
 

@@ -40,12 +40,13 @@ from sb3_r2po.prompts import prompt_preset
 LEAN = {key: value for key, value in prompt_preset("lean").items() if key != "reply_style"}
 """The quickstart's lean prompt settings (the ``lean`` preset), the reply style left to the caller."""
 
-ROLES = {"search": "You are the Search step", "critic": "You are the Critic step"}
+CRITIC_OPENING = "You are an optimization agent"
+"""How R2PO's Critic prompts start (one user message, no system message; its Search prompts are a global optimizer's)."""
 
 
 def role_of(messages: list[dict[str, str]]) -> str | None:
-    system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
-    return next((role for role, start in ROLES.items() if system.startswith(start)), None)
+    first = messages[0]["content"] if messages and messages[0]["role"] == "user" else ""
+    return "critic" if first.startswith(CRITIC_OPENING) else "search" if first.startswith("You are a global") else None
 
 
 def collect_prompts(n: int, seed: int = 0, reply_style: str = "indexed") -> tuple[dict[str, list[list[dict[str, str]]]], Any]:
@@ -64,7 +65,7 @@ def collect_prompts(n: int, seed: int = 0, reply_style: str = "indexed") -> tupl
             **LEAN,
         )
         model.learn(10**9)
-        prompts: dict[str, list[list[dict[str, str]]]] = {role: [] for role in ROLES}
+        prompts: dict[str, list[list[dict[str, str]]]] = {role: [] for role in ("search", "critic")}
         for record in read_records(path):
             messages = record["messages"]
             role = role_of(messages)

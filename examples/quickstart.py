@@ -40,9 +40,20 @@ def main() -> None:
         help="prompt preset: lean (default, for CPU models), tight, or full (the reference's: whole history and "
         "trajectories, slow on CPU)",
     )
+    parser.add_argument(
+        "--paper",
+        action="store_true",
+        help="R2PO's defaults only (the paper's method), without the quickstart's options for small CPU models",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="save the trained model to this path")
     args = parser.parse_args()
+
+    # R2PO's defaults run the paper's method. For a small CPU model the quickstart turns on three options of ours
+    # (off by default; --paper leaves them off): a reply that repeats a history vector is unusable, an unusable reply is
+    # re-asked with the error stated and then replaced by a local step from the best candidate (the reference runs the
+    # whole iteration again instead), and a revision equal to its candidate is not evaluated again.
+    options = {} if args.paper else {"reject_duplicates": True, "on_unusable_reply": "reask", "skip_unchanged_revisions": True}
 
     # 1. The model: a linear policy y = s @ W + b (10 parameters on CartPole), optimized by the LLM.
     model = R2PO(
@@ -58,12 +69,19 @@ def main() -> None:
         # prompt size; the default "lean" preset, for CPU models: the 8 best and 4 latest history entries,
         # 20 trajectory steps, 2 digits, vectors written as lists (params: [v, ...], what the embedded grammar enforces)
         **prompt_preset(args.prompts),
+        **options,
         verbose=1,  # what is being prepared, then one line per iteration
     )
     model.set_logger(Logger(folder=None, output_formats=[]))  # the per-iteration lines only, not SB3's log tables
     print(
         f"quickstart: R2PO on {args.env} with llm={args.llm}: {args.warmup} warm-up episodes, then iterations of "
-        f"2 x {args.k} episodes until {args.episodes} episodes are used"
+        f"up to 2 x {args.k} episodes until {args.episodes} episodes are used; prompt preset {args.prompts!r}"
+        + (" (the reference's prompts)" if args.prompts == "full" else " (shorter prompts with our additions)")
+        + (
+            "; R2PO's loop defaults (the paper's method)"
+            if args.paper
+            else "; loop options for small models: " + ", ".join(options)
+        )
     )
 
     # 2. Train until the episode budget is spent (total_timesteps is only an upper safety net here).

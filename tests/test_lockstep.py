@@ -136,15 +136,19 @@ def test_batching_backend_without_workers_answers_at_once_and_forwards_errors() 
         BatchingBackend(broken, max_batch=0)
 
 
-def test_pure_search_asks_its_two_proposals_as_one_batch() -> None:
+@pytest.mark.parametrize("reject_duplicates", [False, True])
+def test_pure_search_asks_its_two_proposals_as_one_batch(reject_duplicates: bool) -> None:
     counter = BatchCounter()
-    model = make(0, counter, variant="pure_search").learn(10**9)
+    options = {"reject_duplicates": True, "on_unusable_reply": "reask"} if reject_duplicates else {}
+    model = make(0, counter, variant="pure_search", **options).learn(10**9)
     iterations = [r for r in model.history if r["kind"] != "warmup"]
     assert iterations and counter.batches[0] == 2  # warm-up needs no LLM: the first call is the first pair
     assert counter.batches.count(2) == len(iterations)  # one pair per iteration (re-asks go one by one)
     for record in iterations:
         second = record["revision"]
-        assert second["role"] == "search" and second["params"] != record["search"]["params"]
+        assert second["role"] == "search" and second["mean_return"] is not None  # both proposals evaluated
+        if reject_duplicates:  # ours: a second proposal equal to the first is re-asked
+            assert second["params"] != record["search"]["params"]
 
 
 def test_set_llm_validates_and_takes_effect_at_the_next_learn() -> None:

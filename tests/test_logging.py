@@ -1,6 +1,8 @@
+import logging
+
 import pytest
-from helpers import ScriptedLLM
-from stable_baselines3.common.logger import configure
+from helpers import BanditEnv, ScriptedLLM, vector
+from stable_baselines3.common.logger import Logger, configure
 
 from sb3_r2po import R2PO, ExampleLLM
 
@@ -59,3 +61,36 @@ def test_text_is_not_printed_to_stdout(tmp_path, capsys) -> None:
     assert "seeded local search" not in out and "Search step" not in out  # no reply or prompt text
     csv_header = (tmp_path / "progress.csv").read_text().splitlines()[0]
     assert "llm_text" not in csv_header and "theta" not in csv_header
+
+
+class _SlowToLoad(ScriptedLLM):
+    """A backend with a slow first step (``Preparable``) that reports its progress through ``logging``."""
+
+    def __init__(self) -> None:
+        super().__init__([vector(1.0, 1.0), vector(1.5, 1.0)])
+        self.prepared = 0
+
+    def prepare(self) -> None:
+        logging.getLogger("sb3_r2po.llm.fake").info("joining the model file")
+        self.prepared += 1
+
+
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_a_preparable_backend_is_prepared_once_and_shown_at_verbose_1(capsys, verbose: int) -> None:
+    llm = _SlowToLoad()
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=3, verbose=verbose)
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    model.learn(10**6)
+    model.learn(10**6, reset_num_timesteps=False)
+    assert llm.prepared == 1 and llm.calls  # before the first call, once
+    out = capsys.readouterr().out.splitlines()
+    progress = [line for line in out if line.startswith("R2PO")]
+    if verbose == 0:
+        assert progress == []
+        return
+    assert progress[0] == "R2PO: preparing the LLM _SlowToLoad"
+    assert progress[1] == "R2PO: joining the model file"
+    assert progress[2].startswith("R2PO: LLM ready in ")
+    assert progress[3].startswith("R2PO warm-up: 1 random candidates, 1 episode each | episodes 1/3 | best return ")
+    assert progress[4].startswith("R2PO iteration 1/1 | episodes 3/3 | search 2 | critic 2.5 kept | best 2.5 | LLM 2 calls ")
+    assert not logging.getLogger("sb3_r2po").handlers  # the handler is gone after the preparation

@@ -15,9 +15,11 @@ from sb3_r2po.llm.harmony import without_answer
 
 HARMONY_FINAL = "<|channel|>analysis<|message|>{a}<|end|><|start|>assistant<|channel|>final<|message|>{f}<|return|>"
 ECHOED_PROMPT = (
-    "## History\nparams[0]: 0.5, params[1]: 0.5; mean return: 1 (1 episode)\n"
-    "Reply format: finish your reply with one line holding all 2 values, exactly like this:\n"
-    "params[0]: <value>, params[1]: <value>"
+    "## Previous attempts\nparams[0]: 0.5, params[1]: 0.5; mean reward: 1\n"
+    "Your reply has exactly two parts, in this order.\n"
+    "First line, with nothing before it: the parameters only, exactly like this:\n"
+    "params[0]: <value>, params[1]: <value>\n"
+    "The following lines: explain what you changed and why."
 )
 
 CONTINUOUS = [
@@ -105,6 +107,10 @@ TABULAR = [
     ("float-written actions", "params: [" + ", ".join(["1.0"] * 16) + "]", [1.0] * 16),
 ]
 
+# our recovery from unusable replies (re-ask with the error, then fall back; duplicates of the history unusable),
+# not the reference's rerun of the iteration: these tests exercise it
+RECOVERY = {"on_unusable_reply": "reask", "reject_duplicates": True}
+
 
 def search_outcome(model: R2PO) -> dict:
     return next(r for r in model.history if r["kind"] != "warmup")["search"]
@@ -113,7 +119,7 @@ def search_outcome(model: R2PO) -> dict:
 @pytest.mark.parametrize("name, reply, expected", CONTINUOUS, ids=[c[0] for c in CONTINUOUS])
 def test_continuous_corpus(name: str, reply: str, expected) -> None:
     llm = ScriptedLLM([reply])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0)
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0, **RECOVERY)
     model.learn(10**6)  # must not raise
     search = search_outcome(model)
     if isinstance(expected, list):
@@ -130,7 +136,7 @@ def test_continuous_corpus(name: str, reply: str, expected) -> None:
 @pytest.mark.parametrize("name, reply, expected", TABULAR, ids=[c[0] for c in TABULAR])
 def test_tabular_corpus(name: str, reply: str, expected) -> None:
     llm = ScriptedLLM([reply])
-    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0)
+    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0, **RECOVERY)
     model.learn(10**6)
     search = search_outcome(model)
     if isinstance(expected, list):
@@ -155,6 +161,7 @@ def test_a_reply_repeating_the_history_is_a_failure() -> None:
         max_episodes=2,
         seed=0,
         skip_unchanged_revisions=True,
+        **RECOVERY,
     )
     model.learn(10**6)
     assert "already evaluated" in model.history[-1]["search"]["failures"][0]

@@ -12,6 +12,10 @@ from sb3_r2po.llm.harmony import without_answer
 SPACE = ParameterSpace(3, low=-6, high=6, decimals=1)
 ACTIONS = ParameterSpace(4, values=(0, 1, 2, 3))
 
+# our recovery from unusable replies (re-ask with the error, then fall back; duplicates of the history unusable),
+# not the reference's rerun of the iteration: these tests exercise it
+RECOVERY = {"on_unusable_reply": "reask", "reject_duplicates": True}
+
 
 @pytest.mark.parametrize(
     "reply, expected",
@@ -121,7 +125,15 @@ def test_learn_survives_any_replies(replies: list[str]) -> None:
 def test_failed_search_falls_back_after_a_retry() -> None:
     llm = ScriptedLLM(["no numbers here"])
     model = R2PO(
-        "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=4, max_llm_retries=2
+        "MlpLinear",
+        "CartPole-v1",
+        llm=llm,
+        n_eval_episodes=2,
+        warmup_episodes=2,
+        seed=0,
+        max_episodes=4,
+        max_llm_retries=2,
+        **RECOVERY,
     )
     model.learn(10**6)
     record = model.history[-1]
@@ -144,6 +156,7 @@ def test_the_fallback_is_a_small_step_from_the_best_candidate() -> None:
         seed=0,
         max_episodes=4,
         step_size=0.1,
+        **RECOVERY,
     )
     model.learn(10**6)
     record = model.history[-1]
@@ -165,6 +178,7 @@ def test_duplicate_of_history_counts_as_failure() -> None:
         seed=0,
         max_episodes=2,
         skip_unchanged_revisions=True,
+        **RECOVERY,
     )
     model.learn(10**6)
     second = model.history[-1]

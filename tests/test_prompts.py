@@ -1,4 +1,5 @@
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,10 +14,22 @@ from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import TaskDescription
 
 
-def run_cartpole(n_iterations: int = 1) -> ScriptedLLM:
+def is_critic(prompt: str) -> bool:
+    """Every Critic prompt opens with its role; the Search prompts open with the optimizer's."""
+    return prompt.startswith("You are an optimization agent")
+
+
+def run_cartpole(n_iterations: int = 1, **kwargs) -> ScriptedLLM:
     llm = ScriptedLLM([vector(*([0.5] * 9 + [float(i)])) for i in range(1, 10)])
     model = R2PO(
-        "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=2 + 6 * n_iterations
+        "MlpLinear",
+        "CartPole-v1",
+        llm=llm,
+        n_eval_episodes=3,
+        warmup_episodes=2,
+        seed=0,
+        max_episodes=2 + 6 * n_iterations,
+        **kwargs,
     )
     model.learn(10**6)
     return llm
@@ -25,35 +38,45 @@ def run_cartpole(n_iterations: int = 1) -> ScriptedLLM:
 def test_search_prompt_content() -> None:
     llm = run_cartpole()
     search = llm.calls[0]
-    assert search[0]["role"] == "system" and "Search" in search[0]["content"]
-    prompt = search[1]["content"]
-    assert "Balance a pole" in prompt  # the registered CartPole task description
+    assert [m["role"] for m in search] == ["user"]  # one user message, no system message: the reference's calls
+    prompt = search[0]["content"]
+    assert "global maximum of an unknown function f(params)" in prompt  # a black box
+    assert "Balance a pole" not in prompt and "## Task" not in prompt and "b (bias)" not in prompt
     assert "There are 10 parameters" in prompt and "[-6.0, 6.0]" in prompt
-    assert "The target mean return is 475" in prompt
-    assert "2 parameter vectors evaluated so far" in prompt
-    assert "Do not propose a vector that is already in the history" in prompt and "about 1.0" in prompt
-    assert "params[8], params[9]: b (bias)" in prompt
-    assert "Median episode" not in prompt
+    assert "The global maximum of f should be about 475. Below that" in prompt and "explore rather than exploit" in prompt
+    assert prompt.count("; reward of its one episode: ") == 2  # the two warm-up entries
+    assert "Never propose params that have already been evaluated" in prompt and "in steps of about 1.0" in prompt
+    assert "This is iteration 1 of 1." in prompt
+    assert "Median episode" not in prompt and "so far is" not in prompt
+
+
+def test_search_sees_task_adds_the_task_and_the_layout() -> None:
+    prompt = run_cartpole(search_sees_task=True).prompts()[0]
+    assert "## Task\n" in prompt and "Observation:" in prompt  # the registered CartPole description
+    assert "params[8], params[9]: b (bias)" in prompt and "f(params) is the mean episode reward" in prompt
 
 
 def test_critic_prompt_holds_the_evidence_package() -> None:
     llm = run_cartpole()
-    prompt = llm.calls[1][1]["content"]
-    assert "Critic" in llm.calls[1][0]["content"]
-    assert "## Candidate under review\nparams[0]: 0.5" in prompt
-    assert "Statistics:" in prompt and "reached the target in 0 of 3 episodes" in prompt
+    assert [m["role"] for m in llm.calls[1]] == ["user"]
+    prompt = llm.calls[1][0]["content"]
+    assert is_critic(prompt) and "## Task\n" in prompt and "b (bias)" in prompt
+    assert "The optimizer proposed these parameters:\nparams[0]: 0.5" in prompt
+    assert "Reward: mean " in prompt and "Reached the target reward 475 in 0 of 3 episodes" in prompt
     assert "Median episode" in prompt and "Worst episode" not in prompt
-    assert "## Revision rule" in prompt and "451.2" in prompt and "below this threshold" in prompt
-    assert "systematic" in prompt and "at most 1.0 per parameter" in prompt
+    assert "When the mean reward is 451.2 or more, prefer no change at all" in prompt
+    assert "below the threshold" not in prompt and "repeat its parameters" not in prompt  # no selection hints
+    assert "systematic" in prompt and "changes of 1.0 or less per parameter" in prompt
 
 
 def test_no_target_no_rule() -> None:
     llm = ScriptedLLM([vector(1.0, 1.0), vector(0.5, 0.5)])
     model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=0)
     model.learn(1)
-    assert "target" not in llm.calls[0][1]["content"].lower().replace("target mean", "")
-    assert "Revision rule" not in llm.calls[1][1]["content"] and "reached the target" not in llm.calls[1][1]["content"]
-    assert "An unknown control task" in llm.calls[0][1]["content"]  # the generated description
+    search, critic = llm.prompts()[:2]
+    assert "should be about" not in search and "not known" in search
+    assert "target" not in critic.lower() and "or more" not in critic
+    assert "An unknown control task" in critic  # the generated description
 
 
 def test_values_cannot_inject_template_syntax() -> None:
@@ -70,18 +93,19 @@ def test_values_cannot_inject_template_syntax() -> None:
         total_iterations=None,
         step_size=1.0,
     )
-    text = builder.search(ctx)[1]["content"]
+    text = builder.search(ctx)[0]["content"] + builder.search(replace(ctx, search_sees_task=True))[0]["content"]
     assert evil in text and "49" not in text and "XXX" not in text
     assert evil in builder.retry(evil, ParameterSpace(2))["content"]
 
 
 def test_tabular_prompt_lists_the_action_set() -> None:
     llm = ScriptedLLM(["params: " + str([0] * 16)])
-    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=3)
+    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=5)
     model.learn(10**6)
-    prompt = llm.calls[0][1]["content"]
-    assert "Each one must be one of the values 0, 1, 2, 3" in prompt
-    assert "params[s] is the action taken in state s" in prompt
+    search, critic = llm.prompts()[:2]
+    for prompt in (search, critic):
+        assert "each one must be one of the values 0, 1, 2, 3" in prompt
+    assert "params[s] is the action taken in state s" in critic and "params[s]" not in search
 
 
 @pytest.mark.parametrize("max_steps, shown", [(None, 30), (10, 10)])
@@ -110,9 +134,10 @@ def test_history_compression_keeps_the_best_and_the_most_recent() -> None:
     best_two = sorted(model.history, key=lambda r: -r["mean_return"])[:2]
     assert all(r in shown for r in best_two) and all(r in shown for r in model.history[-3:])
     assert len(shown) <= 5 < len(model.history)
-    last_search = [call for call in llm.calls if "Search" in call[0]["content"]][-1][1]["content"]
-    assert "not shown are neither among the best nor the most recent" in last_search
-    assert last_search.split("## History")[1].count("; mean return:") <= 5
+    last_search = [prompt for prompt in llm.prompts() if not is_critic(prompt)][-1]
+    assert "left out here are neither among the best nor the most recent" in last_search
+    history = last_search.split("## Evaluated so far")[1].split("This is iteration")[0]
+    assert 0 < history.count("; mean reward: ") + history.count("; reward of its one episode: ") <= 5
 
 
 @pytest.mark.parametrize(
@@ -140,12 +165,16 @@ def test_list_reply_style_writes_every_vector_as_a_list() -> None:
         "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=8, reply_style="list"
     )
     model.learn(10**6)
-    search, critic = llm.calls[0][1]["content"], llm.calls[1][1]["content"]
-    for prompt in (search, critic):
-        assert "exactly like this:\nparams: [<value>, <value>, ..., <value>]" in prompt
-        history = prompt.split("## History")[1].split("## Your step")[0]
+    search, critic = llm.prompts()[:2]
+    assert "written as `params: [<value>, <value>, ..., <value>]`" in search
+    assert "exactly like this:\nparams: [<value>, <value>, ..., <value>]" in critic
+    for prompt, heading, end in (
+        (search, "## Evaluated so far", "This is iteration"),
+        (critic, "## Previous attempts", "## Your"),
+    ):
+        history = prompt.split(heading)[1].split(end)[0]
         assert history.count("params: [") == 2 and "params[0]:" not in history
-    assert "## Candidate under review\nparams: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0]; mean return" in critic
+    assert "proposed these parameters:\nparams: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0]\n" in critic
     np.testing.assert_array_equal(model.history[2]["search"]["params"], [0.5] * 9 + [1.0])  # the list reply, read back
 
 
@@ -174,7 +203,7 @@ def test_prompt_presets_shrink_the_critic_prompt_in_order() -> None:
         budget = dict(n_eval_episodes=1, warmup_episodes=6, seed=0, max_episodes=26)
         model = R2PO("MlpLinear", "CartPole-v1", llm=llm, **budget, **prompt_preset(name))
         model.learn(10**6)
-        critics = [call[1]["content"] for call in llm.calls if "Critic" in call[0]["content"]]
+        critics = [prompt for prompt in llm.prompts() if is_critic(prompt)]
         assert len(model.history) > 12  # more entries than lean (8 + 4) or tight (5 + 3) show
         sizes[name] = len(critics[-1])
     assert sizes["full"] > sizes["lean"] > sizes["tight"]
@@ -185,14 +214,16 @@ def test_unknown_prompt_preset_is_rejected() -> None:
         prompt_preset("huge")
 
 
-def critic_prompt(evidence_kwargs: dict, space: ParameterSpace | None = None, tau_c: float | None = None) -> str:
+def critic_prompt(
+    evidence_kwargs: dict, space: ParameterSpace | None = None, tau_c: float | None = None, prompt: str = "r2po", **options
+) -> str:
     """The Critic's user prompt for three CartPole-like episodes of returns 10, 20 and 30."""
     episodes = [Episode([np.zeros(2)] * (n + 1), [np.array(0)] * n, [1.0] * n, "terminated") for n in (10, 20, 30)]
     evidence = build_evidence(episodes, 100.0, tau_c, **evidence_kwargs)
     space = space or ParameterSpace(3)
-    ctx = PromptContext(None, ("layout",), space, 100.0, (), 1, None, 1.0)
+    ctx = replace(PromptContext(None, ("layout",), space, 100.0, (), 1, None, 1.0), **options)
     params = ", ".join(f"params[{i}]: 0" for i in range(space.size))
-    return PromptBuilder().critic(ctx, HistoryLine(params, 20.0, 3), evidence)[1]["content"]
+    return PromptBuilder().critic(ctx, HistoryLine(params, 20.0, 3), evidence, prompt)[0]["content"]
 
 
 def your_step(prompt: str) -> str:
@@ -201,35 +232,38 @@ def your_step(prompt: str) -> str:
 
 def test_critic_instructions_use_statistics_only_when_they_are_shown() -> None:
     r2po = your_step(critic_prompt({}))
-    assert "Use the statistics" in r2po and "systematic" in r2po
-    assert "the states of the shown episode to" in r2po
-    # the ablation Critics (rep_traj, always_critic, critic_only: one trajectory; three_traj: three) see no statistics
-    bare = your_step(critic_prompt(dict(statistics=False, trajectories=("mean",), rule=False)))
-    three = your_step(critic_prompt(dict(statistics=False, trajectories=("worst", "median", "best"), rule=False)))
+    assert "statistics" in r2po and "systematic" in r2po and "median episode" in r2po
+    # the ablation Critics (rep_traj, always_critic: one trajectory; three_traj: three) see no statistics
+    bare = your_step(critic_prompt(dict(statistics=False, trajectories=("mean",), rule=False), prompt="rep_traj"))
+    three = your_step(
+        critic_prompt(dict(statistics=False, trajectories=("worst", "median", "best"), rule=False), prompt="three_traj")
+    )
     for step in (bare, three):
-        assert "statistics" not in step and "systematic" not in step and "occasional" not in step
-    assert "the states of the shown episode to" in bare
-    assert "the states of the shown episodes to" in three and "shown episode to" not in three
+        assert "statistics" not in step
+    assert "failure point" in bare and "the worst, median and best episodes" in three
 
 
-def test_tabular_prompts_ask_for_few_action_changes_not_a_step_size() -> None:
+def test_tabular_prompts_search_all_values_and_have_no_step_size() -> None:
     space = ParameterSpace(9, values=(0, 1, 2, 3))
     ctx = PromptContext(None, ("layout",), space, 0.9, (HistoryLine("params: [0]", 0.1, 1),), 1, None, 1.0, best=0.1)
-    prompts = {"search": PromptBuilder().search(ctx)[1]["content"], "critic": critic_prompt({}, space)}
-    for role, prompt in prompts.items():
-        step = your_step(prompt)
-        assert "1.0" not in step and "per parameter" not in step and "by about" not in step, role
-        assert "the actions of only" in step and "states" in step, role
+    search = PromptBuilder().search(ctx)[0]["content"]
+    assert "Search over all the possible values of the params." in search
+    assert "only a few" not in search and "steps of about" not in search
+    for prompt in ("r2po", "rep_traj", "three_traj", "critic_only"):
+        text = critic_prompt({}, space, prompt=prompt)
+        assert "per parameter" not in text and "1.0" not in your_step(text), prompt
+        assert "Each parameter value must be one of 0, 1, 2, 3." in text, prompt
+        assert "only the few states" not in text, prompt
     # continuous parameters keep the step size
-    assert "at most 1.0 per parameter" in your_step(critic_prompt({}))
+    assert "changes of 1.0 or less per parameter" in your_step(critic_prompt({}))
 
 
 def test_tabular_prompt_states_the_value_set_once() -> None:
     llm = ScriptedLLM(["params: " + str([0] * 16)])
     model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=3)
     model.learn(10**6)
-    prompt = llm.calls[0][1]["content"]
-    assert prompt.count("must be one of") == 1 and prompt.count("0, 1, 2, 3") == 1
+    prompt = llm.calls[0][0]["content"]
+    assert prompt.count("must be one of") == 1
 
 
 def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> None:
@@ -238,49 +272,63 @@ def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> Non
         HistoryLine("params[0]: 2.0", 9.0, 1, warmup=True),
         HistoryLine("params[0]: 3.0", 10.4, 5),
     )
-    ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4)
-    prompt = PromptBuilder().search(ctx)[1]["content"]
-    assert "params[0]: 1.0; mean return: 61 (1 warm-up episode)" in prompt
-    assert "params[0]: 3.0; mean return: 10.4 (5 episodes)" in prompt
-    assert "The best mean return over 5 episodes so far is 10.4" in prompt
-    assert "The best mean return so far is" not in prompt
-    # before the first iteration every entry has one episode: the best is a single-episode return
-    warmup = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history[:2], 1, 10, 1.0, best=61.0)
-    prompt = PromptBuilder().search(warmup)[1]["content"]
-    assert "The best single-episode return so far is 61." in prompt
+    ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4, extra_statistics=True)
+    prompt = PromptBuilder().search(ctx)[0]["content"]
+    assert "params[0]: 1.0; reward of its one episode: 61 (1 warm-up episode)" in prompt
+    assert "params[0]: 3.0; mean reward: 10.4 (5 episodes)" in prompt
+    assert "The best mean reward over 5 episodes so far is 10.4" in prompt
+    assert "The best mean reward so far is" not in prompt
+    # before the first iteration every entry has one episode: the best is a single-episode reward
+    warmup = PromptContext(
+        None, ("layout",), ParameterSpace(1), 475.0, history[:2], 1, 10, 1.0, best=61.0, extra_statistics=True
+    )
+    prompt = PromptBuilder().search(warmup)[0]["content"]
+    assert "The best single-episode reward so far is 61." in prompt
+    # off by default (the reference shows neither the episode counts nor a best line)
+    plain = PromptBuilder().search(replace(ctx, extra_statistics=False))[0]["content"]
+    assert "so far is" not in plain and "episodes)" not in plain and "params[0]: 3.0; mean reward: 10.4\n" in plain
 
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_best_line_agrees_with_the_history_in_real_runs(k: int) -> None:
     """Also with K = 1, where warm-up and iteration entries have as many episodes: R2PO flags the warm-up lines."""
     llm = ScriptedLLM([vector(*([0.1 * (i % 7)] * 9 + [i / 10])) for i in range(1, 40)])
-    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=k, warmup_episodes=10, seed=0, max_episodes=10 + 6 * k)
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=llm,
+        n_eval_episodes=k,
+        warmup_episodes=10,
+        seed=0,
+        max_episodes=10 + 6 * k,
+        extra_statistics=True,
+    )
     model.learn(10**6)
-    searches = [call[1]["content"] for call in llm.calls if "Search" in call[0]["content"]]
+    searches = [prompt for prompt in llm.prompts() if not is_critic(prompt)]
     assert len(searches) >= 2
     unit = "episodes" if k > 1 else "episode"
     for prompt in searches[1:]:  # after the first iteration
         assert prompt.count("(1 warm-up episode)") == 10  # every warm-up line is marked, whatever K
-        match = re.search(rf"The best mean return over {k} {unit} so far is (\d+(?:\.\d+)?)", prompt)
+        match = re.search(rf"The best mean reward over {k} {unit} so far is (\d+(?:\.\d+)?)", prompt)
         assert match, prompt
         best = float(match.group(1))
-        k_means = [float(x) for x in re.findall(rf"; mean return: (\d+(?:\.\d+)?) \({k} {unit}\)", prompt)]
+        k_means = [float(x) for x in re.findall(rf"; mean reward: (\d+(?:\.\d+)?) \({k} {unit}\)", prompt)]
         assert k_means and best == max(k_means)
 
 
 def test_revision_rule_prints_enough_digits_to_tell_mean_and_threshold_apart() -> None:
     episodes = [Episode([np.zeros(2)] * 3, [np.zeros(1)] * 2, [50.0, 46.9996], "terminated")] * 2
     evidence = build_evidence(episodes, 100.0, 97.0)
-    ctx = PromptContext(None, ("layout",), ParameterSpace(3), 100.0, (), 1, None, 1.0)
-    text = PromptBuilder().critic(ctx, HistoryLine("params: ...", 96.9996, 2), evidence)[1]["content"]
-    assert "mean return is at least 97 and" in text
-    assert "The candidate's mean return 96.9996 is below this threshold." in text
-    assert "## Candidate under review\nparams: ...; mean return: 96.9996 (2 episodes)" in text
+    ctx = PromptContext(None, ("layout",), ParameterSpace(3), 100.0, (), 1, None, 1.0, selection_hints=True)
+    text = PromptBuilder().critic(ctx, HistoryLine("params: ...", 96.9996, 2), evidence)[0]["content"]
+    assert "When the mean reward is 97 or more" in text
+    assert "The proposal's mean reward 96.9996 is below the threshold 97." in text
+    assert "proposed these parameters:\nparams: ...\n" in text and "evaluation episodes: 96.9996\n" in text
     # distinct at 4 figures: unchanged
-    ctx = PromptContext(None, ("layout",), ParameterSpace(3), 475.0, (), 1, None, 1.0)
+    ctx = PromptContext(None, ("layout",), ParameterSpace(3), 475.0, (), 1, None, 1.0, selection_hints=True)
     evidence = build_evidence(episodes, 475.0, 451.25)
-    text = PromptBuilder().critic(ctx, HistoryLine("params: ...", 96.9996, 2), evidence)[1]["content"]
-    assert "at least 451.2 and" in text and "mean return 97 is below" in text
+    text = PromptBuilder().critic(ctx, HistoryLine("params: ...", 96.9996, 2), evidence)[0]["content"]
+    assert "mean reward is 451.2 or more" in text and "mean reward 97 is below" in text
 
 
 def _best_lines(prompts: list[str]) -> list[str]:
@@ -297,55 +345,66 @@ def _scripted_run(replies: list[str], **kwargs) -> tuple[R2PO, ScriptedLLM]:
 def test_best_line_after_the_warm_up_counts_the_candidate_of_this_iteration() -> None:
     """actor_second_pass, iteration 1: the second Search sees candidate A (3 episodes) next to warm-up lines; the
     best over 3 episodes is A's mean, not the best warm-up episode."""
-    model, llm = _scripted_run([vector(*([0.1] * 10)), vector(*([0.2] * 10))], variant="actor_second_pass")
+    model, llm = _scripted_run(
+        [vector(*([0.1] * 10)), vector(*([0.2] * 10))], variant="actor_second_pass", extra_statistics=True
+    )
     first_mean = model.history[-1]["search"]["mean_return"]
     warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
     assert warmup_best > first_mean  # the case that matters: a warm-up episode beat candidate A
     first, second = _best_lines(llm.prompts())
-    assert first == f"The best single-episode return so far is {sig(warmup_best, 4)}."
-    assert second.startswith(f"The best mean return over 3 episodes so far is {sig(first_mean, 4)} (the warm-up")
+    assert first == f"The best single-episode reward so far is {sig(warmup_best, 4)}."
+    assert second.startswith(f"The best mean reward over 3 episodes so far is {sig(first_mean, 4)} (the warm-up")
 
 
 def test_best_line_when_compression_shows_only_warm_up_lines() -> None:
     """history_best_k=3, history_recent=0: the shown lines are all warm-up ones, the best is a 3-episode mean."""
     replies = [vector(*([0.1 * i] * 10)) for i in range(1, 5)]
-    model, llm = _scripted_run(replies, variant="props", history_best_k=3, history_recent=0)
+    model, llm = _scripted_run(replies, variant="props", history_best_k=3, history_recent=0, extra_statistics=True)
     best_after_first = model.history[5]["mean_return"]
     second_prompt = llm.prompts()[1]
-    assert second_prompt.count("(1 warm-up episode)") == 3 and "(3 episodes)" not in second_prompt.split("## Your step")[0]
+    assert second_prompt.count("(1 warm-up episode)") == 3 and "(3 episodes)" not in second_prompt.split("This is")[0]
     assert _best_lines([second_prompt]) == [
-        f"The best mean return over 3 episodes so far is {sig(best_after_first, 4)} (the warm-up vectors, run for 1 "
+        f"The best mean reward over 3 episodes so far is {sig(best_after_first, 4)} (the warm-up entries, run for 1 "
         "episode each, are not counted: one episode is a noisy estimate)."
     ]
 
 
-def test_critic_system_prompt_states_whether_the_revision_must_beat_the_candidate() -> None:
-    builder, evidence = (
-        PromptBuilder(),
-        build_evidence([Episode([np.zeros(1)] * 2, [np.zeros(1)], [1.0], "terminated")], None, None),
-    )
-    systems = {}
+def test_selection_hints_state_whether_the_revision_must_beat_the_candidate() -> None:
+    texts = {
+        (keep_best, hints): critic_prompt({}, tau_c=15.0, keep_best=keep_best, selection_hints=hints)
+        for keep_best in (True, False)
+        for hints in (True, False)
+    }
+    keep = "kept only if its mean reward is at least the proposal's; otherwise the proposal is kept"
+    always = "replaces the proposal whatever its mean reward"
+    assert keep in texts[True, True] and always not in texts[True, True]
+    assert always in texts[False, True] and keep not in texts[False, True]
     for keep_best in (True, False):
-        ctx = PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0, extra={"keep_best": keep_best})
-        systems[keep_best] = builder.critic(ctx, HistoryLine("params[0]: 0", 1.0, 1), evidence)[0]["content"]
+        assert "To keep the proposal as it is, repeat its parameters exactly." in texts[keep_best, True]
+        assert "The proposal's mean reward 20 is at or above the threshold 15." in texts[keep_best, True]
+        plain = texts[keep_best, False]  # off by default: no reference Critic is told about the selection
+        assert keep not in plain and always not in plain and "repeat its parameters" not in plain and "threshold" not in plain
+
+
+def test_rule_wording_differs_for_linear_and_tabular_policies() -> None:
+    linear = critic_prompt({}, tau_c=15.0)
+    tabular = critic_prompt({}, ParameterSpace(3, values=(0, 1)), tau_c=15.0)
+    assert "- When the mean reward is 15 or more, prefer no change at all, or only one very small edit" in linear
+    assert "consistent failure" not in linear.split("Points to consider")[1]
     assert (
-        "only kept if its mean return is at least that of the candidate, so do not change what already works" in systems[True]
+        "- If the proposed policy already has a mean reward of 15 or more and the evidence shows no consistent failure, "
+        "keep the parameters unchanged, or make at most one very small edit that is strongly justified." in tabular
     )
-    assert "replaces the candidate whatever its return" not in systems[True]
-    assert "replaces the candidate whatever its return" in systems[False]
-    assert "only kept if" not in systems[False]
-
-
-def test_critic_prompt_spells_out_the_rule_the_evidence_and_how_to_decline() -> None:
-    prompt = critic_prompt({}, tau_c=15.0)
-    rule = prompt.split("## Revision rule")[1].split("## History")[0]
-    assert "at least 15 and the statistics show no failure that happens consistently, keep the parameters unchanged" in rule
-    assert "or make at most one very small edit that the evidence strongly justifies" in rule
-    assert "- To keep the candidate as it is, repeat its parameters exactly." in your_step(prompt)
-    assert "- episode length: mean 20, min 10, max 30" in prompt and "- endings: terminated 3" in prompt
-    assert "closest to the median return (return 20); each line is one step" in prompt
-    three = critic_prompt(dict(trajectories=("worst", "median", "best")))
-    assert "Worst episode (return 10); each" in three and "Best episode (return 30); each" in three
+    assert "prefer no change at all" not in tabular
+    assert "Reward: mean 20, min 10, max 30" in linear and "Episode length: mean 20, min 10, max 30" in linear
+    assert "std" not in linear and "Endings" not in linear  # ours, with extra_statistics
+    extra = critic_prompt({}, tau_c=15.0, extra_statistics=True)
+    assert "Reward: mean 20, min 10, max 30, std 8.16" in extra and "Endings: terminated 3" in extra
+    assert "Median episode (the one whose reward is closest to the median reward), reward 20;" in linear
+    three = critic_prompt(dict(trajectories=("worst", "median", "best")), prompt="three_traj")
+    assert (
+        "Worst episode (the lowest reward), reward 10;" in three and "Best episode (the highest reward), reward 30;" in three
+    )
 
 
 def test_prompts_show_the_whole_task_description() -> None:
@@ -354,44 +413,43 @@ def test_prompts_show_the_whole_task_description() -> None:
     )
     ctx = PromptContext(task, ("layout",), ParameterSpace(2, decimals=2), 1.0, (), 1, None, 0.5)
     episodes = [Episode([np.zeros(2)] * 2, [np.array(0)], [1.0], "terminated")]
-    search = PromptBuilder().search(ctx)[1]["content"]
-    critic = PromptBuilder().critic(ctx, HistoryLine("params: ...", 1.0, 1), build_evidence(episodes, 1.0, None))[1]["content"]
-    for prompt in (search, critic):
+    search = PromptBuilder().search(replace(ctx, search_sees_task=True))[0]["content"]
+    critic = PromptBuilder().critic(ctx, HistoryLine("params: ...", 1.0, 1), build_evidence(episodes, 1.0, None))[0]["content"]
+    props_plus = PromptBuilder().search(ctx, "props_plus", "f")[0]["content"]
+    for prompt in (search, critic, props_plus):
         for line in ("## Task\nReach the flag.", "- s[0]: position\n- s[1]: velocity", "- 0: left\n- 1: right"):
             assert line in prompt
         assert "Reward: -1 a step" in prompt and "Episode end: at the flag" in prompt
         assert "written with 2 decimal(s)" in prompt
+    for prompt, history in (("r2po", "r2po"), ("props", "f"), ("props", "labelled")):  # the black boxes
+        assert "Reach the flag" not in PromptBuilder().search(ctx, prompt, history)[0]["content"]
 
 
 def test_search_prompt_explores_below_a_target_and_balances_without_one() -> None:
-    system = PromptBuilder().search(PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0))[0]["content"]
-    assert "You never see the environment directly: you learn from the returns of the vectors evaluated so far." in system
     prompts = {
-        target: your_step(
-            PromptBuilder().search(PromptContext(None, ("l",), ParameterSpace(1), target, (), 1, None, 1.0))[1]["content"]
-        )
+        target: PromptBuilder().search(PromptContext(None, ("l",), ParameterSpace(1), target, (), 1, None, 1.0))[0]["content"]
         for target in (None, 5.0)
     }
-    assert "explore: try regions of the space the history has not covered" in prompts[5.0]
-    assert "Balance exploring" not in prompts[5.0]
-    assert "Balance exploring new regions of the space with refining the best vectors." in prompts[None]
-    assert "explore:" not in prompts[None]
+    assert "The global maximum of f should be about 5. Below that you are only at a local optimum" in prompts[5.0]
+    assert "balance exploring" not in prompts[5.0]
+    assert "The global maximum is not known: balance exploring new regions with refining the best inputs." in prompts[None]
+    assert "explore rather than exploit" not in prompts[None]
 
 
 def test_history_section_counts_omitted_entries_and_says_when_it_is_empty() -> None:
-    empty = PromptBuilder().search(PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0))[1]["content"]
-    assert "## History\nNo parameter vector has been evaluated yet." in empty
+    empty = PromptBuilder().search(PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0))[0]["content"]
+    assert "oldest first:\nNothing has been evaluated yet." in empty
     history = (HistoryLine("params[0]: 1.0", 3.0, 5), HistoryLine("params[0]: 2.0", 4.0, 5))
-    ctx = PromptContext(
-        None, ("layout",), ParameterSpace(1), None, history, 9, None, 1.0, best=4.0, extra={"history_omitted": 7}
-    )
-    prompt = PromptBuilder().search(ctx)[1]["content"]
-    assert "9 parameter vectors evaluated so far; the 7 not shown are neither among the best nor the most recent" in prompt
-    assert "No parameter vector" not in prompt
+    ctx = PromptContext(None, ("layout",), ParameterSpace(1), None, history, 9, None, 1.0, best=4.0, history_omitted=7)
+    prompt = PromptBuilder().search(ctx)[0]["content"]
+    assert "(9 entries so far; the 7 left out here are neither among the best nor the most recent.)" in prompt
+    assert "Nothing has been evaluated" not in prompt
 
 
 def test_best_line_mentions_the_warm_up_only_when_warm_up_lines_are_shown() -> None:
     history = (HistoryLine("params[0]: 3.0", 10.4, 5),)
-    ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4, best_episodes=5)
-    prompt = PromptBuilder().search(ctx)[1]["content"]
-    assert "The best mean return over 5 episodes so far is 10.4.\n" in prompt and "warm-up" not in prompt
+    ctx = PromptContext(
+        None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4, best_episodes=5, extra_statistics=True
+    )
+    prompt = PromptBuilder().search(ctx)[0]["content"]
+    assert "The best mean reward over 5 episodes so far is 10.4.\n" in prompt and "warm-up" not in prompt

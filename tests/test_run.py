@@ -183,7 +183,7 @@ def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(bias: str, lengt
     model.learn(1)
     record = model.history[-1]
     assert record["non_finite_episodes"] == 2 and record["mean_return"] == total and record["mean_length"] == length
-    critic = llm.calls[1][1]["content"]
+    critic = llm.calls[1][-1]["content"]
     assert "nan" not in critic.lower().replace("non-finite", "") and "non-finite value" in critic
 
 
@@ -336,3 +336,62 @@ def test_tabular_policy_refuses_observations_outside_its_space() -> None:
     for bad in (-1, 16):
         with pytest.raises(ValueError, match=f"observation {bad} is outside the observation space Discrete\\(16\\)"):
             model.predict(bad)
+
+
+def test_an_unusable_reply_reruns_the_iteration_as_the_reference_does() -> None:
+    # iteration 1: the Search is usable, the Critic's reply is not: the attempt is discarded (its 2 episodes stay
+    # spent) and the iteration runs again from its Search call
+    llm = ScriptedLLM([vector(1.0, 1.0), "no vector here", vector(0.5, 0.5), vector(1.0, 1.5)])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=6, seed=0)
+    model.learn(10**6)
+    assert model.iteration == 1 and len(model.history) == 1 and model._episode_num == 6
+    record = model.history[0]
+    assert record["search"]["params"] == [0.5, 0.5] and record["revision"]["params"] == [1.0, 1.5]
+    assert record["discarded_attempts"] == [
+        {"role": "critic", "reason": record["discarded_attempts"][0]["reason"], "episodes": 2}
+    ]
+    assert model.llm_stats["calls"] == 4 and model.llm_stats["parse_failures"] == 1
+    assert model.llm_stats["discarded_attempts"] == 1 and model.llm_stats["fallbacks"] == 0
+    assert len(llm.calls[2]) == 1  # the new Search call is a fresh single prompt, not a re-ask
+
+
+def test_training_stops_after_max_iteration_attempts() -> None:
+    llm = ScriptedLLM(["no vector here"])
+    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=1, max_episodes=100, seed=0)
+    with pytest.warns(RuntimeWarning, match="5 attempts of iteration 1"):
+        model.learn(10**6)
+    assert model.iteration == 0 and [r["kind"] for r in model.history] == ["warmup"]
+    assert model.llm_stats["calls"] == 5 and model.llm_stats["discarded_attempts"] == 5
+
+
+def test_a_repeated_vector_is_evaluated_again_unless_duplicates_are_rejected() -> None:
+    replies = [vector(1.0, 1.0), vector(0.5, 0.5), vector(1.0, 1.0), vector(0.0, 0.0), vector(2.0, 2.0)]  # [1, 1] kept
+    model = R2PO(
+        "MlpLinear", BanditEnv(), llm=ScriptedLLM(replies), n_eval_episodes=1, warmup_episodes=0, max_episodes=4, seed=0
+    )
+    model.learn(10**6)
+    assert model.history[1]["search"]["params"] == [1.0, 1.0] and model.history[1]["search"]["failures"] == []
+    strict = R2PO(
+        "MlpLinear",
+        BanditEnv(),
+        llm=ScriptedLLM(replies),
+        n_eval_episodes=1,
+        warmup_episodes=0,
+        max_episodes=4,
+        seed=0,
+        reject_duplicates=True,
+        on_unusable_reply="reask",
+    )
+    strict.learn(10**6)
+    assert "already evaluated" in strict.history[1]["search"]["failures"][0]
+    assert strict.history[1]["search"]["params"] == [0.0, 0.0]
+
+
+def test_critic_only_without_warm_up_asks_the_llm_with_an_empty_history() -> None:
+    llm = ScriptedLLM([vector(1.0, 0.5), vector(1.5, 0.5)])
+    model = R2PO(
+        "MlpLinear", BanditEnv(), llm=llm, variant="critic_only", n_eval_episodes=1, warmup_episodes=0, max_episodes=2, seed=0
+    )
+    model.learn(10**6)
+    assert [r["kind"] for r in model.history] == ["critic", "critic"] and model.llm_stats["fallbacks"] == 0
+    assert model.history[0]["params"] == [1.0, 0.5] and len(llm.calls) == 2

@@ -18,7 +18,8 @@ def run(variant: str, replies: list[str], env="CartPole-v1", **kwargs) -> tuple[
 
 
 def roles(llm: ScriptedLLM) -> list[str]:
-    return ["critic" if "Critic" in call[0]["content"] else "search" for call in llm.calls]
+    """Every Critic prompt opens with its role ("You are an optimization agent"), every Search prompt with another."""
+    return ["critic" if call[0]["content"].startswith("You are an optimization agent") else "search" for call in llm.calls]
 
 
 @pytest.mark.parametrize(
@@ -45,10 +46,13 @@ def test_call_pattern_and_budget(variant: str, pattern: list[str], episodes_per_
     assert VARIANTS[variant].calls_per_iteration == len(pattern)
 
 
-@pytest.mark.parametrize("variant, has_task", [("props", False), ("props_plus", True), ("r2po", True), ("pure_search", True)])
-def test_task_description_presence(variant: str, has_task: bool) -> None:
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_task_description_presence(variant: str) -> None:
+    """The Search is a black box except in props_plus; every Critic sees the task."""
     _, llm = run(variant, [GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)])
-    assert ("Balance a pole" in llm.calls[0][1]["content"]) is has_task
+    for role, call in zip(roles(llm), llm.calls, strict=True):
+        shown = "## Task\n" in call[0]["content"] and "Observation:" in call[0]["content"]
+        assert shown is (role == "critic" or variant == "props_plus"), (variant, role)
 
 
 @pytest.mark.parametrize(
@@ -63,9 +67,9 @@ def test_task_description_presence(variant: str, has_task: bool) -> None:
 )
 def test_critic_evidence(variant: str, statistics: bool, titles: list[str], rule: bool) -> None:
     _, llm = run(variant, [GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)], target_return=500, tau_c=480)
-    critic = next(call[1]["content"] for call in llm.calls if "Critic" in call[0]["content"])
-    assert ("Statistics:" in critic) is statistics
-    assert ("## Revision rule" in critic) is rule
+    critic = next(call[0]["content"] for role, call in zip(roles(llm), llm.calls, strict=True) if role == "critic")
+    assert ("Reward: mean" in critic) is statistics
+    assert ("480 or more" in critic) is rule
     for title in titles:
         assert title in critic
     for title in {"Median episode", "Worst episode", "Best episode", "Representative episode"} - set(titles):
@@ -74,22 +78,24 @@ def test_critic_evidence(variant: str, statistics: bool, titles: list[str], rule
 
 def test_three_traj_truncates_head_and_tail_at_25_steps() -> None:
     _, llm = run("three_traj", [GOOD_CARTPOLE, EDITED_CARTPOLE], max_trajectory_steps=1000)
-    critic = llm.calls[1][1]["content"]
+    critic = llm.calls[1][0]["content"]
     assert "t=24:" in critic and "t=25:" not in critic.split("Worst episode")[1].split("steps omitted")[0]
     assert critic.count("steps omitted") == 3
 
 
 def test_pure_search_second_proposal_must_differ() -> None:
-    # the same prompt at temperature 0 gives the same reply: the second proposal is re-asked with the reason
-    model, llm = run("pure_search", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE])
+    # reject_duplicates (ours): the same prompt at temperature 0 gives the same reply: the second is re-asked with the reason
+    model, llm = run(
+        "pure_search", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE], reject_duplicates=True, on_unusable_reply="reask"
+    )
     assert "already proposed in this iteration" in llm.calls[2][-1]["content"]
     assert model.history[-1]["revision"]["params"] is not None
 
 
 def test_actor_second_pass_shows_the_first_candidate() -> None:
     _, llm = run("actor_second_pass", [GOOD_CARTPOLE, EDITED_CARTPOLE])
-    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" in llm.calls[1][1]["content"]
-    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" not in llm.calls[0][1]["content"]
+    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" in llm.calls[1][0]["content"]
+    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" not in llm.calls[0][0]["content"]
 
 
 def test_always_critic_commits_a_worse_revision_and_r2po_never_does() -> None:
@@ -141,8 +147,10 @@ def test_pure_search_asks_one_proposal_when_the_budget_pays_for_one_evaluation()
 
 
 def test_actor_second_pass_second_proposal_must_differ_from_the_first() -> None:
-    # the second Search repeats the first (not yet in the history): it is re-asked, not taken as a declined proposal
-    model, llm = run("actor_second_pass", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE])
+    # reject_duplicates (ours): the second Search repeats the first (not yet in the history): it is re-asked
+    model, llm = run(
+        "actor_second_pass", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE], reject_duplicates=True, on_unusable_reply="reask"
+    )
     assert "already proposed in this iteration" in llm.calls[2][-1]["content"]
     assert model.history[-1]["revision"]["status"] in ("kept", "rejected")
     assert model.history[-1]["revision"]["params"] == [0, 0, 0, 0, 0, 1, 0, 1.2, 0, 0]
@@ -152,9 +160,10 @@ def test_critic_only_revises_the_last_entry_with_its_own_episode_count_and_diagn
     # bandit, return W + b; the last entry is the 1-episode warm-up, then a K = 4 candidate
     replies = [vector(1.0, 1.0), "The worst episode is low.\n" + vector(1.5, 1.0), vector(2.0, 1.0)]
     model, llm = run("critic_only", replies, env=BanditEnv(), max_episodes=1 + 8, target_return=4, tau_c=2.0)
-    critics = [call[1]["content"].split("## Candidate under review\n")[1].split("\n")[0] for call in llm.calls]
-    assert critics[0].endswith("(1 episode)") and critics[1].endswith("(4 episodes)")
-    assert "## Evidence from its 1 episode\n" in llm.calls[0][1]["content"]
+    first, second = llm.prompts()
+    assert "proposed" not in first and "Candidate" not in first  # no candidate under review: the latest trace instead
+    latest = "## What happened in the latest test\n"
+    assert "end after 1 steps" in first.split(latest)[1] and "params[0]: 1.0, params[1]: 1.0; mean reward: 2" in second
     first, second = (r["diagnostics"] for r in model.history[1:])
     assert first["accepted"]
     # the candidate revised second returned exactly tau_c: at the threshold counts as above it
@@ -163,7 +172,9 @@ def test_critic_only_revises_the_last_entry_with_its_own_episode_count_and_diagn
 
 
 def test_critic_only_counts_its_fallbacks_and_keeps_adjusted_notes() -> None:
-    model, _ = run("critic_only", ["no numbers here"], env=BanditEnv(), max_episodes=1 + 8, max_llm_retries=0)
+    model, _ = run(
+        "critic_only", ["no numbers here"], env=BanditEnv(), max_episodes=1 + 8, max_llm_retries=0, on_unusable_reply="reask"
+    )
     assert [r["kind"] for r in model.history] == ["warmup", "fallback", "fallback"]
     assert model.llm_stats["fallbacks"] == 2
     model, _ = run("critic_only", [vector(1.0, 99.0)], env=BanditEnv(), max_episodes=1 + 4)
@@ -177,13 +188,19 @@ def test_planned_iterations_count_the_candidates_of_the_variant(variant: str, ex
     # 16 episodes after the warm-up, K = 4: a one-candidate variant plans four iterations, a two-candidate one two
     replies = [vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)]
     _, llm = run(variant, replies, max_episodes=1 + 16)
-    assert f"This is iteration {expected}." in llm.calls[0][1]["content"]
+    assert f"This is iteration {expected}." in llm.calls[0][0]["content"]
 
 
 def test_r2po_candidate_at_tau_c_counts_as_above_it() -> None:
-    # the Search candidate returns exactly tau_c = 2: the revision rule applies to it
+    # the Search candidate returns exactly tau_c = 2: the revision rule applies to it (critic_selection_hints says so)
     model, llm = run(
-        "r2po", [vector(1.0, 1.0), vector(1.0, 1.5)], env=BanditEnv(), max_episodes=1 + 8, target_return=4, tau_c=2
+        "r2po",
+        [vector(1.0, 1.0), vector(1.0, 1.5)],
+        env=BanditEnv(),
+        max_episodes=1 + 8,
+        target_return=4,
+        tau_c=2,
+        critic_selection_hints=True,
     )
     assert model.history[1]["search"]["mean_return"] == 2.0 and model.history[1]["diagnostics"]["above_tau_c"] is True
-    assert "is at or above this threshold" in llm.calls[1][1]["content"]
+    assert "The proposal's mean reward 2 is at or above the threshold 2." in llm.calls[1][0]["content"]

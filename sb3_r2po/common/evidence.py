@@ -149,7 +149,9 @@ class RenderedTrajectory:
     omitted: int
 
 
-def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int = 3, fold: bool = True) -> RenderedTrajectory:
+def render_trajectory(
+    episode: Episode, max_steps: int | None = 40, digits: int = 3, fold: bool = True, rewards: bool = True
+) -> RenderedTrajectory:
     """
     Render an episode compactly: one line per step ``t: s -> a`` (the next line's ``s`` is this step's
     next observation), rewards shown per step only when they vary, the head and tail kept when the
@@ -162,10 +164,12 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
     :param fold: Fold runs of identical consecutive steps into one line ``t=3..7 (5 identical steps): ...``,
         e.g. an agent pushing into a wall. Steps are identical when their raw observation, action and reward
         are exactly equal; steps that merely print the same at ``digits`` figures are never merged.
+    :param rewards: Show the rewards (per step, or one line when every step has the same reward). ``False``:
+        observations and actions only, as the reference's R2PO and three_traj Critics show them.
     """
     n = episode.length
-    rewards = np.asarray(episode.rewards, dtype=np.float64)
-    constant_reward = n > 0 and bool(np.all(rewards == rewards[0]))
+    step_rewards = np.asarray(episode.rewards, dtype=np.float64)
+    constant_reward = n > 0 and bool(np.all(step_rewards == step_rewards[0]))
     if max_steps is None or n <= max_steps:
         shown = [range(n)]
     else:
@@ -173,8 +177,8 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
         tail = max(0, max_steps - head)
         shown = [range(head), range(n - tail, n)]
     lines: list[str] = []
-    if constant_reward:
-        lines.append(f"(reward {sig(float(rewards[0]), digits)} at every step)")
+    if constant_reward and rewards:
+        lines.append(f"(reward {sig(float(step_rewards[0]), digits)} at every step)")
     for part_index, part in enumerate(shown):
         if part_index == 1:
             lines.append(f"... {part.start - shown[0].stop} steps omitted ...")
@@ -185,8 +189,8 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
                 if fold and previous is not None and _same_step(episode, t - 1, t):
                     continue
                 body = f"s={_vector(episode.observations[t], digits)} -> a={_vector(episode.actions[t], digits)}"
-                if not constant_reward:
-                    body += f", r={sig(float(rewards[t]), digits)}"
+                if rewards and not constant_reward:
+                    body += f", r={sig(float(step_rewards[t]), digits)}"
             if previous is not None:
                 end = (t if t is not None else part.stop) - 1
                 label = (
@@ -207,6 +211,15 @@ def render_trajectory(episode: Episode, max_steps: int | None = 40, digits: int 
     return RenderedTrajectory(tuple(lines), omitted)
 
 
+def render_excerpt(episode: Episode, max_steps: int = 8, digits: int = 3) -> str:
+    """
+    A history entry's rollout excerpt on one line: the first and last ``max_steps / 2`` steps (observation and
+    action, no rewards) joined by ``" | "``, then how the episode ended (the reference's history excerpts of
+    rep_traj, always_critic and critic_only, ``max_steps=8``).
+    """
+    return " | ".join(render_trajectory(episode, max_steps, digits, fold=False, rewards=False).lines)
+
+
 @dataclass(frozen=True)
 class EvidencePackage:
     """
@@ -217,6 +230,7 @@ class EvidencePackage:
     :param trajectory_returns: The return of each shown trajectory, by name.
     :param tau_c: Revision-rule threshold (``None``: no rule).
     :param above_tau_c: Whether the candidate's mean return reaches ``tau_c``.
+    :param step_rewards: Whether the rendered trajectories show the rewards.
     """
 
     statistics: EpisodeStatistics | None
@@ -224,6 +238,7 @@ class EvidencePackage:
     trajectory_returns: dict[str, float]
     tau_c: float | None
     above_tau_c: bool
+    step_rewards: bool = True
 
 
 SELECTORS = {
@@ -239,13 +254,14 @@ def build_evidence(
     episodes: Sequence[Episode],
     target: float | None,
     tau_c: float | None,
-    max_steps: int | None = 40,
+    max_steps: int | None = None,
     *,
     digits: int = 3,
-    fold: bool = True,
+    fold: bool = False,
     statistics: bool = True,
     trajectories: Sequence[str] = ("median",),
     rule: bool = True,
+    step_rewards: bool = True,
 ) -> EvidencePackage:
     """
     The evidence package of a candidate. R2PO's defaults: statistics, the median trajectory and (when
@@ -254,12 +270,13 @@ def build_evidence(
     :param episodes: The K episodes of the candidate.
     :param target: The target return (defines success); may be ``None``.
     :param tau_c: Revision-rule threshold; ``None`` disables the rule.
-    :param max_steps: Step budget of each rendered trajectory (head and tail kept).
+    :param max_steps: Step budget of each rendered trajectory (head and tail kept); ``None``: the whole episode.
     :param digits: Significant figures in rendered trajectories.
     :param fold: Fold runs of exactly repeated steps (see :func:`render_trajectory`).
     :param statistics: Whether to include the aggregate statistics.
     :param trajectories: Which trajectories to show, by name (see :data:`SELECTORS`).
     :param rule: Whether to include the revision rule (needs ``tau_c``).
+    :param step_rewards: Whether rendered trajectories show the rewards (see :func:`render_trajectory`).
     """
     stats = summarize(episodes, target)
     returns = [ep.total_return for ep in episodes]
@@ -267,8 +284,9 @@ def build_evidence(
     threshold = tau_c if rule else None
     return EvidencePackage(
         statistics=stats if statistics else None,
-        trajectories={name: render_trajectory(ep, max_steps, digits, fold) for name, ep in shown.items()},
+        trajectories={name: render_trajectory(ep, max_steps, digits, fold, step_rewards) for name, ep in shown.items()},
         trajectory_returns={name: ep.total_return for name, ep in shown.items()},
         tau_c=threshold,
         above_tau_c=threshold is not None and stats.mean_return >= threshold,
+        step_rewards=step_rewards,
     )

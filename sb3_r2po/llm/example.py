@@ -2,9 +2,10 @@
 
 It reads R2PO's prompts the way a model would (plain text in, reply text out) and answers with a seeded
 local search: the Search role perturbs the best vector of the history by about the step size, the
-Critic role makes a small edit to the candidate, or keeps it unchanged when the revision rule says the
-candidate is already good. Its replies use R2PO's reply format, so tests, docs and the quickstart run the
-whole loop (prompts, parsing, retries, keep-best) without a model. Its answer is a pure function of
+Critic role makes a small edit to the candidate, or keeps it unchanged when its mean reward reaches the
+revision rule's threshold (critic_only, which shows no candidate: a small edit of the history's best vector).
+Its replies use R2PO's reply layout (the vector on the first line, then a note), so tests, docs and the
+quickstart run the whole loop (prompts, parsing, retries, keep-best) without a model. Its answer is a pure function of
 ``seed`` and the messages, so runs are reproducible and replayable.
 
 Results obtained with it say nothing about what an LLM achieves.
@@ -25,13 +26,16 @@ from sb3_r2po.common.parsing import parse_params
 from sb3_r2po.llm.base import ChatReply, Message
 
 _VECTOR = r"params(?:\[0\]|: \[)[^\n;]*"  # a vector in either reply style, indexed or list
-_HISTORY = re.compile(rf"^({_VECTOR}); mean return: (\S+)", re.M)
-_CANDIDATE = re.compile(rf"## Candidate under review\n({_VECTOR}); mean return: (\S+)")
-_LIST_REPLY = "exactly like this:\nparams: ["
+_HISTORY = re.compile(rf"^(?:[\w -]+: )?({_VECTOR}); [^:=\n]*[:=] (\S+)", re.M)  # a history line, maybe labelled
+_CANDIDATE = re.compile(rf"The optimizer proposed these parameters:\n({_VECTOR})")
+_CANDIDATE_MEAN = re.compile(r"Mean reward over its \d+ evaluation episodes?: (\S+)")
+_THRESHOLD = re.compile(r"mean reward (?:is|of) (\S+) or more")
+_SINGLE_PASS = "in a single pass"  # critic_only: revise the history's best vector, there is no candidate
+_LIST_REPLY = "params: [<value>"
 _SIZE = re.compile(r"There are (\d+) parameters")
 _RANGE = re.compile(r"a number in \[(\S+), (\S+)\] written with (\d+) decimal")
 _CHOICES = re.compile(r"must be one of the values ([\d, -]+)\.")
-_STEP = re.compile(r"(?:by about|at most) (\S+?) (?:each|per parameter)")
+_STEP = re.compile(r"(?:in steps of about|changes of) (\d+(?:\.\d+)?)")
 
 
 class ExampleLLM:
@@ -69,31 +73,35 @@ class ExampleLLM:
         space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
 
         candidate = _CANDIDATE.search(prompt)
+        parsed_history = [(parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt)]
+        history = [(v, r) for v, r in parsed_history if v is not None]
         theta: np.ndarray
         if candidate is not None:
             parsed = parse_params(candidate.group(1), space).params
             assert parsed is not None, "the Critic prompt's candidate is always a valid vector"
             theta = parsed
-            if "is at or above this threshold" in prompt:
+            mean, threshold = _CANDIDATE_MEAN.search(prompt), _THRESHOLD.search(prompt)
+            if mean is not None and threshold is not None and float(mean.group(1)) >= float(threshold.group(1)):
                 note = "The candidate meets the revision threshold: keeping it unchanged."
             else:
                 theta = self._edit(theta, rng, step / 2, choices, n_changes=max(1, size // 4))
                 note = "Small edit of the candidate."
+        elif _SINGLE_PASS in prompt and history:
+            best = max(history, key=lambda item: item[1])[0]
+            theta = self._edit(best, rng, step / 2, choices, n_changes=max(1, size // 4))
+            note = "Small edit of the best vector so far."
+        elif not history or rng.random() < self.explore:
+            theta = self._random(rng, size, choices)
+            note = "Exploring a random vector."
         else:
-            parsed_history = [(parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt)]
-            history = [(v, r) for v, r in parsed_history if v is not None]
-            if not history or rng.random() < self.explore:
-                theta = self._random(rng, size, choices)
-                note = "Exploring a random vector."
-            else:
-                best = max(history, key=lambda item: item[1])[0]
-                theta = self._edit(best, rng, step, choices, n_changes=size)
-                note = "Refining the best vector so far."
+            best = max(history, key=lambda item: item[1])[0]
+            theta = self._edit(best, rng, step, choices, n_changes=size)
+            note = "Refining the best vector so far."
 
         if choices is None:
             theta = np.round(np.clip(theta, low, high), decimals)
         values = space.format(theta, "list" if _LIST_REPLY in prompt else "indexed")  # the reply shape the prompt asks for
-        text = f"ExampleLLM (seeded local search, not a language model). {note}\n{values}"
+        text = f"{values}\nExampleLLM (seeded local search, not a language model). {note}"  # the vector first, as asked
         return ChatReply(text=text, seconds=time.perf_counter() - start)
 
     @staticmethod

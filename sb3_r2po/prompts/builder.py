@@ -1,5 +1,10 @@
 """Render the Search, Critic and retry prompts from the Jinja2 templates in ``templates/``.
 
+Every call is one user message and no system message, as in the reference implementation. Each template follows one
+reference template (named in the Jinja comment at its top) and says the same in its own words; what we add is behind
+options that are off by default (:class:`PromptContext`'s ``search_sees_task``, ``selection_hints``,
+``extra_statistics``; the history compression and trajectory budgets of :class:`~sb3_r2po.R2PO`).
+
 Values (task descriptions, replies quoted back in a retry) are inserted as data: Jinja2 never
 evaluates template syntax that appears inside a value, so neither an env description nor an LLM reply
 can inject template code.
@@ -7,6 +12,7 @@ can inject template code.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -18,22 +24,43 @@ from sb3_r2po.llm.base import Message
 from sb3_r2po.prompts.tasks import TaskDescription
 
 TRAJECTORY_TITLES = {
-    "median": "Median episode: the episode whose return is closest to the median return",
-    "mean": "Representative episode: the episode whose return is closest to the mean return",
-    "worst": "Worst episode",
-    "best": "Best episode",
-    "last": "Representative episode of the last candidate",
+    "median": "Median episode (the one whose reward is closest to the median reward)",
+    "mean": "Representative episode (the one whose reward is closest to the mean reward)",
+    "worst": "Worst episode (the lowest reward)",
+    "best": "Best episode (the highest reward)",
 }
+
+SEARCH_TEMPLATES = {"r2po": "search_r2po.j2", "props": "search_props.j2", "props_plus": "search_props_plus.j2"}
+"""The Search template of each :data:`~sb3_r2po.variants.SearchPrompt`."""
+
+CRITIC_TEMPLATES = {
+    "r2po": "critic_r2po.j2",
+    "rep_traj": "critic_rep_traj.j2",
+    "three_traj": "critic_three_traj.j2",
+    "critic_only": "critic_only.j2",
+}
+"""The Critic template of each :data:`~sb3_r2po.variants.CriticPrompt`."""
 
 
 @dataclass(frozen=True)
 class HistoryLine:
-    """One history entry as shown in a prompt (``warmup``: a warm-up candidate, run for one episode)."""
+    """
+    One history entry as shown in a prompt.
+
+    :param params: The vector, formatted.
+    :param mean_return: Its mean return (a warm-up entry: its one episode's return).
+    :param n_episodes: The episodes behind ``mean_return``.
+    :param warmup: A warm-up candidate (random, one episode).
+    :param excerpt: A one-line excerpt of its representative episode (rep_traj, always_critic, critic_only Critics).
+    :param trajectory: Its first evaluation episode, one line per step (ProPS+ on tabular tasks).
+    """
 
     params: str
     mean_return: float
     n_episodes: int
     warmup: bool = False
+    excerpt: str | None = None
+    trajectory: tuple[str, ...] | None = None
 
 
 def history_summary(
@@ -82,7 +109,8 @@ class PromptContext:
     """
     What every prompt shows.
 
-    :param task: The task description (``None`` hides it, as ProPS does).
+    :param task: The task description (shown by every Critic; by the Search only for ProPS+ or with
+        ``search_sees_task``); ``None``: no task section.
     :param layout: Lines describing how the flat parameters map onto the policy.
     :param space: The parameter space.
     :param target: Target mean return (``None``: not shown).
@@ -93,6 +121,14 @@ class PromptContext:
     :param best: Best mean return so far (R2PO: the best K-episode mean; see :func:`history_summary`).
     :param best_episodes: Episodes behind ``best`` (0: unknown).
     :param best_warmup: Whether ``best`` is a warm-up candidate's return (one episode).
+    :param extra: Further template values (they override the ones above of the same name).
+    :param search_sees_task: Ours: the black-box Search prompts also show the task description and the policy layout.
+    :param selection_hints: Ours: the Critic is told what the selection does with its revision, how to keep the
+        proposal, and whether the proposal's mean reaches the revision rule's threshold.
+    :param extra_statistics: Ours: history lines give the episodes behind each value, the Search states the best value
+        so far, and the Critic's statistics add the standard deviation and how the episodes ended.
+    :param keep_best: Whether the revision must match the proposal to be kept (``selection_hints`` says so).
+    :param history_omitted: History entries the compressed history leaves out.
     """
 
     task: TaskDescription | None
@@ -107,6 +143,11 @@ class PromptContext:
     best_episodes: int = 0
     best_warmup: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    search_sees_task: bool = False
+    selection_hints: bool = False
+    extra_statistics: bool = False
+    keep_best: bool = True
+    history_omitted: int = 0
 
 
 class PromptBuilder:
@@ -133,6 +174,7 @@ class PromptBuilder:
             autoescape=False,
             trim_blocks=True,
             lstrip_blocks=True,
+            keep_trailing_newline=True,  # an included partial ends with its newline, like any other line
         )
         self.env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
         self.env.filters["digits_apart"] = lambda x, other, digits=4: digits_apart(
@@ -140,7 +182,8 @@ class PromptBuilder:
         )
 
     def _render(self, name: str, **values: Any) -> str:
-        return self.env.get_template(name).render(**values).strip() + "\n"
+        text = self.env.get_template(name).render(**values)
+        return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"  # a section left out leaves one blank line, not two
 
     def _example(self, space: ParameterSpace) -> str:
         """The reply-format line: every value for up to 3 parameters, else the first two, an ellipsis and the last."""
@@ -151,26 +194,42 @@ class PromptBuilder:
 
     def _common(self, ctx: PromptContext) -> dict[str, Any]:
         values = {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name != "extra"}
-        defaults = {"example": self._example(ctx.space), "trajectory_titles": TRAJECTORY_TITLES, "history_omitted": 0}
+        defaults = {"example": self._example(ctx.space), "trajectory_titles": TRAJECTORY_TITLES}
         summary = history_summary(ctx.history, ctx.best, ctx.best_episodes, ctx.best_warmup)
         return {**values, **summary, **defaults, **ctx.extra}
 
-    def search(self, ctx: PromptContext) -> list[Message]:
-        """The Search-LLM's messages: propose a new vector from the history."""
-        return [
-            {"role": "system", "content": self._render("search_system.j2")},
-            {"role": "user", "content": self._render("search_user.j2", **self._common(ctx))},
-        ]
+    def search(self, ctx: PromptContext, prompt: str = "r2po", history: str = "r2po") -> list[Message]:
+        """
+        The Search-LLM's message: propose a new vector from the history.
 
-    def critic(self, ctx: PromptContext, candidate: HistoryLine, evidence: EvidencePackage) -> list[Message]:
-        """The Critic-LLM's messages: revise ``candidate`` given its evidence package."""
-        return [
-            {"role": "system", "content": self._render("critic_system.j2", keep_best=ctx.extra.get("keep_best", True))},
-            {
-                "role": "user",
-                "content": self._render("critic_user.j2", candidate=candidate, evidence=evidence, **self._common(ctx)),
-            },
-        ]
+        :param ctx: What the prompt shows.
+        :param prompt: The template: ``"r2po"``, ``"props"`` or ``"props_plus"`` (:data:`SEARCH_TEMPLATES`).
+        :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
+        """
+        template = SEARCH_TEMPLATES[prompt]
+        return [{"role": "user", "content": self._render(template, history_style=history, **self._common(ctx))}]
+
+    def critic(
+        self,
+        ctx: PromptContext,
+        candidate: HistoryLine,
+        evidence: EvidencePackage,
+        prompt: str = "r2po",
+        history: str = "r2po",
+    ) -> list[Message]:
+        """
+        The Critic-LLM's message: revise ``candidate`` given its evidence package.
+
+        :param ctx: What the prompt shows.
+        :param candidate: The proposal under review (``critic_only`` shows none: its evidence is the latest episode).
+        :param evidence: The evidence package.
+        :param prompt: The template: ``"r2po"``, ``"rep_traj"``, ``"three_traj"`` or ``"critic_only"``
+            (:data:`CRITIC_TEMPLATES`).
+        :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
+        """
+        values = self._common(ctx)
+        text = self._render(CRITIC_TEMPLATES[prompt], candidate=candidate, evidence=evidence, history_style=history, **values)
+        return [{"role": "user", "content": text}]
 
     def retry(self, reason: str, space: ParameterSpace) -> Message:
         """The follow-up message after an unusable reply, stating what was wrong."""

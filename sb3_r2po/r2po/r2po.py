@@ -38,7 +38,14 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from sb3_r2po.common.asking import Answer, ask_for_params, ask_together
-from sb3_r2po.common.evidence import EvidencePackage, build_evidence, success_tolerance
+from sb3_r2po.common.evidence import (
+    EvidencePackage,
+    build_evidence,
+    mean_closest_index,
+    render_excerpt,
+    render_trajectory,
+    success_tolerance,
+)
 from sb3_r2po.common.parameters import REPLY_STYLES, ReplyStyle
 from sb3_r2po.common.racing import should_stop
 from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, run_episodes
@@ -49,7 +56,7 @@ from sb3_r2po.llm.resolve import check_llm_spec, make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import describe_task
 from sb3_r2po.r2po.policies import CompactPolicy, LinearPolicy, TabularPolicy
-from sb3_r2po.variants import Variant, get_variant
+from sb3_r2po.variants import EXCERPT_STEPS, Variant, default_history_excerpts, get_variant
 
 SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
 
@@ -57,6 +64,9 @@ LLMSpec = str | ChatBackend | Callable[[list[dict[str, str]]], str]
 
 MAX_WARMUP_DRAWS = 1000
 """Random draws in a row that may repeat evaluated vectors before the warm-up gives up (a tiny parameter space)."""
+
+ON_UNUSABLE_REPLY = ("rerun", "reask")
+"""What an unusable reply leads to: the reference's rerun of the iteration, or our re-ask and fallback."""
 
 TAU_C_MARGIN = 0.05
 """When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
@@ -75,6 +85,15 @@ COMMITTED_STATE = (
 
 TEXT_ONLY = ("stdout", "log", "json", "csv")
 """Logger formats that must not receive prompts, replies or histograms (TensorBoard only)."""
+
+
+class UnusableReply(Exception):
+    """An LLM reply that cannot be used discards the running iteration (``on_unusable_reply="rerun"``)."""
+
+    def __init__(self, role: str, reason: str) -> None:
+        super().__init__(f"unusable {role} reply: {reason}")
+        self.role = role
+        self.reason = reason
 
 
 class R2PO(BaseAlgorithm):
@@ -102,9 +121,11 @@ class R2PO(BaseAlgorithm):
     :param max_episodes: Episode budget of the whole run, warm-up included (``None``: unlimited). The paper's
         budget is 4000 episodes after the warm-up: ``max_episodes=4020`` with 20 warm-up episodes.
     :param max_episode_steps: Length cap of an evaluation episode for envs without a time limit of their own.
-    :param max_trajectory_steps: Most steps of a trajectory shown to the Critic (head and tail kept).
+    :param max_trajectory_steps: Most steps of a trajectory shown to the Critic (head and tail kept); ``None`` (default,
+        the reference's): the whole episode. A budget is ours, for small models and long episodes.
     :param trajectory_digits: Significant figures of the numbers in rendered trajectories.
-    :param fold_repeated_steps: Fold runs of identical consecutive steps of a trajectory into one line.
+    :param fold_repeated_steps: Fold runs of identical consecutive steps of a trajectory into one line (ours; off by
+        default: the reference shows every step).
     :param history_best_k: With ``history_recent``, compress the history shown in prompts to the ``history_best_k``
         best entries plus the ``history_recent`` most recent ones (``None`` for both: the whole history). Duplicate
         detection always uses the whole history.
@@ -112,10 +133,29 @@ class R2PO(BaseAlgorithm):
     :param reply_style: How prompts write vectors (history, candidate) and which reply they ask for: ``"indexed"``
         (``params[0]: v, params[1]: v, ...``, the reference's format) or ``"list"`` (``params: [v, v, ...]``, about 45 %
         fewer tokens per vector; the shape the embedded backend's grammar enforces by default). The parser reads both.
+    :param search_sees_task: Show the Search the task description and the policy layout (ours). Off by default: the
+        reference's Search is a black box that maximises an unknown f(params) (only ProPS+ shows the task).
+    :param critic_selection_hints: Tell the Critic what the selection does with its revision (kept only if it scores at
+        least as well, or always committed), that repeating the proposal keeps it, and whether the proposal's mean reaches
+        the revision rule's threshold (ours). Off by default: no reference Critic is told any of this.
+    :param extra_statistics: History lines give the episodes behind each value, the Search states the best value so
+        far, the Critic's statistics add the standard deviation and how the episodes ended (ours; off by default).
+    :param history_excerpts: The rep_traj, always_critic and critic_only Critics show an excerpt of the representative
+        episode of this many of the latest history entries; ``None`` (default): the reference's number for the env
+        (:data:`sb3_r2po.variants.HISTORY_EXCERPTS`; 100 for other tabular tasks, 5 for other linear ones).
     :param skip_unchanged_revisions: Do not evaluate a revision equal to its candidate (the iteration spends K episodes
         instead of 2K, and the revision is recorded as ``declined``). Off by default: the reference evaluates it again,
         so the kept mean is the larger of two K-episode estimates.
-    :param max_llm_retries: Re-asks after an unusable reply before falling back.
+    :param max_llm_retries: With ``on_unusable_reply="reask"``: re-asks, with the error stated, after an unusable reply.
+    :param on_unusable_reply: What an unusable reply (no parseable vector; with ``reject_duplicates``, a history
+        vector) leads to. ``"rerun"`` (default, the reference's): the iteration is discarded (its episodes stay spent
+        and counted; the record of the attempt that succeeds lists the discarded ones under ``discarded_attempts``) and
+        runs again from its Search call, at most ``max_iteration_attempts`` times, then training stops with a
+        ``RuntimeWarning``. ``"reask"`` (ours): re-ask up to ``max_llm_retries`` times, then the Search falls back to a
+        Gaussian perturbation of the best candidate (kind ``fallback``) and a Critic's revision is recorded ``failed``.
+    :param max_iteration_attempts: Attempts of one iteration with ``on_unusable_reply="rerun"`` (the reference: 5).
+    :param reject_duplicates: Treat a reply that repeats a history vector (or, for a second Search proposal, the first)
+        as unusable, instead of evaluating it again as the reference does. Off by default.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
     :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
         (``history.json``) are written there atomically, every LLM call is appended to ``llm_calls.jsonl`` (flushed per
@@ -160,14 +200,21 @@ class R2PO(BaseAlgorithm):
         temperature: float = 0.0,
         max_episodes: int | None = None,
         max_episode_steps: int = 1000,
-        max_trajectory_steps: int | None = 40,
+        max_trajectory_steps: int | None = None,
         trajectory_digits: int = 3,
-        fold_repeated_steps: bool = True,
+        fold_repeated_steps: bool = False,
         history_best_k: int | None = None,
         history_recent: int | None = None,
         reply_style: ReplyStyle = "indexed",
+        search_sees_task: bool = False,
+        critic_selection_hints: bool = False,
+        extra_statistics: bool = False,
+        history_excerpts: int | None = None,
         skip_unchanged_revisions: bool = False,
         max_llm_retries: int = 1,
+        on_unusable_reply: str = "rerun",
+        max_iteration_attempts: int = 5,
+        reject_duplicates: bool = False,
         prompt_template_dir: str | None = None,
         checkpoint_dir: str | None = None,
         stop_at_target: bool = False,
@@ -200,10 +247,14 @@ class R2PO(BaseAlgorithm):
         _check_int("max_episodes", max_episodes, 1, optional=True)
         _check_int("max_episode_steps", max_episode_steps, 1)
         _check_int("max_trajectory_steps", max_trajectory_steps, 1, optional=True)
+        _check_int("history_excerpts", history_excerpts, 0, optional=True)
         _check_int("trajectory_digits", trajectory_digits, 1)
         _check_int("history_best_k", history_best_k, 0, optional=True)
         _check_int("history_recent", history_recent, 0, optional=True)
         _check_int("max_llm_retries", max_llm_retries, 0)
+        _check_int("max_iteration_attempts", max_iteration_attempts, 1)
+        if on_unusable_reply not in ON_UNUSABLE_REPLY:
+            raise ValueError(f"on_unusable_reply must be one of {ON_UNUSABLE_REPLY}, got {on_unusable_reply!r}")
         _check_int("param_decimals", param_decimals, 0)
         _check_int("racing_chunk", racing_chunk, 2)  # the racing rule needs a standard deviation
         if len(param_bounds) != 2 or not all(math.isfinite(float(b)) for b in param_bounds):
@@ -245,8 +296,16 @@ class R2PO(BaseAlgorithm):
         self.history_best_k = history_best_k
         self.history_recent = history_recent
         self.reply_style: ReplyStyle = reply_style
+        self.search_sees_task = search_sees_task
+        self.critic_selection_hints = critic_selection_hints
+        self.extra_statistics = extra_statistics
+        self.history_excerpts = history_excerpts
         self.skip_unchanged_revisions = skip_unchanged_revisions
         self.max_llm_retries = max_llm_retries
+        self.on_unusable_reply = on_unusable_reply
+        self.max_iteration_attempts = max_iteration_attempts
+        self.reject_duplicates = reject_duplicates
+        self._discarded_attempts: list[dict[str, Any]] = []
         self.prompt_template_dir = prompt_template_dir
         self.checkpoint_dir = checkpoint_dir
         self.stop_at_target = stop_at_target
@@ -478,14 +537,22 @@ class R2PO(BaseAlgorithm):
         floor = target - success_tolerance(target)
         return any(r["n_episodes"] >= self.n_eval_episodes and r["min_return"] >= floor for r in self.history)
 
-    def _seen_error(self, params: np.ndarray) -> str | None:
+    def _in_history(self, params: np.ndarray) -> dict[str, Any] | None:
+        """The history record holding ``params``, if any."""
         for record in self.history:
             if np.array_equal(np.asarray(record["params"]), params):
-                return (
-                    f"this vector was already evaluated (iteration {record['iteration']}, mean return "
-                    f"{record['mean_return']:.4g}); propose a vector that is not in the history"
-                )
+                return record
         return None
+
+    def _seen_error(self, params: np.ndarray) -> str | None:
+        """With ``reject_duplicates``, why a reply repeating a history vector is unusable; otherwise ``None``."""
+        record = self._in_history(params) if self.reject_duplicates else None
+        if record is None:
+            return None
+        return (
+            f"this vector was already evaluated (iteration {record['iteration']}, mean return "
+            f"{record['mean_return']:.4g}); propose a vector that is not in the history"
+        )
 
     def _record(self, kind: str, params: np.ndarray, result: RolloutResult, **extra: Any) -> dict[str, Any]:
         returns = result.returns
@@ -502,6 +569,7 @@ class R2PO(BaseAlgorithm):
             "n_episodes": len(result.episodes),
             "returns": [float(r) for r in returns],
             "non_finite_episodes": sum(ep.end == "non-finite" for ep in result.episodes),
+            **self._rollout_fields(result),  # what later prompts show of its episodes (some variants)
             **extra,
         }
 
@@ -617,21 +685,37 @@ class R2PO(BaseAlgorithm):
 
     # ------------------------------------------------------------------ LLM roles
 
-    def _context(self, extra: tuple[tuple[np.ndarray, RolloutResult], ...] = ()) -> PromptContext:
-        """What every prompt shows; ``extra`` appends candidates evaluated earlier in this iteration."""
+    def _context(self, extra: tuple[tuple[np.ndarray, RolloutResult], ...] = (), critic: bool = False) -> PromptContext:
+        """
+        What a prompt shows; ``extra`` appends candidates evaluated earlier in this iteration. ``critic``: the Critic's
+        history shows the rollout excerpts of its latest entries (rep_traj, always_critic, critic_only); the Search's
+        history shows, on tabular tasks, each entry's first episode (props_plus). The templates decide whether the task
+        description is shown (every Critic; the Search only for props_plus or with ``search_sees_task``).
+        """
+        spec = self.variant_spec
         best = self.best_record()
         planned = None
         if self.max_episodes is not None:
-            per_iteration = self.variant_spec.candidates_per_iteration * self.n_eval_episodes
+            per_iteration = spec.candidates_per_iteration * self.n_eval_episodes
             planned = self.iteration + max(1, math.ceil(self._episodes_left() / max(1, per_iteration)))
         shown = self.shown_history()
+        n, position = len(self.history), {id(r): i for i, r in enumerate(self.history)}
+        excerpts = self._excerpted_entries() if critic and spec.critic is not None and spec.critic.excerpts else 0
+        trajectories = not critic and spec.search_trajectories and self.policy.parameter_space.is_discrete
         lines = [
-            HistoryLine(self._format(r["params"]), r["mean_return"], r["n_episodes"], r["kind"] == "warmup") for r in shown
+            HistoryLine(
+                self._format(r["params"]),
+                r["mean_return"],
+                r["n_episodes"],
+                r["kind"] == "warmup",
+                excerpt=r.get("rollout_excerpt") if n - position[id(r)] <= excerpts else None,
+                trajectory=tuple(r["first_episode"]) if trajectories and r.get("first_episode") else None,
+            )
+            for r in shown
         ]
         lines += [HistoryLine(self._format(p), float(res.returns.mean()), len(res.episodes)) for p, res in extra]
-        show_task = self.variant_spec.task_description
         return PromptContext(
-            task=describe_task(self.env_id, self.observation_space, self.action_space) if show_task else None,
+            task=describe_task(self.env_id, self.observation_space, self.action_space),
             layout=self.policy.layout_lines(),
             space=self.policy.parameter_space,
             target=self.target,
@@ -642,8 +726,33 @@ class R2PO(BaseAlgorithm):
             best=None if best is None else best["mean_return"],
             best_episodes=0 if best is None else int(best["n_episodes"]),
             best_warmup=best is not None and best["kind"] == "warmup",
-            extra={"keep_best": self.variant_spec.keep_best, "history_omitted": len(self.history) - len(shown)},
+            search_sees_task=self.search_sees_task,
+            selection_hints=self.critic_selection_hints,
+            extra_statistics=self.extra_statistics,
+            keep_best=spec.keep_best,
+            history_omitted=n - len(shown),
         )
+
+    def _excerpted_entries(self) -> int:
+        """How many of the latest history entries the Critic shows a rollout excerpt of (``history_excerpts``)."""
+        if self.history_excerpts is not None:
+            return int(self.history_excerpts)
+        return default_history_excerpts(self.env_id, self.policy.parameter_space.is_discrete)
+
+    def _rollout_fields(self, result: RolloutResult) -> dict[str, Any]:
+        """
+        What later prompts show of a history entry's episodes, stored in its record: ``rollout_excerpt``, the episode
+        closest to the mean return in 8 steps (variants whose Critic shows history excerpts), and ``first_episode``, the
+        first episode whole (props_plus on tabular tasks). Other variants store nothing.
+        """
+        spec, fields = self.variant_spec, dict[str, Any]()
+        if spec.critic is not None and spec.critic.excerpts and result.episodes:
+            episode = result.episodes[mean_closest_index([float(r) for r in result.returns])]
+            fields["rollout_excerpt"] = render_excerpt(episode, EXCERPT_STEPS, self.trajectory_digits)
+        if spec.search_trajectories and self.policy.parameter_space.is_discrete and result.episodes:
+            lines = render_trajectory(result.episodes[0], None, self.trajectory_digits, fold=False).lines
+            fields["first_episode"] = list(lines)
+        return fields
 
     def shown_history(self) -> list[dict[str, Any]]:
         """The history as prompts show it: all of it, or the best ``history_best_k`` plus the ``history_recent`` latest."""
@@ -669,7 +778,7 @@ class R2PO(BaseAlgorithm):
             retry_message=lambda reason: self._prompts.retry(reason, space),  # type: ignore[union-attr]
             check=check,
             temperature=self.temperature,
-            max_retries=self.max_llm_retries,
+            max_retries=self.max_llm_retries if self.on_unusable_reply == "reask" else 0,
         )
         return self._account(role, answer)
 
@@ -692,7 +801,7 @@ class R2PO(BaseAlgorithm):
         """A check rejecting vectors of the history and ``also`` (candidates of the running iteration)."""
 
         def check(params: np.ndarray) -> str | None:
-            if any(np.array_equal(params, other) for other in also):
+            if self.reject_duplicates and any(np.array_equal(params, other) for other in also):
                 return "this vector was already proposed in this iteration; propose a different one"
             return self._seen_error(params)
 
@@ -701,13 +810,15 @@ class R2PO(BaseAlgorithm):
     def _search(self, extra: tuple[tuple[np.ndarray, RolloutResult], ...] = (), also: tuple[np.ndarray, ...] = ()) -> Answer:
         """The Search-LLM proposes a new vector from the history (plus ``extra``); never one of ``also``."""
         assert self._prompts is not None
-        return self._ask("search", self._prompts.search(self._context(extra)), self._not_new(also))
+        spec = self.variant_spec
+        messages = self._prompts.search(self._context(extra), spec.search_prompt, spec.search_history)
+        return self._ask("search", messages, self._not_new(also))
 
     def _search_pair(self) -> tuple[Answer, Answer]:
         """``pure_search``: two independent Search proposals from the same history, asked as one batch."""
         assert self._backend is not None and self._prompts is not None
-        space = self.policy.parameter_space
-        messages = self._prompts.search(self._context())
+        space, spec = self.policy.parameter_space, self.variant_spec
+        messages = self._prompts.search(self._context(), spec.search_prompt, spec.search_history)  # the same for both
         first, second = ask_together(
             self._backend,
             [messages, messages],
@@ -719,7 +830,7 @@ class R2PO(BaseAlgorithm):
                 lambda settled: self._not_new(tuple(a.params for a in settled if a.params is not None)),
             ],
             temperature=self.temperature,
-            max_retries=self.max_llm_retries,
+            max_retries=self.max_llm_retries if self.on_unusable_reply == "reask" else 0,
         )
         return self._account("search", first), self._account("search", second)
 
@@ -733,7 +844,7 @@ class R2PO(BaseAlgorithm):
                 if best is None
                 else space.perturb(np.asarray(best["params"]), self.step_size, self._rng)
             )
-            if self._seen_error(params) is None:
+            if self._in_history(params) is None:
                 return params
         return space.sample(self._rng)
 
@@ -741,7 +852,7 @@ class R2PO(BaseAlgorithm):
         spec = self.variant_spec.critic
         assert spec is not None
         if result is None:  # critic_only after a load: the last candidate's episodes are not saved
-            return EvidencePackage(None, {}, {}, None, False)
+            return EvidencePackage(None, {}, {}, None, False, spec.step_rewards)
         max_steps = spec.max_steps if spec.max_steps is not None else self.max_trajectory_steps
         return build_evidence(
             result.episodes,
@@ -753,13 +864,19 @@ class R2PO(BaseAlgorithm):
             statistics=spec.statistics,
             trajectories=spec.trajectories,
             rule=spec.rule,
+            step_rewards=spec.step_rewards,
         )
 
     def _revise(self, theta: np.ndarray, mean_return: float, n_episodes: int, evidence: EvidencePackage) -> Answer:
-        """The Critic-LLM revises ``theta`` from its evidence package; repeating ``theta`` declines."""
+        """
+        The Critic-LLM revises ``theta`` from its evidence package, with the variant's template (critic_only's shows no
+        candidate: its evidence is the latest candidate's episode).
+        """
         assert self._prompts is not None
+        spec = self.variant_spec.critic
+        assert spec is not None
         candidate = HistoryLine(self._format(theta), mean_return, n_episodes)
-        messages = self._prompts.critic(self._context(), candidate, evidence)
+        messages = self._prompts.critic(self._context(critic=True), candidate, evidence, spec.prompt, spec.history)
         unchanged_ok = self.variant_spec.search != "none"  # critic_only: an unchanged vector would be re-evaluated
         check = self._seen_error if unchanged_ok else self._not_new()
         return self._ask("critic", messages, check)
@@ -772,7 +889,7 @@ class R2PO(BaseAlgorithm):
         duplicates = 0
         while sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes and self._episodes_left() >= 1:
             params = space.sample(self._rng)
-            if self._seen_error(params) is not None:
+            if self._in_history(params) is not None:
                 duplicates += 1
                 if duplicates >= MAX_WARMUP_DRAWS:  # a space with fewer vectors than warm-up episodes
                     warnings.warn(
@@ -804,6 +921,8 @@ class R2PO(BaseAlgorithm):
             search, paired = self._search_pair()  # 1. both Search proposals at once (one batch)
         else:
             search = self._search()  # 1. Search-LLM proposes theta_init
+        if search.params is None:
+            self._unusable("search", search)  # the reference runs the iteration again; with "reask", a fallback
         theta_init, init_kind = (
             (search.params, "search") if search.params is not None else (self._fallback_params(), "fallback")
         )
@@ -833,12 +952,15 @@ class R2PO(BaseAlgorithm):
                     answer = self._revise(theta_init, init_mean, k, evidence)  # 4. Critic-LLM revises
                 else:
                     shown = ((theta_init, init),) if variant.search == "two_sequential" else ()
-                    usable = paired is not None and (paired.params is None or not np.array_equal(paired.params, theta_init))
+                    repeated = paired is not None and paired.params is not None and np.array_equal(paired.params, theta_init)
+                    usable = paired is not None and not (repeated and self.reject_duplicates)
                     answer = paired if paired is not None and usable else self._search(extra=shown, also=(theta_init,))
                     evidence = None
                 second["failures"] = answer.failures
                 second["adjusted"] = list(answer.notes)
                 theta_2 = answer.params
+                if theta_2 is None:
+                    self._unusable(second["role"], answer)
                 if theta_2 is not None:
                     second["unchanged"] = bool(np.array_equal(theta_2, theta_init))
                 if theta_2 is None:
@@ -882,29 +1004,69 @@ class R2PO(BaseAlgorithm):
         }
         self.iteration += 1
         extra: dict[str, Any] = {"search": first, "revision": second}
+        if self._discarded_attempts:
+            extra["discarded_attempts"] = list(self._discarded_attempts)
         if diagnostics is not None:
             extra["diagnostics"] = diagnostics
         self._last_result = result_kept
         self._commit(self._record(kind_kept, theta_kept, result_kept, **extra))  # 7. only the kept one enters the history
         return second["status"] != "interrupted" and not self._stop_requested
 
+    def _unusable(self, role: str, answer: Answer) -> None:
+        """With ``on_unusable_reply="rerun"`` (the reference), an unusable reply discards the running iteration."""
+        if self.on_unusable_reply == "rerun":
+            raise UnusableReply(role, answer.failures[-1] if answer.failures else "no reply")
+
+    def _iterate_with_reruns(self, callback: BaseCallback) -> bool:
+        """
+        One iteration. With ``on_unusable_reply="rerun"`` an unusable reply (of either role) discards the attempt, as
+        the reference does: its episodes stay spent (and counted), nothing enters the history, and the iteration runs
+        again from its Search call, at most ``max_iteration_attempts`` times; then training stops with a warning.
+        """
+        self._discarded_attempts = []
+        for attempt in range(1, self.max_iteration_attempts + 1):
+            episodes = self._episode_num
+            try:
+                return self._iterate(callback)
+            except UnusableReply as exc:
+                self._discarded_attempts.append(
+                    {"role": exc.role, "reason": exc.reason, "episodes": int(self._episode_num - episodes)}
+                )
+                self.llm_stats["discarded_attempts"] = self.llm_stats.get("discarded_attempts", 0) + 1
+                if self.verbose >= 1:
+                    print(
+                        f"R2PO: iteration {self.iteration + 1}, attempt {attempt} of {self.max_iteration_attempts}: "
+                        f"unusable {exc.role} reply ({exc.reason}); the iteration is discarded"
+                    )
+                if self._episodes_left() < self.n_eval_episodes or self._stop_requested:
+                    return False
+        warnings.warn(
+            f"R2PO: {self.max_iteration_attempts} attempts of iteration {self.iteration + 1} ended in an unusable reply "
+            f"(last: {self._discarded_attempts[-1]['role']}: {self._discarded_attempts[-1]['reason']}); training stops, "
+            "as the reference does. on_unusable_reply='reask' re-asks with the error stated and falls back instead.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
+
     def _iterate_critic_only(self, callback: BaseCallback) -> bool:
         """``critic_only``: revise the last candidate from its representative rollout; always commit."""
         k = self.n_eval_episodes
-        if not self.history:
-            theta, kind, failures, answer = self._fallback_params(), "fallback", [], None
-            last = None
+        last = self.history[-1] if self.history else None
+        if last is None:  # no warm-up: the reference asks with an empty history and no trace (its prompt shows no candidate)
+            answer = self._revise(np.zeros(self.policy.parameter_space.size), 0.0, 0, self._critic_evidence(None))
         else:
-            last = self.history[-1]
             last_result = self._last_result if self._last_result_is(last) else None
             evidence = self._critic_evidence(last_result)
             answer = self._revise(np.asarray(last["params"]), last["mean_return"], last["n_episodes"], evidence)
-            kind, failures = "critic", answer.failures
-            if answer.params is not None:
-                theta = answer.params
-            else:
-                theta, kind = self._fallback_params(), "fallback"
-                self.llm_stats["fallbacks"] += 1
+        kind, failures = "critic", answer.failures
+        if answer.params is None:
+            self._unusable("critic", answer)
+        if answer.params is not None:
+            theta = answer.params
+        else:
+            theta, kind = self._fallback_params(), "fallback"
+            self.llm_stats["fallbacks"] += 1
         result = self._evaluate(theta, k, callback)
         if result is None:
             return False
@@ -920,6 +1082,8 @@ class R2PO(BaseAlgorithm):
                 "adjusted": list(answer.notes) if answer is not None and kind == "critic" else [],
             },
         }
+        if self._discarded_attempts:
+            extra["discarded_attempts"] = list(self._discarded_attempts)
         if last is not None and answer is not None and answer.params is not None:
             extra["diagnostics"] = diagnose_revision(
                 last["params"],
@@ -984,7 +1148,7 @@ class R2PO(BaseAlgorithm):
             if self._warmup(callback):
                 while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
                     self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                    if not self._iterate(callback):
+                    if not self._iterate_with_reruns(callback):
                         break
                     if log_interval is not None and self.iteration % log_interval == 0:
                         self.dump_logs()

@@ -18,12 +18,12 @@ SEARCH_SPACE: dict[str, list[Any]] = {
     "step_size": [0.1, 0.25, 0.5, 1.0, 2.0],
     "n_eval_episodes": [5, 10, 20],
     "temperature": [0.0, 0.3, 0.7, 1.0],
-    "max_trajectory_steps": [20, 40, 80],
+    "max_trajectory_steps": [20, 40, 80, None],
     "reply_style": ["indexed", "list"],
 }
 """
 The sampled R2PO hyperparameters and their choices (categorical). The paper's values are among them: step size 1.0,
-or 0.1 for InvertedDoublePendulum and Swimmer; K = 20; temperature 0.0 and the 40-step trajectory budget of
+or 0.1 for InvertedDoublePendulum and Swimmer; K = 20; temperature 0.0 and the whole episode (``None``) of
 ``zoo_configs/r2po.yml``; R2PO's default reply style, ``"indexed"``.
 """
 
