@@ -12,7 +12,10 @@ stand-in achieves says nothing about what gpt-oss-20b achieves.
 
 from __future__ import annotations
 
+import sys
+
 print("quickstart: loading the libraries (torch, Stable-Baselines3)", flush=True)  # the first run's imports take seconds
+sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # every line shows at once, also through a pipe
 
 import argparse  # noqa: E402
 import time  # noqa: E402

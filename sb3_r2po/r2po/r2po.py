@@ -477,7 +477,8 @@ class R2PO(BaseAlgorithm):
                     "Pass one again, e.g. R2PO.load(path, env=env, llm=...), or set model.llm before learn()."
                 )
             if self.verbose >= 1:
-                print(f"R2PO: preparing the LLM {self.llm if isinstance(self.llm, str) else type(self.llm).__name__}")
+                name = self.llm if isinstance(self.llm, str) else type(self.llm).__name__
+                print(f"R2PO: preparing the LLM {name}", flush=True)
             start = time.perf_counter()
             backend = make_backend(self.llm)  # type: ignore[arg-type]
             check_resources = getattr(backend, "check_resources", None)
@@ -487,7 +488,7 @@ class R2PO(BaseAlgorithm):
                 with log_progress(self.verbose >= 1):
                     backend.prepare()
                 if self.verbose >= 1:
-                    print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s")
+                    print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s", flush=True)
             constrain = getattr(backend, "constrain", None)
             if callable(constrain):  # constrained decoding (e.g. a grammar) from the parameter space
                 constrain(self.policy.parameter_space)
@@ -597,7 +598,8 @@ class R2PO(BaseAlgorithm):
             if done == self.warmup_episodes:
                 print(
                     f"R2PO warm-up: {done} random candidates, 1 episode each | episodes {self._episode_num}{budget} | "
-                    f"best return {best['mean_return']:.4g}"  # type: ignore[index]
+                    f"best return {best['mean_return']:.4g}",  # type: ignore[index]
+                    flush=True,
                 )
             return
         planned = None
@@ -621,7 +623,7 @@ class R2PO(BaseAlgorithm):
             f"(total {calls} calls {seconds:.1f} s)"
         )
         self._progress_llm = (calls, seconds)
-        print(" | ".join(parts))
+        print(" | ".join(parts), flush=True)
 
     def write_checkpoint(self, directory: str | os.PathLike[str]) -> None:
         """Write ``model.zip`` and ``history.json`` to ``directory`` atomically (temp file, fsync, rename)."""
@@ -1036,7 +1038,8 @@ class R2PO(BaseAlgorithm):
                 if self.verbose >= 1:
                     print(
                         f"R2PO: iteration {self.iteration + 1}, attempt {attempt} of {self.max_iteration_attempts}: "
-                        f"unusable {exc.role} reply ({exc.reason}); the iteration is discarded"
+                        f"unusable {exc.role} reply ({exc.reason}); the iteration is discarded",
+                        flush=True,
                     )
                 if self._episodes_left() < self.n_eval_episodes or self._stop_requested:
                     return False
