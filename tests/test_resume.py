@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -45,11 +46,17 @@ def run(run_dir, crash_at: int, llm: str = "example:3") -> int:
     return subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir), str(crash_at), llm], env=env, timeout=120).returncode
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The uninterrupted run's directory (run once; the tests only read it)."""
+    directory = tmp_path_factory.mktemp("reference") / "run"
+    assert run(directory, 0) == 0
+    return directory
+
+
 @pytest.mark.parametrize("crash_fractions", [[0.01], [0.05, 0.5], [0.2, 0.55, 0.9]])
 @pytest.mark.slow
-def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, crash_fractions: list[float]) -> None:
-    reference = tmp_path / "reference"
-    assert run(reference, 0) == 0
+def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, reference: Path, crash_fractions: list[float]) -> None:
     expected = json.loads((reference / "history.json").read_text())
     total_steps = expected[-1]["timesteps"]
 

@@ -22,17 +22,25 @@ def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, check=check)
 
 
+@pytest.fixture(scope="module")
+def first_command(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """The first command's output and the JSON it wrote (run once; each test works on its own copy)."""
+    path = tmp_path_factory.mktemp("first") / "se.json"
+    return run(*ARGS, "--json", str(path)).stdout, path.read_text()
+
+
 @pytest.mark.slow
-def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Path) -> None:
+def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Path, first_command: tuple[str, str]) -> None:
     path = tmp_path / "se.json"
-    first = run(*ARGS, "--json", str(path))
-    data = json.loads(path.read_text())
+    stdout, written = first_command
+    path.write_text(written)
+    data = json.loads(written)
     assert [(r["method"], r["seed"]) for r in data["runs"]] == [("ars", 0), ("ppo", 0), ("r2po", 0)]
     r2po = [r for r in data["runs"] if r["method"] == "r2po"]
     assert all(len(r["returns"]) == 30 and r["history"][-1]["episodes"] == 30 for r in r2po)
-    assert "| R2PO (`example`, task description, K=5) | 30 | not within 30 |" in first.stdout
-    assert "rolling mean at episode 30, per seed |" in first.stdout
-    assert "a kept candidate's 5-episode mean first reached 475" in first.stdout
+    assert "| R2PO (`example`, task description, K=5) | 30 | not within 30 |" in stdout
+    assert "rolling mean at episode 30, per seed |" in stdout
+    assert "a kept candidate's 5-episode mean first reached 475" in stdout
     for row in data["rows"]:  # every method side by side after R2PO's 30 episodes: the mean of episodes 11-30
         mine = sorted((r for r in data["runs"] if r["method"] == row["method"]), key=lambda r: r["seed"])
         assert row["at_r2po_budget"] == pytest.approx([sum(r["returns"][10:30]) / 20 for r in mine])
@@ -54,9 +62,9 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path, first_command: tuple[str, str]) -> None:
     path = tmp_path / "se.json"
-    run(*ARGS, "--json", str(path))
+    path.write_text(first_command[1])
     before = path.read_text()
     refused = run(*ARGS, "--r2po-budget", "40", "--json", str(path), check=False)
     assert refused.returncode != 0 and "written with other settings (budget)" in refused.stderr

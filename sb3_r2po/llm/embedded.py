@@ -379,7 +379,7 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
         tmp.unlink(missing_ok=True)
         raise
     _write_stamp(target, spec.sha256)
-    logger.info("Joined %s into %s in %.1f s", spec.model, target, time.perf_counter() - start)
+    logger.info("joined %s into %s in %.1f s", spec.model, target, time.perf_counter() - start)
     return target
 
 
@@ -667,7 +667,7 @@ class EmbeddedBackend(TransientState):
             raise LLMBackendError(f"{path} has no chat template in its GGUF metadata")
         self._llm = llm
         logger.info(
-            "Loaded %s (%d threads, n_ctx %d, extra buffers %s) in %.1f s",
+            "loaded %s (%d threads, n_ctx %d, extra buffers %s) in %.1f s",
             self.spec.model,
             threads,
             self.n_ctx,
