@@ -148,3 +148,19 @@ def test_digits_apart(a: float, b: float, digits: int, expected: int) -> None:
     if a != b:
         assert sig(a, expected) != sig(b, expected)
     assert digits_apart(a, None, digits) == digits
+
+
+@pytest.mark.parametrize(
+    "target, returns, successes",
+    [
+        (500.0, [499.5, 499.4, 500.0, 501.0], 3),  # np.isclose(r, 500, atol=0.5) (rtol 1e-5): from 499.495 on
+        (250.0, [249.75, 249.74, 250.2], 2),  # Swimmer: atol 0.25 + rtol 0.0025
+        (-120.0, [-120.1, -120.2, -110.0], 2),  # MountainCar: atol 0.12 + rtol 0.0012
+        (0.9, [0.9, 0.899, 0.8988], 2),  # atol 1e-3 below |target| 1
+    ],
+)
+def test_success_is_the_references_isclose_or_above(target: float, returns: list[float], successes: int) -> None:
+    stats = summarize([episode([r]) for r in returns], target=target)
+    assert stats.successes == successes and stats.failures == len(returns) - successes
+    reference = sum(bool(np.isclose(r, target, atol=max(1e-6, 1e-3 * max(1, abs(target))))) or r > target for r in returns)
+    assert stats.successes == reference
