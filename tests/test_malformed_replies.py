@@ -148,20 +148,3 @@ def test_tabular_corpus(name: str, reply: str, expected) -> None:
 
 def test_corpus_size() -> None:
     assert len(CONTINUOUS) + len(TABULAR) >= 50
-
-
-def test_a_reply_repeating_the_history_is_a_failure() -> None:
-    llm = ScriptedLLM(["params: [0.5, 0.5]", "params: [0.5, 0.5]", "params: [0.5, 0.5]", "params: [1, 1]"])
-    model = R2PO(
-        "MlpLinear",
-        BanditEnv(),
-        llm=llm,
-        n_eval_episodes=1,
-        warmup_episodes=0,
-        max_episodes=2,
-        seed=0,
-        skip_unchanged_revisions=True,
-        **RECOVERY,
-    )
-    model.learn(10**6)
-    assert "already evaluated" in model.history[-1]["search"]["failures"][0]
