@@ -38,19 +38,20 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="random candidates before the first iteration (paper: 20)")
     parser.add_argument(
         "--prompts",
-        default="lean",
+        default=None,
         choices=list(PROMPT_PRESETS),
-        help="prompt preset: lean (default, for CPU models), tight, or full (the reference's: whole history and "
-        "trajectories, slow on CPU)",
+        help="prompt preset: lean (the default, for CPU models), tight, or full (the reference's: whole history and "
+        "trajectories, slow on CPU; the default with --paper)",
     )
     parser.add_argument(
         "--paper",
         action="store_true",
-        help="R2PO's defaults only (the paper's method), without the quickstart's options for small CPU models",
+        help="R2PO's defaults (the paper's method): the full prompts, without the quickstart's options for small models",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save", default=None, help="save the trained model to this path")
     args = parser.parse_args()
+    args.prompts = args.prompts or ("full" if args.paper else "lean")
 
     # R2PO's defaults run the paper's method. For a small CPU model the quickstart turns on three options of ours
     # (off by default; --paper leaves them off): a reply that repeats a history vector is unusable, an unusable reply is
