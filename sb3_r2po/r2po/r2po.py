@@ -558,7 +558,7 @@ class R2PO(BaseAlgorithm):
     def _record(self, kind: str, params: np.ndarray, result: RolloutResult, **extra: Any) -> dict[str, Any]:
         returns = result.returns
         lengths = [ep.length for ep in result.episodes]
-        return {
+        record = {
             "iteration": self.iteration,
             "kind": kind,
             "params": [float(v) for v in params],
@@ -573,6 +573,9 @@ class R2PO(BaseAlgorithm):
             **self._rollout_fields(result),  # what later prompts show of its episodes (some variants)
             **extra,
         }
+        if kind != "warmup" and self._discarded_attempts:  # the attempts of this iteration an unusable reply discarded
+            record["discarded_attempts"] = list(self._discarded_attempts)
+        return record
 
     def _commit(self, record: dict[str, Any]) -> None:
         """Append a record to the history and keep the best candidate in the policy."""
@@ -780,7 +783,7 @@ class R2PO(BaseAlgorithm):
             retry_message=lambda reason: self._prompts.retry(reason, space),  # type: ignore[union-attr]
             check=check,
             temperature=self.temperature,
-            max_retries=self.max_llm_retries if self.on_unusable_reply == "reask" else 0,
+            max_retries=self._reasks,
         )
         return self._account(role, answer)
 
@@ -832,7 +835,7 @@ class R2PO(BaseAlgorithm):
                 lambda settled: self._not_new(tuple(a.params for a in settled if a.params is not None)),
             ],
             temperature=self.temperature,
-            max_retries=self.max_llm_retries if self.on_unusable_reply == "reask" else 0,
+            max_retries=self._reasks,
         )
         return self._account("search", first), self._account("search", second)
 
@@ -961,11 +964,10 @@ class R2PO(BaseAlgorithm):
                 second["failures"] = answer.failures
                 second["adjusted"] = list(answer.notes)
                 theta_2 = answer.params
-                if theta_2 is None:
-                    self._unusable(second["role"], answer)
                 if theta_2 is not None:
                     second["unchanged"] = bool(np.array_equal(theta_2, theta_init))
                 if theta_2 is None:
+                    self._unusable(second["role"], answer)  # "rerun" discards the iteration; with "reask", no revision
                     second["status"] = "failed"
                 elif second["unchanged"] and self.skip_unchanged_revisions:
                     second.update(status="declined", params=[float(v) for v in theta_2])
@@ -1006,13 +1008,16 @@ class R2PO(BaseAlgorithm):
         }
         self.iteration += 1
         extra: dict[str, Any] = {"search": first, "revision": second}
-        if self._discarded_attempts:
-            extra["discarded_attempts"] = list(self._discarded_attempts)
         if diagnostics is not None:
             extra["diagnostics"] = diagnostics
         self._last_result = result_kept
         self._commit(self._record(kind_kept, theta_kept, result_kept, **extra))  # 7. only the kept one enters the history
         return second["status"] != "interrupted" and not self._stop_requested
+
+    @property
+    def _reasks(self) -> int:
+        """Re-asks after an unusable reply: ``max_llm_retries`` with ``on_unusable_reply="reask"``, none otherwise."""
+        return self.max_llm_retries if self.on_unusable_reply == "reask" else 0
 
     def _unusable(self, role: str, answer: Answer) -> None:
         """With ``on_unusable_reply="rerun"`` (the reference), an unusable reply discards the running iteration."""
@@ -1063,11 +1068,10 @@ class R2PO(BaseAlgorithm):
             evidence = self._critic_evidence(last_result)
             answer = self._revise(np.asarray(last["params"]), last["mean_return"], last["n_episodes"], evidence)
         kind, failures = "critic", answer.failures
-        if answer.params is None:
-            self._unusable("critic", answer)
         if answer.params is not None:
             theta = answer.params
         else:
+            self._unusable("critic", answer)  # "rerun" discards the iteration; with "reask", a fallback
             theta, kind = self._fallback_params(), "fallback"
             self.llm_stats["fallbacks"] += 1
         result = self._evaluate(theta, k, callback)
@@ -1082,12 +1086,10 @@ class R2PO(BaseAlgorithm):
                 "params": [float(v) for v in theta],
                 "mean_return": mean,
                 "failures": failures,
-                "adjusted": list(answer.notes) if answer is not None and kind == "critic" else [],
+                "adjusted": list(answer.notes) if kind == "critic" else [],
             },
         }
-        if self._discarded_attempts:
-            extra["discarded_attempts"] = list(self._discarded_attempts)
-        if last is not None and answer is not None and answer.params is not None:
+        if last is not None and answer.params is not None:
             extra["diagnostics"] = diagnose_revision(
                 last["params"],
                 theta,
