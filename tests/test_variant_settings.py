@@ -23,10 +23,7 @@ from sb3_r2po import R2PO
 from sb3_r2po.ablate import run_one, run_settings
 from sb3_r2po.compare import episode_cap, r2po_entry
 from sb3_r2po.zoo import config_dir, config_file
-from sb3_r2po.zoo.settings import HISTORY_EXCERPTS_KEY, VARIANTS_KEY, apply_variant, r2po_accepts
-
-pytestmark = pytest.mark.filterwarnings("ignore:variant .* no history_excerpts parameter")
-"""Until R2PO has a history_excerpts parameter, resolving rep_traj, always_critic and critic_only warns."""
+from sb3_r2po.zoo.settings import HISTORY_EXCERPTS_KEY, VARIANTS_KEY, apply_variant
 
 HAS_ZOO = importlib.util.find_spec("rl_zoo3") is not None  # not importorskip: importing rl_zoo3 patches TimeLimit
 needs_zoo = pytest.mark.skipif(not HAS_ZOO, reason="rl_zoo3 is not installed")
@@ -153,17 +150,10 @@ def test_apply_variant_merges_env_kwargs_keeps_explicit_keys_and_refuses_unknown
         apply_variant({VARIANTS_KEY: {"props": 3}}, "props")
 
 
-def test_history_excerpts_reach_r2po_only_when_it_accepts_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    """N is in the data; it is passed on only when R2PO has the parameter (another change adds it)."""
-    import sb3_r2po.zoo.settings as settings_module
-
+def test_history_excerpts_reach_r2po() -> None:
+    """N is in the data and passed on to R2PO's ``history_excerpts``; a value the user gives wins."""
     entry = {"tau_c": 1.0, VARIANTS_KEY: {"rep_traj": {HISTORY_EXCERPTS_KEY: 5}}}
-    monkeypatch.setattr(settings_module, "r2po_accepts", lambda key: True)
     assert apply_variant(entry, "rep_traj")[0] == {"tau_c": 1.0, HISTORY_EXCERPTS_KEY: 5}
-    monkeypatch.setattr(settings_module, "r2po_accepts", lambda key: False)
-    with pytest.warns(UserWarning, match="last 5 history entries"):
-        assert apply_variant(entry, "rep_traj")[0] == {"tau_c": 1.0}
-    # a value the user gives is theirs: passed on (R2PO then says whether it knows it)
     assert apply_variant({**entry, HISTORY_EXCERPTS_KEY: 2}, "rep_traj", explicit={HISTORY_EXCERPTS_KEY})[0] == {
         "tau_c": 1.0,
         HISTORY_EXCERPTS_KEY: 2,
@@ -192,8 +182,8 @@ def _check_model(model: R2PO, env_id: str, variant: str) -> None:
     assert model.variant == variant
     assert model.warmup_episodes == expected["warmup"] and model.target == expected["target"], (env_id, variant)
     assert model.tau_c == expected["tau_c"] and model.episode_cap == expected["cap"], (env_id, variant)
-    if expected["N"] is not None and r2po_accepts(HISTORY_EXCERPTS_KEY):
-        assert getattr(model, HISTORY_EXCERPTS_KEY) == expected["N"]
+    if expected["N"] is not None:
+        assert model.history_excerpts == expected["N"]
 
 
 def _skip_without_mujoco(env_id: str) -> None:

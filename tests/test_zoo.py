@@ -30,7 +30,7 @@ from sb3_r2po.zoo import (
     register_r2po,
     resolve_train_args,
 )
-from sb3_r2po.zoo.settings import HISTORY_EXCERPTS_KEY, VARIANTS_KEY
+from sb3_r2po.zoo.settings import VARIANTS_KEY
 
 EXAMPLE_LLM = "llm:'example:0'"
 """The ``--hyperparams`` item for the deterministic stand-in LLM (one argv item; in a shell: llm:"'example:0'")."""
@@ -192,7 +192,7 @@ def test_r2po_yml_has_the_paper_settings() -> None:
         unknown = set(entry) - ZOO_KEYS - constructor - {VARIANTS_KEY}
         assert not unknown, f"{env_id}: not R2PO hyperparameters: {unknown}"
         for variant, overrides in (entry.get(VARIANTS_KEY) or {}).items():  # tests/test_variant_settings.py: the values
-            unknown = set(overrides) - ZOO_KEYS - constructor - {HISTORY_EXCERPTS_KEY}
+            unknown = set(overrides) - ZOO_KEYS - constructor
             assert variant in VARIANTS and not unknown, f"{env_id} {variant}: not R2PO hyperparameters: {unknown}"
         assert "llm" not in entry  # left at R2PO's default
         assert entry["n_eval_episodes"] == 20 and entry["param_bounds"] == [-6.0, 6.0] and entry["param_decimals"] == 1

@@ -26,8 +26,6 @@ Nothing here imports ``rl_zoo3`` at import time.
 
 from __future__ import annotations
 
-import inspect
-import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -38,8 +36,7 @@ VARIANTS_KEY = "variants"
 HISTORY_EXCERPTS_KEY = "history_excerpts"
 """
 The number N of most recent history entries whose rollout excerpts the reference's ``rep_traj``, ``always_critic``
-and ``critic_only`` prompts show (the reference's ``traj_history_last_n``). Passed to R2PO only when its constructor
-has a parameter of this name (:func:`r2po_accepts`); otherwise dropped with a warning.
+and ``critic_only`` prompts show (the reference's ``traj_history_last_n``; R2PO's ``history_excerpts``).
 """
 
 MERGED_KEYS = ("env_kwargs",)
@@ -47,13 +44,6 @@ MERGED_KEYS = ("env_kwargs",)
 
 DEFAULT_VARIANT = "r2po"
 """The variant of an entry that sets none (R2PO's default)."""
-
-
-def r2po_accepts(key: str) -> bool:
-    """Whether :class:`sb3_r2po.R2PO`'s constructor has a parameter called ``key``."""
-    from sb3_r2po import R2PO
-
-    return key in inspect.signature(R2PO.__init__).parameters
 
 
 def variant_overrides(entry: Mapping[str, Any], variant: str) -> dict[str, Any]:
@@ -87,8 +77,7 @@ def apply_variant(
     :param variant: The variant; ``None``: the entry's ``variant`` (``r2po`` when it sets none).
     :param explicit: Keys the user set explicitly: the variant's values for them are not applied.
     :return: ``(settings, applied)``: the entry without ``variants:``, with the variant's settings applied (mappings of
-        :data:`MERGED_KEYS` merged into the entry's), and the settings that were applied. A
-        :data:`HISTORY_EXCERPTS_KEY` from the file is dropped (with a warning) when R2PO has no such parameter.
+        :data:`MERGED_KEYS` merged into the entry's), and the settings that were applied.
     """
     explicit = set(explicit)
     settings = {key: value for key, value in entry.items() if key != VARIANTS_KEY}
@@ -101,15 +90,6 @@ def apply_variant(
         if key in MERGED_KEYS and isinstance(value, Mapping) and isinstance(base, Mapping):
             value = {**base, **value}
         settings[key] = applied[key] = value
-    if HISTORY_EXCERPTS_KEY in settings and HISTORY_EXCERPTS_KEY not in explicit and not r2po_accepts(HISTORY_EXCERPTS_KEY):
-        value = settings.pop(HISTORY_EXCERPTS_KEY)
-        applied.pop(HISTORY_EXCERPTS_KEY, None)
-        warnings.warn(
-            f"variant {name!r}: the reference shows rollout excerpts of the last {value} history entries "
-            f"({HISTORY_EXCERPTS_KEY}), but this R2PO has no {HISTORY_EXCERPTS_KEY} parameter: not applied",
-            UserWarning,
-            stacklevel=2,
-        )
     return settings, applied
 
 
@@ -165,6 +145,5 @@ __all__ = [
     "VARIANTS_KEY",
     "apply_variant",
     "install_variant_settings",
-    "r2po_accepts",
     "variant_overrides",
 ]
