@@ -75,6 +75,7 @@ class ExampleLLM:
         candidate = _CANDIDATE.search(prompt)
         parsed_history = [(parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt)]
         history = [(v, r) for v, r in parsed_history if v is not None]
+        best = max(history, key=lambda item: item[1])[0] if history else None
         theta: np.ndarray
         if candidate is not None:
             parsed = parse_params(candidate.group(1), space).params
@@ -86,15 +87,13 @@ class ExampleLLM:
             else:
                 theta = self._edit(theta, rng, step / 2, choices, n_changes=max(1, size // 4))
                 note = "Small edit of the candidate."
-        elif _SINGLE_PASS in prompt and history:
-            best = max(history, key=lambda item: item[1])[0]
+        elif _SINGLE_PASS in prompt and best is not None:
             theta = self._edit(best, rng, step / 2, choices, n_changes=max(1, size // 4))
             note = "Small edit of the best vector so far."
-        elif not history or rng.random() < self.explore:
+        elif best is None or rng.random() < self.explore:
             theta = self._random(rng, size, choices)
             note = "Exploring a random vector."
         else:
-            best = max(history, key=lambda item: item[1])[0]
             theta = self._edit(best, rng, step, choices, n_changes=size)
             note = "Refining the best vector so far."
 
