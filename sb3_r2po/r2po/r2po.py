@@ -37,7 +37,6 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
-from sb3_r2po.common.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.common.evidence import (
     EvidencePackage,
     build_evidence,
@@ -46,10 +45,12 @@ from sb3_r2po.common.evidence import (
     render_trajectory,
     success_tolerance,
 )
+from sb3_r2po.common.files import atomic_write
 from sb3_r2po.common.parameters import REPLY_STYLES, ReplyStyle
 from sb3_r2po.common.racing import should_stop
 from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, run_episodes
 from sb3_r2po.diagnostics import diagnose_revision
+from sb3_r2po.llm.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.llm.base import ChatBackend, Preparable, log_progress
 from sb3_r2po.llm.recording import RecordingBackend
 from sb3_r2po.llm.resolve import check_llm_spec, make_backend
@@ -434,6 +435,11 @@ class R2PO(BaseAlgorithm):
             self._use_best()
 
     @property
+    def episodes_used(self) -> int:
+        """Episodes run so far (warm-up, evaluations, and the episodes of discarded attempts)."""
+        return int(self._episode_num)
+
+    @property
     def variant_spec(self) -> Variant:
         """The :class:`~sb3_r2po.variants.Variant` named by ``variant``."""
         return get_variant(self.variant)
@@ -634,8 +640,8 @@ class R2PO(BaseAlgorithm):
         directory.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
         self.save(buffer)
-        _atomic_write(directory / "model.zip", buffer.getvalue())
-        _atomic_write(directory / "history.json", json.dumps(self.history, indent=1).encode())
+        atomic_write(directory / "model.zip", buffer.getvalue())
+        atomic_write(directory / "history.json", json.dumps(self.history, indent=1).encode())
 
     # ------------------------------------------------------------------ rollouts
 
@@ -1213,13 +1219,3 @@ def _check_int(name: str, value: Any, low: int, optional: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         allowed = f"an integer >= {low}" + (" or None" if optional else "")
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves either the old or the new file, never a torn one."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
