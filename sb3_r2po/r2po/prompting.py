@@ -1,0 +1,141 @@
+"""What the prompts of a run show: the history lines, the context of every prompt, and the Critic's evidence package."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from sb3_r2po.common.evidence import (
+    EvidencePackage,
+    build_evidence,
+    mean_closest_index,
+    render_excerpt,
+    render_trajectory,
+)
+from sb3_r2po.common.rollouts import RolloutResult
+from sb3_r2po.prompts.builder import HistoryLine, PromptContext
+from sb3_r2po.prompts.tasks import describe_task
+from sb3_r2po.r2po.history import best_record, shown_history
+from sb3_r2po.variants import EXCERPT_STEPS, default_history_excerpts
+
+if TYPE_CHECKING:
+    from sb3_r2po.r2po.r2po import R2PO
+
+Shown = tuple[tuple[np.ndarray, RolloutResult], ...]
+"""Candidates evaluated earlier in the running iteration, shown after the history (actor_second_pass)."""
+
+
+class PromptView:
+    """
+    Builds what a prompt shows from the model's public state (its history, budget, settings and variant).
+
+    :param model: The model.
+    """
+
+    def __init__(self, model: R2PO) -> None:
+        self.model = model
+
+    def format(self, params: list[float] | np.ndarray) -> str:
+        """A vector in the model's reply style."""
+        space = self.model.policy.parameter_space
+        return space.format(np.asarray(params, dtype=np.float64), self.model.reply_style)
+
+    def context(self, shown: Shown = (), critic: bool = False) -> PromptContext:
+        """
+        What a prompt shows; ``shown`` appends candidates evaluated earlier in this iteration. ``critic``: the Critic's
+        history shows the rollout excerpts of its latest entries (rep_traj, always_critic, critic_only); the Search's
+        history shows, on tabular tasks, each entry's first episode (props_plus). The templates decide whether the task
+        description is shown (every Critic; the Search only for props_plus or with ``search_sees_task``).
+        """
+        model, spec = self.model, self.model.variant_spec
+        best = best_record(model.history)
+        planned = None
+        if model.max_episodes is not None:
+            per_iteration = spec.candidates_per_iteration * model.n_eval_episodes
+            left = model.max_episodes - model.episodes_used
+            planned = model.iteration + max(1, math.ceil(left / max(1, per_iteration)))
+        lines = self._history_lines(critic)
+        lines += [HistoryLine(self.format(p), float(res.returns.mean()), len(res.episodes)) for p, res in shown]
+        return PromptContext(
+            task=describe_task(model.env_id, model.observation_space, model.action_space),
+            layout=model.policy.layout_lines(),
+            space=model.policy.parameter_space,
+            target=model.target,
+            history=tuple(lines),
+            iteration=model.iteration + 1,
+            total_iterations=planned,
+            step_size=model.step_size,
+            best=None if best is None else best["mean_return"],
+            best_episodes=0 if best is None else int(best["n_episodes"]),
+            best_warmup=best is not None and best["kind"] == "warmup",
+            search_sees_task=model.search_sees_task,
+            selection_hints=model.critic_selection_hints,
+            extra_statistics=model.extra_statistics,
+            keep_best=spec.keep_best,
+            history_omitted=len(model.history) - len(self.shown_history()),
+        )
+
+    def shown_history(self) -> list[dict[str, Any]]:
+        """The history as prompts show it (see :func:`~sb3_r2po.r2po.history.shown_history`)."""
+        return shown_history(self.model.history, self.model.history_best_k, self.model.history_recent)
+
+    def _history_lines(self, critic: bool) -> list[HistoryLine]:
+        model, spec = self.model, self.model.variant_spec
+        shown = self.shown_history()
+        n, position = len(model.history), {id(r): i for i, r in enumerate(model.history)}
+        excerpts = self.excerpted_entries() if critic and spec.critic is not None and spec.critic.excerpts else 0
+        trajectories = not critic and spec.search_trajectories and model.policy.parameter_space.is_discrete
+        return [
+            HistoryLine(
+                self.format(r["params"]),
+                r["mean_return"],
+                r["n_episodes"],
+                r["kind"] == "warmup",
+                excerpt=r.get("rollout_excerpt") if n - position[id(r)] <= excerpts else None,
+                trajectory=tuple(r["first_episode"]) if trajectories and r.get("first_episode") else None,
+            )
+            for r in shown
+        ]
+
+    def excerpted_entries(self) -> int:
+        """How many of the latest history entries the Critic shows a rollout excerpt of (``history_excerpts``)."""
+        if self.model.history_excerpts is not None:
+            return int(self.model.history_excerpts)
+        return default_history_excerpts(self.model.env_id, self.model.policy.parameter_space.is_discrete)
+
+    def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
+        """
+        What later prompts show of a history entry's episodes, stored in its record: ``rollout_excerpt``, the episode
+        closest to the mean return in 8 steps (variants whose Critic shows history excerpts), and ``first_episode``, the
+        first episode whole (props_plus on tabular tasks). Other variants store nothing.
+        """
+        model, spec, fields = self.model, self.model.variant_spec, dict[str, Any]()
+        if spec.critic is not None and spec.critic.excerpts and result.episodes:
+            episode = result.episodes[mean_closest_index([float(r) for r in result.returns])]
+            fields["rollout_excerpt"] = render_excerpt(episode, EXCERPT_STEPS, model.trajectory_digits)
+        if spec.search_trajectories and model.policy.parameter_space.is_discrete and result.episodes:
+            lines = render_trajectory(result.episodes[0], None, model.trajectory_digits, fold=False).lines
+            fields["first_episode"] = list(lines)
+        return fields
+
+    def evidence(self, result: RolloutResult | None) -> EvidencePackage:
+        """The Critic's evidence package from a candidate's episodes (``None``: critic_only after a load)."""
+        model, spec = self.model, self.model.variant_spec.critic
+        assert spec is not None
+        if result is None:  # critic_only after a load: the last candidate's episodes are not saved
+            return EvidencePackage(None, {}, {}, None, False, spec.step_rewards)
+        max_steps = spec.max_steps if spec.max_steps is not None else model.max_trajectory_steps
+        return build_evidence(
+            result.episodes,
+            model.target,
+            model.revision_threshold,
+            max_steps,
+            digits=model.trajectory_digits,
+            fold=model.fold_repeated_steps,
+            statistics=spec.statistics,
+            trajectories=spec.trajectories,
+            rule=spec.rule,
+            step_rewards=spec.step_rewards,
+        )
