@@ -14,9 +14,11 @@ and how often the decision differs from the full-K one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+
+from sb3_r2po.common.rollouts import Episode, RolloutResult
 
 
 def upper_bound(returns: Sequence[float], z: float) -> float:
@@ -38,3 +40,31 @@ def race(returns: Sequence[float], incumbent: float, chunk: int, z: float) -> in
         if should_stop(returns[:m], incumbent, z):
             return m
     return len(returns)
+
+
+def run_race(
+    run: Callable[[int], RolloutResult | None],
+    n_episodes: int,
+    chunk: int,
+    incumbent: float,
+    z: float,
+    stop_requested: Callable[[], bool],
+) -> RolloutResult | None:
+    """
+    Evaluate a challenger in chunks of ``chunk`` episodes until ``n_episodes`` ran or it cannot reach ``incumbent``.
+
+    :param run: Runs the next ``m`` episodes of the challenger; ``None`` when a callback stopped training meanwhile.
+    :param stop_requested: Whether a callback asked to stop (an incomplete race then returns ``None``).
+    :return: The episodes run, renumbered in order; ``None`` when training stopped before the race ended.
+    """
+    episodes: list[Episode] = []
+    while len(episodes) < n_episodes:
+        part = run(min(chunk, n_episodes - len(episodes)))
+        if part is None or (stop_requested() and len(episodes) + len(part.episodes) < n_episodes):
+            return None
+        for episode in part.episodes:
+            episode.index += len(episodes)
+        episodes += part.episodes
+        if len(episodes) < n_episodes and should_stop([ep.total_return for ep in episodes], incumbent, z):
+            break
+    return RolloutResult(episodes)

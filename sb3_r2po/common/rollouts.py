@@ -253,3 +253,16 @@ def run_episodes(
 
 def _copy(x: np.ndarray) -> np.ndarray:
     return np.array(x, dtype=np.float64, copy=True)
+
+
+def env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:
+    """The id, reward threshold and time limit of ``env``'s first sub-env, when it has a spec."""
+    if env is None:
+        return None, None, None
+    try:
+        spec = env.get_attr("spec", indices=[0])[0]
+    except Exception:  # a VecEnv that cannot answer: treat as no spec
+        spec = None
+    if spec is None:
+        return None, None, None
+    return spec.id, spec.reward_threshold, spec.max_episode_steps

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sb3_r2po.common.parameters import REPLY_STYLES
+from sb3_r2po.common.rollouts import check_vec_env
+from sb3_r2po.llm.resolve import check_llm_spec
+from sb3_r2po.variants import get_variant
+
+if TYPE_CHECKING:
+    from sb3_r2po.r2po.r2po import R2PO
 
 ON_UNUSABLE_REPLY = ("rerun", "reask")
 """What an unusable reply leads to: the reference's rerun of the iteration, or our re-ask and fallback."""
@@ -85,3 +91,19 @@ def check_racing(racing_chunk: int, racing_z: float) -> None:
     """Racing of challengers (:mod:`sb3_r2po.common.racing`)."""
     check_int("racing_chunk", racing_chunk, 2)  # the racing rule needs a standard deviation
     check_number("racing_z", racing_z, 0.0)
+
+
+def check(model: R2PO, llm_given: bool = True) -> None:
+    """Check the constructor arguments of ``model``, group by group (``llm_given``: also check ``model.llm``)."""
+    m = model
+    check_budget(m.n_eval_episodes, m.warmup_episodes, m.max_episodes, m.max_episode_steps)
+    check_search_space(m.param_bounds, m.param_decimals, m.step_size)
+    history = (m.history_best_k, m.history_recent, m.history_excerpts)
+    check_prompts(m.reply_style, m.max_trajectory_steps, m.trajectory_digits, *history, m.target_return, m.tau_c)
+    check_llm_use(m.temperature, m.max_llm_retries, m.on_unusable_reply, m.max_iteration_attempts)
+    check_racing(m.racing_chunk, m.racing_z)
+    if m.llm is not None and llm_given:
+        check_llm_spec(m.llm)
+    get_variant(m.variant)
+    if m.env is not None:
+        check_vec_env(m.env)

@@ -6,9 +6,13 @@ from typing import Any
 
 import numpy as np
 
+from sb3_r2po.common.evidence import success_tolerance
 from sb3_r2po.common.parameters import ParameterSpace
 
 Record = dict[str, Any]
+
+MAX_DRAWS = 1000
+"""Random draws in a row that may repeat history vectors before :func:`draw_new` gives up (a tiny parameter space)."""
 
 
 def best_record(history: list[Record]) -> Record | None:
@@ -59,3 +63,20 @@ def perturb_best(history: list[Record], space: ParameterSpace, step_size: float,
         if find(history, params) is None:
             return params
     return space.sample(rng)
+
+
+def draw_new(
+    history: list[Record], space: ParameterSpace, rng: np.random.Generator, draws: int = MAX_DRAWS
+) -> np.ndarray | None:
+    """A random vector that is not in the history; ``None`` when ``draws`` draws in a row all repeated one."""
+    for _ in range(draws):
+        params = space.sample(rng)
+        if find(history, params) is None:
+            return params
+    return None
+
+
+def reached(history: list[Record], target: float, n_episodes: int) -> bool:
+    """Whether a record of at least ``n_episodes`` episodes reached ``target`` in each (to the success tolerance)."""
+    floor = target - success_tolerance(target)
+    return any(r["n_episodes"] >= n_episodes and r["min_return"] >= floor for r in history)

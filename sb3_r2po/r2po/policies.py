@@ -262,3 +262,11 @@ class TabularPolicy(CompactPolicy):
 
 MlpLinear = LinearPolicy
 Tabular = TabularPolicy
+
+POLICY_ALIASES: dict[str, type[BasePolicy]] = {
+    "MlpLinear": LinearPolicy,
+    "LinearPolicy": LinearPolicy,
+    "Tabular": TabularPolicy,
+    "TabularPolicy": TabularPolicy,
+}
+"""The policy names ``R2PO`` accepts."""

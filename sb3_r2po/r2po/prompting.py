@@ -54,8 +54,7 @@ class PromptView:
         planned = None
         if model.max_episodes is not None:
             per_iteration = spec.candidates_per_iteration * model.n_eval_episodes
-            left = model.max_episodes - model.episodes_used
-            planned = model.iteration + max(1, math.ceil(left / max(1, per_iteration)))
+            planned = model.iteration + max(1, math.ceil(model.episodes_left / max(1, per_iteration)))
         lines = self._history_lines(critic)
         lines += [HistoryLine(self.format(p), float(res.returns.mean()), len(res.episodes)) for p, res in shown]
         return PromptContext(

@@ -10,15 +10,10 @@ One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs 
     kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision
     history.append(kept)                              # 7. only the kept candidate enters the history
 
-The paper's baselines and ablations run through the same loop: their LLM steps come from a search pattern
-(:mod:`sb3_r2po.r2po.patterns`) chosen from the variant's data (:mod:`sb3_r2po.variants`). The other concerns live in
-components: the LLM roles (:mod:`~sb3_r2po.r2po.roles`), what prompts show (:mod:`~sb3_r2po.r2po.prompting`), crash
-consistency and the run directory (:mod:`~sb3_r2po.r2po.run_state`), the records of the history
-(:mod:`~sb3_r2po.r2po.records`), argument checks (:mod:`~sb3_r2po.r2po.arguments`) and reporting
-(:mod:`~sb3_r2po.r2po.reporting`).
-
-Not to be confused with "R²PO, Residual Rollout Policy Optimization" (arXiv 2601.11960), an unrelated
-LLM-reasoning method with the same acronym.
+Every variant runs this loop; its LLM steps come from a search pattern (:mod:`~sb3_r2po.r2po.patterns`) chosen from
+its data (:mod:`sb3_r2po.variants`). Components: :mod:`~sb3_r2po.r2po.roles` (the LLM), :mod:`~sb3_r2po.r2po.prompting`,
+:mod:`~sb3_r2po.r2po.run_state` (crash consistency), :mod:`~sb3_r2po.r2po.records`, :mod:`~sb3_r2po.r2po.reporting`.
+Not to be confused with "R²PO, Residual Rollout Policy Optimization" (arXiv 2601.11960), an unrelated method.
 """
 
 from __future__ import annotations
@@ -39,19 +34,17 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
-from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_r2po.common.evidence import success_tolerance
 from sb3_r2po.common.parameters import ReplyStyle
-from sb3_r2po.common.racing import should_stop
-from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, run_episodes
+from sb3_r2po.common.racing import run_race
+from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, env_spec, run_episodes
 from sb3_r2po.llm.asking import Answer
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec
 from sb3_r2po.r2po import arguments
-from sb3_r2po.r2po.history import best_record, find, perturb_best
+from sb3_r2po.r2po.history import MAX_DRAWS, best_record, draw_new, perturb_best, reached
 from sb3_r2po.r2po.patterns import Start, pattern_for
-from sb3_r2po.r2po.policies import CompactPolicy, LinearPolicy, TabularPolicy
+from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
 from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, HistoryEntry, Revision, Role
 from sb3_r2po.r2po.reporting import Progress, record_metrics
 from sb3_r2po.r2po.roles import LLMRoles, new_llm_stats
@@ -62,32 +55,17 @@ SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
 
 LLMSpec = str | ChatBackend | Callable[[list[dict[str, str]]], str]
 
-MAX_WARMUP_DRAWS = 1000
-"""Random draws in a row that may repeat evaluated vectors before the warm-up gives up (a tiny parameter space)."""
-
 TAU_C_MARGIN = 0.05
 """When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
 
 
-class UnusableReply(Exception):
-    """An LLM reply that cannot be used discards the running iteration (``on_unusable_reply="rerun"``)."""
-
-    def __init__(self, role: Role, reason: str) -> None:
-        super().__init__(f"unusable {role} reply: {reason}")
-        self.role: Role = role
-        self.reason = reason
-
-
 class R2PO(BaseAlgorithm):
     """
-    Reflective Prompted Policy Optimization: an LLM proposes (Search) and revises (Critic) the parameters
-    of a linear or tabular policy from evaluated rollouts; keep-best selection decides.
+    Reflective Prompted Policy Optimization: an LLM proposes (Search) and revises (Critic) the parameters of a linear
+    or tabular policy from evaluated rollouts; keep-best selection decides. Paper: arXiv 2605.08315 (building on ProPS,
+    arXiv 2511.21928). Options marked *ours* are off by default; docs/fidelity.md compares each with the reference.
 
-    Paper: "Reflective Prompted Policy Optimization: Trajectory-Grounded Revision and Salience Bias"
-    (arXiv 2605.08315), building on ProPS (arXiv 2511.21928).
-
-    :param policy: ``"MlpLinear"`` / ``"LinearPolicy"`` (Box observations) or ``"Tabular"`` / ``"TabularPolicy"``
-        (Discrete observations), or a :class:`CompactPolicy` subclass.
+    :param policy: ``"MlpLinear"`` (Box observations), ``"Tabular"`` (Discrete ones) or a :class:`CompactPolicy` class.
     :param env: The environment (a gymnasium id, an env or a VecEnv).
     :param llm: The LLM: a string (see :mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable
         ``(messages) -> str``. Nothing is loaded or contacted before the first ``learn()``; the backend is never saved.
@@ -100,53 +78,38 @@ class R2PO(BaseAlgorithm):
     :param param_bounds: Range of every parameter of a linear policy.
     :param param_decimals: Precision of every parameter of a linear policy.
     :param temperature: Sampling temperature passed to the LLM.
-    :param max_episodes: Episode budget of the whole run, warm-up included (``None``: unlimited). The paper's
-        budget is 4000 episodes after the warm-up: ``max_episodes=4020`` with 20 warm-up episodes.
+    :param max_episodes: Episode budget of the run, warm-up included (``None``: unlimited; the paper's: 4020).
     :param max_episode_steps: Length cap of an evaluation episode for envs without a time limit of their own.
-    :param max_trajectory_steps: Most steps of a trajectory shown to the Critic (head and tail kept); ``None`` (default,
-        the reference's): the whole episode. A budget is ours, for small models and long episodes.
+    :param max_trajectory_steps: *Ours*: most steps of a trajectory shown to the Critic (head and tail); ``None``: all.
     :param trajectory_digits: Significant figures of the numbers in rendered trajectories.
-    :param fold_repeated_steps: Fold runs of identical consecutive steps of a trajectory into one line (ours; off by
-        default: the reference shows every step).
-    :param history_best_k: With ``history_recent``, compress the history shown in prompts to the ``history_best_k``
-        best entries plus the ``history_recent`` most recent ones (``None`` for both: the whole history). Duplicate
-        detection always uses the whole history.
+    :param fold_repeated_steps: *Ours*: fold runs of identical consecutive steps of a trajectory into one line.
+    :param history_best_k: *Ours*, with ``history_recent``: prompts show the ``history_best_k`` best entries plus the
+        ``history_recent`` latest (``None`` for both: the whole history; duplicate checks always use all of it).
     :param history_recent: See ``history_best_k``.
-    :param reply_style: How prompts write vectors (history, candidate) and which reply they ask for: ``"indexed"``
-        (``params[0]: v, params[1]: v, ...``, the reference's format) or ``"list"`` (``params: [v, v, ...]``, about 45 %
-        fewer tokens per vector; the shape the embedded backend's grammar enforces by default). The parser reads both.
-    :param search_sees_task: Show the Search the task description and the policy layout (ours). Off by default: the
-        reference's Search is a black box that maximises an unknown f(params) (only ProPS+ shows the task).
-    :param critic_selection_hints: Tell the Critic what the selection does with its revision (kept only if it scores at
-        least as well, or always committed), that repeating the proposal keeps it, and whether the proposal's mean reaches
-        the revision rule's threshold (ours). Off by default: no reference Critic is told any of this.
-    :param extra_statistics: History lines give the episodes behind each value, the Search states the best value so
-        far, the Critic's statistics add the standard deviation and how the episodes ended (ours; off by default).
+    :param reply_style: How prompts write vectors and which reply they ask for: ``"indexed"`` (``params[0]: v, ...``,
+        the reference's) or ``"list"`` (``params: [v, ...]``, *ours*, fewer tokens). The parser reads both.
+    :param search_sees_task: *Ours*: the Search is shown the task and the policy layout (the reference's is a black box).
+    :param critic_selection_hints: *Ours*: the Critic is told what the selection does with its revision, that repeating
+        the proposal keeps it, and whether the proposal reaches the revision rule's threshold.
+    :param extra_statistics: *Ours*: history lines give their episode counts, the Search is told the best value, the
+        Critic's statistics add the standard deviation and how the episodes ended.
     :param history_excerpts: The rep_traj, always_critic and critic_only Critics show an excerpt of the representative
-        episode of this many of the latest history entries; ``None`` (default): the reference's number for the env
-        (:data:`sb3_r2po.variants.HISTORY_EXCERPTS`; 100 for other tabular tasks, 5 for other linear ones).
-    :param skip_unchanged_revisions: Do not evaluate a revision equal to its candidate (the iteration spends K episodes
-        instead of 2K, and the revision is recorded as ``declined``). Off by default: the reference evaluates it again,
-        so the kept mean is the larger of two K-episode estimates.
+        episode of this many latest entries; ``None``: the reference's number for the env (:mod:`sb3_r2po.variants`).
+    :param skip_unchanged_revisions: *Ours*: a revision equal to its candidate is not evaluated again (``declined``).
     :param max_llm_retries: With ``on_unusable_reply="reask"``: re-asks, with the error stated, after an unusable reply.
-    :param on_unusable_reply: What an unusable reply (no parseable vector; with ``reject_duplicates``, a history
-        vector) leads to. ``"rerun"`` (default, the reference's): the iteration is discarded (its episodes stay spent
-        and counted; the record of the attempt that succeeds lists the discarded ones under ``discarded_attempts``) and
-        runs again from its Search call, at most ``max_iteration_attempts`` times, then training stops with a
-        ``RuntimeWarning``. ``"reask"`` (ours): re-ask up to ``max_llm_retries`` times, then the Search falls back to a
-        Gaussian perturbation of the best candidate (kind ``fallback``) and a Critic's revision is recorded ``failed``.
+    :param on_unusable_reply: What a reply without a usable vector leads to: ``"rerun"`` (the reference's) discards the
+        iteration (its episodes stay counted; the entry lists ``discarded_attempts``) and runs it again, at most
+        ``max_iteration_attempts`` times, then training stops with a ``RuntimeWarning``; ``"reask"`` (*ours*) re-asks,
+        then the first candidate falls back to a perturbation of the best (kind ``fallback``) and a revision ``failed``.
     :param max_iteration_attempts: Attempts of one iteration with ``on_unusable_reply="rerun"`` (the reference: 5).
-    :param reject_duplicates: Treat a reply that repeats a history vector (or, for a second Search proposal, the first)
-        as unusable, instead of evaluating it again as the reference does. Off by default.
+    :param reject_duplicates: *Ours*: a reply repeating a history vector (or the iteration's first) is unusable.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
-    :param checkpoint_dir: A run directory: after every history entry the model (``model.zip``) and the history
-        (``history.json``) are written there atomically, every LLM call is appended to ``llm_calls.jsonl`` (flushed per
-        call; ``llm="replay:<dir>/llm_calls.jsonl"`` replays it), so a crashed or interrupted run resumes with
-        ``R2PO.load(checkpoint_dir + "/model.zip", env=..., llm=...).learn(..., reset_num_timesteps=False)``.
-    :param stop_at_target: End training once the target is confirmed: a history candidate reached the target in
-        every one of its K episodes (see :meth:`target_confirmed`).
-    :param racing: Evaluate challengers (revisions, second proposals) in chunks of ``racing_chunk`` episodes and stop
-        once they statistically cannot reach the candidate they compete with (see :mod:`sb3_r2po.common.racing`).
+    :param checkpoint_dir: A run directory: after every history entry ``model.zip`` and ``history.json`` are written
+        atomically and every LLM call is appended to ``llm_calls.jsonl`` (``llm="replay:<file>"`` replays it); resume
+        with ``R2PO.load(checkpoint_dir + "/model.zip", env=..., llm=...).learn(..., reset_num_timesteps=False)``.
+    :param stop_at_target: End training once a history candidate reached the target in each of its K episodes.
+    :param racing: *Ours*: evaluate challengers in chunks of ``racing_chunk`` episodes and stop once they statistically
+        cannot reach the candidate they compete with (see :mod:`sb3_r2po.common.racing`).
     :param racing_chunk: Episodes per racing chunk.
     :param racing_z: z-value of the racing rule's one-sided upper confidence bound.
     :param policy_kwargs: Extra arguments of the policy.
@@ -158,12 +121,7 @@ class R2PO(BaseAlgorithm):
     :param _init_setup_model: Whether to build the policy at construction.
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpLinear": LinearPolicy,
-        "LinearPolicy": LinearPolicy,
-        "Tabular": TabularPolicy,
-        "TabularPolicy": TabularPolicy,
-    }
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = POLICY_ALIASES
     policy: CompactPolicy
 
     def __init__(
@@ -224,32 +182,12 @@ class R2PO(BaseAlgorithm):
             support_multi_env=True,
             seed=seed,
         )
-        arguments.check_budget(n_eval_episodes, warmup_episodes, max_episodes, max_episode_steps)
-        arguments.check_search_space(param_bounds, param_decimals, step_size)
-        arguments.check_prompts(
-            reply_style,
-            max_trajectory_steps,
-            trajectory_digits,
-            history_best_k,
-            history_recent,
-            history_excerpts,
-            target_return,
-            tau_c,
-        )
-        arguments.check_llm_use(temperature, max_llm_retries, on_unusable_reply, max_iteration_attempts)
-        arguments.check_racing(racing_chunk, racing_z)
-        if llm is not None and _init_setup_model:  # load() rebuilds with defaults first, then sets the saved llm
-            check_llm_spec(llm)
-        get_variant(variant)
-        if self.env is not None:
-            check_vec_env(self.env)
         # the method
         self.llm, self.variant, self.temperature = llm, variant, temperature
         self.n_eval_episodes, self.warmup_episodes, self.max_episodes = n_eval_episodes, warmup_episodes, max_episodes
         self.max_episode_steps, self.stop_at_target = max_episode_steps, stop_at_target
         self.target_return, self.tau_c, self.step_size = target_return, tau_c, step_size
-        self.param_bounds = (float(param_bounds[0]), float(param_bounds[1]))
-        self.param_decimals = param_decimals
+        self.param_bounds, self.param_decimals = param_bounds, param_decimals
         # what the prompts show, and how a reply is written
         self.max_trajectory_steps, self.trajectory_digits = max_trajectory_steps, trajectory_digits
         self.fold_repeated_steps, self.history_excerpts = fold_repeated_steps, history_excerpts
@@ -264,17 +202,18 @@ class R2PO(BaseAlgorithm):
         # the run directory, and racing
         self.checkpoint_dir = checkpoint_dir
         self.racing, self.racing_chunk, self.racing_z = racing, racing_chunk, racing_z
+        arguments.check(self, llm_given=_init_setup_model)  # load() builds with defaults first, then sets the saved llm
+        self.param_bounds = (float(param_bounds[0]), float(param_bounds[1]))
 
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
         self.llm_stats: dict[str, float] = new_llm_stats()
-        self.env_id, self.reward_threshold, self.env_time_limit = _read_env_spec(self.env)
+        self.env_id, self.reward_threshold, self.env_time_limit = env_spec(self.env)
         self._rng = np.random.default_rng(seed)
         self._n_evaluations = 0
         self._stop_requested = False
         self._last_result: RolloutResult | None = None  # the last entry's episodes (critic_only's evidence)
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
-        self._discarded: list[DiscardedAttempt] = []  # attempts of the running iteration an unusable reply discarded
         self._llm = LLMRoles(self)
         self._run = RunState()
         self._progress = Progress(self)
@@ -298,7 +237,7 @@ class R2PO(BaseAlgorithm):
         check_vec_env(self.env)
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = [*super()._excluded_save_params(), "_llm", "_run", "_progress", "_discarded"]
+        excluded = [*super()._excluded_save_params(), "_llm", "_run", "_progress"]
         if self.variant_spec.search != "none":  # only critic_only reads the last candidate's episodes again
             excluded.append("_last_result")
         return excluded
@@ -309,16 +248,8 @@ class R2PO(BaseAlgorithm):
         exclude: Iterable[str] | None = None,
         include: Iterable[str] | None = None,
     ) -> None:
-        """
-        Save the model (SB3's zip format) as of its last history entry: a save in the middle of an iteration (e.g.
-        from SB3's ``CheckpointCallback``) stores the counters, random state and LLM statistics of the last entry,
-        so that a model loaded from it repeats the running iteration instead of charging its episodes twice.
-        An ``llm`` given as a string is saved; a backend object or callable never is (it may hold API keys,
-        clients or file handles): it is stored as ``None``, and ``load`` needs ``llm=...``.
-
-        The model itself is not changed: what is written is a shallow copy carrying the saved values, so a save
-        from another thread (or a callback) never disturbs the training in progress.
-        """
+        """Save (SB3's zip) as of the last history entry (:mod:`~sb3_r2po.r2po.run_state`), from a shallow copy: a save
+        from a callback or another thread never disturbs training. An ``llm`` object is never saved: ``load`` needs one."""
         saved = copy.copy(self)  # a new __dict__ sharing the policy, env and history with the model
         for name, value in self._run.committed().items():
             setattr(saved, name, value)
@@ -358,29 +289,18 @@ class R2PO(BaseAlgorithm):
         return int(self.env_time_limit) if self.env_time_limit else int(self.max_episode_steps)
 
     def set_llm(self, llm: LLMSpec) -> None:
-        """
-        Replace the LLM; the new one is created (or used) at the next ``learn()``.
-
-        :param llm: An ``llm`` string, a ``ChatBackend`` or a callable ``(messages) -> str``.
-        """
+        """Replace the LLM (an ``llm`` string, a ``ChatBackend`` or a callable): it is used from the next ``learn()``."""
         check_llm_spec(llm)
         self.llm = llm
         self._llm.backend = None
 
     def best_record(self) -> dict[str, Any] | None:
-        """
-        The best history record: the highest K-episode mean among iteration records, or, before the first
-        iteration, the best warm-up record. ``None`` for an empty history.
-        """
+        """The best history record (see :func:`~sb3_r2po.r2po.history.best_record`); ``None`` for an empty history."""
         return best_record(self.history)
 
     def target_confirmed(self) -> bool:
         """Whether a candidate evaluated for K episodes reached the target in every one of them."""
-        target = self.target
-        if target is None:
-            return False
-        floor = target - success_tolerance(target)
-        return any(r["n_episodes"] >= self.n_eval_episodes and r["min_return"] >= floor for r in self.history)
+        return self.target is not None and reached(self.history, self.target, self.n_eval_episodes)
 
     def learn(
         self: SelfR2PO,
@@ -410,9 +330,9 @@ class R2PO(BaseAlgorithm):
         self._start_learning()
         try:
             if self._warmup(callback):
-                while self.num_timesteps < total_timesteps and self._episodes_left() >= self.n_eval_episodes:
+                while self.num_timesteps < total_timesteps and self.episodes_left >= self.n_eval_episodes:
                     self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                    if not self._iterate_with_reruns(callback):
+                    if not self._llm.with_reruns(lambda discarded: self._iterate(callback, discarded)):
                         break
                     if log_interval is not None and self.iteration % log_interval == 0:
                         self.dump_logs()
@@ -437,22 +357,12 @@ class R2PO(BaseAlgorithm):
 
     def _warmup(self, callback: BaseCallback) -> bool:
         """Evaluate the remaining warm-up candidates (one episode each); False if training must stop."""
-        space = self.policy.parameter_space
-        duplicates = 0
-        while sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes and self._episodes_left() >= 1:
-            params = space.sample(self._rng)
-            if find(self.history, params) is not None:
-                duplicates += 1
-                if duplicates >= MAX_WARMUP_DRAWS:  # a space with fewer vectors than warm-up episodes
-                    warnings.warn(
-                        f"R2PO: no new warm-up vector in {MAX_WARMUP_DRAWS} draws; the warm-up ends after "
-                        f"{sum(r['kind'] == 'warmup' for r in self.history)} of {self.warmup_episodes} candidates",
-                        RuntimeWarning,
-                        stacklevel=2,
-                    )
-                    break
-                continue
-            duplicates = 0
+        while (done := sum(r["kind"] == "warmup" for r in self.history)) < self.warmup_episodes and self.episodes_left >= 1:
+            params = draw_new(self.history, self.policy.parameter_space, self._rng)
+            if params is None:  # a space with fewer vectors than warm-up episodes
+                message = f"no new warm-up vector in {MAX_DRAWS} draws; the warm-up ends after {done} of"
+                warnings.warn(f"R2PO: {message} {self.warmup_episodes} candidates", RuntimeWarning, stacklevel=2)
+                break
             result = self._evaluate(params, 1, callback)
             if result is None:
                 return False
@@ -461,53 +371,21 @@ class R2PO(BaseAlgorithm):
                 return False
         return True
 
-    def _iterate_with_reruns(self, callback: BaseCallback) -> bool:
-        """
-        One iteration. With ``on_unusable_reply="rerun"`` an unusable reply (of either role) discards the attempt, as
-        the reference does: its episodes stay spent (and counted), nothing enters the history, and the iteration runs
-        again from its first LLM call, at most ``max_iteration_attempts`` times; then training stops with a warning.
-        """
-        self._discarded = []
-        for attempt in range(1, self.max_iteration_attempts + 1):
-            episodes = self._episode_num
-            try:
-                return self._iterate(callback)
-            except UnusableReply as exc:
-                self._discarded.append(DiscardedAttempt(exc.role, exc.reason, int(self._episode_num - episodes)))
-                self.llm_stats["discarded_attempts"] = self.llm_stats.get("discarded_attempts", 0) + 1
-                if self.verbose >= 1:
-                    print(
-                        f"R2PO: iteration {self.iteration + 1}, attempt {attempt} of {self.max_iteration_attempts}: "
-                        f"unusable {exc.role} reply ({exc.reason}); the iteration is discarded",
-                        flush=True,
-                    )
-                if self._episodes_left() < self.n_eval_episodes or self._stop_requested:
-                    return False
-        last = self._discarded[-1]
-        warnings.warn(
-            f"R2PO: {self.max_iteration_attempts} attempts of iteration {self.iteration + 1} ended in an unusable reply "
-            f"(last: {last.role}: {last.reason}); training stops, as the reference does. "
-            "on_unusable_reply='reask' re-asks with the error stated and falls back instead.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return False
-
-    def _iterate(self, callback: BaseCallback) -> bool:
+    def _iterate(self, callback: BaseCallback, discarded: list[DiscardedAttempt]) -> bool:
         """One iteration: steps 1-7 of the algorithm in the module docstring. False when training must stop."""
         k, pattern = self.n_eval_episodes, pattern_for(self.variant_spec)  # the variant's LLM steps
-        start = Start(self._episodes_left(), k, self._last_result, self.revision_threshold)
+        start = Start(self.episodes_left, k, self._last_result, self.revision_threshold)
         first = self._candidate(pattern.first_role, pattern.propose(self._llm, start))  # 1. Search-LLM proposes theta_init
         first.result = self._evaluate(first.params, k, callback)  # 2. K rollouts
         if first.result is None:
             return False
         kept, revision = first, Revision(pattern.challenger)
-        if revision.role is not None and (self._episodes_left() < k or self._stop_requested):
+        if revision.role is not None and (self.episodes_left < k or self._stop_requested):
             revision.status = "skipped"  # the budget cannot pay for a second evaluation, or a callback stopped training
         elif revision.role is not None:
             answer = pattern.challenge(self._llm, first)  # 3. evidence package; 4. Critic-LLM revises theta_init
             if answer.params is None:
-                _check_usable(self.on_unusable_reply, revision.role, answer)  # "reask": the revision failed
+                self._llm.check_usable(revision.role, answer)  # "rerun" discards the iteration; "reask": no revision
                 revision.status, revision.failures = "failed", answer.failures
             else:
                 revision.candidate = Candidate.answered(revision.role, answer.params, answer)
@@ -522,7 +400,7 @@ class R2PO(BaseAlgorithm):
         self.iteration += 1
         search, revision_field = pattern.entry(first, revision)
         diagnostics = pattern.diagnose(first, revision, start, self.history)
-        entry = HistoryEntry(self.iteration, kept, {}, search, revision_field, diagnostics, tuple(self._discarded))
+        entry = HistoryEntry(self.iteration, kept, {}, search, revision_field, diagnostics, tuple(discarded))
         self._commit(entry)  # 7. only the kept candidate enters the history
         return revision.status != "interrupted" and not self._stop_requested
 
@@ -530,12 +408,14 @@ class R2PO(BaseAlgorithm):
         """The iteration's first candidate: the answer's vector, else (``on_unusable_reply="reask"``) the fallback."""
         if answer.params is not None:
             return Candidate.answered(role, answer.params, answer)
-        _check_usable(self.on_unusable_reply, role, answer)
+        self._llm.check_usable(role, answer)  # "rerun" discards the iteration
         self.llm_stats["fallbacks"] += 1
         fallback = perturb_best(self.history, self.policy.parameter_space, self.step_size, self._rng)
         return Candidate.answered("fallback", fallback, answer)
 
-    def _episodes_left(self) -> float:
+    @property
+    def episodes_left(self) -> float:
+        """Episodes the ``max_episodes`` budget still pays for (``inf`` without a budget)."""
         return math.inf if self.max_episodes is None else self.max_episodes - self._episode_num
 
     def _evaluate(
@@ -547,17 +427,8 @@ class R2PO(BaseAlgorithm):
         """
         if not self.racing or incumbent is None:
             return self._run_episodes(params, n_episodes, callback)
-        episodes: list = []
-        while len(episodes) < n_episodes:
-            chunk = self._run_episodes(params, min(self.racing_chunk, n_episodes - len(episodes)), callback)
-            if chunk is None or (self._stop_requested and len(episodes) + len(chunk.episodes) < n_episodes):
-                return None
-            for ep in chunk.episodes:
-                ep.index += len(episodes)
-            episodes += chunk.episodes
-            if len(episodes) < n_episodes and should_stop([ep.total_return for ep in episodes], incumbent, self.racing_z):
-                break
-        return RolloutResult(episodes)
+        run = lambda m: self._run_episodes(params, m, callback)  # noqa: E731
+        return run_race(run, n_episodes, self.racing_chunk, incumbent, self.racing_z, lambda: self._stop_requested)
 
     def _run_episodes(self, params: np.ndarray, n_episodes: int, callback: BaseCallback) -> RolloutResult | None:
         """One rollout call: ``n_episodes`` episodes of ``params``, counted and reported to the callbacks."""
@@ -598,19 +469,12 @@ class R2PO(BaseAlgorithm):
             self._transcript_calls = calls
         _snapshot(self)
         if self.checkpoint_dir is not None:
-            buffer = io.BytesIO()
-            self.save(buffer)
-            self._run.write(self.checkpoint_dir, buffer.getvalue(), self.history)
+            self._run.write(self.checkpoint_dir, self.save, self.history)
         if self.verbose >= 1:
             self._progress.entry(record)
 
     def _roll_back(self) -> None:
-        """
-        Return to the state of the last history entry after an exception cut an iteration short (an LLM error, a
-        failing env, Ctrl-C): the next ``learn()`` repeats that iteration in full, as a run resumed from its
-        checkpoint would, and the run stays identical to an uninterrupted one (and replayable from its transcript,
-        which ``learn()`` rewinds to the same point). The cut iteration's episodes are not charged.
-        """
+        """Return to the last history entry's state after an exception cut an iteration short: ``learn()`` repeats it."""
         for name, value in self._run.committed().items():
             setattr(self, name, value)
         committed = len(self._run.saved_history(self.history))
@@ -634,22 +498,3 @@ def _use_best(model: R2PO) -> None:
 def _snapshot(model: R2PO) -> None:
     """Remember the state of the last history entry (see :meth:`R2PO.save` and :mod:`~sb3_r2po.r2po.run_state`)."""
     model._run.snapshot({name: getattr(model, name) for name in COMMITTED_STATE}, len(model.history))
-
-
-def _check_usable(on_unusable_reply: str, role: Role, answer: Answer) -> None:
-    """With ``on_unusable_reply="rerun"`` (the reference), an unusable reply discards the running iteration."""
-    if on_unusable_reply == "rerun":
-        raise UnusableReply(role, answer.failures[-1] if answer.failures else "no reply")
-
-
-def _read_env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:
-    """The env id, reward threshold and time limit of the training env, when it has a spec."""
-    if env is None:
-        return None, None, None
-    try:
-        spec = env.get_attr("spec", indices=[0])[0]
-    except Exception:  # a VecEnv that cannot answer: treat as no spec
-        spec = None
-    if spec is None:
-        return None, None, None
-    return spec.id, spec.reward_threshold, spec.max_episode_steps

@@ -55,7 +55,7 @@ class Progress:
         planned = None
         if model.max_episodes is not None:  # this iteration, the full ones the budget still pays for, a last partial one
             per_iteration = model.variant_spec.candidates_per_iteration * model.n_eval_episodes
-            full, rest = divmod(model.max_episodes - model.episodes_used, per_iteration)
+            full, rest = divmod(model.episodes_left, per_iteration)
             planned = model.iteration + int(full) + int(rest >= model.n_eval_episodes)
         parts = [
             f"R2PO iteration {model.iteration}" + (f"/{planned}" if planned else ""),

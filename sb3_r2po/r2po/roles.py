@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
 from sb3_r2po.r2po.history import duplicate_error
 from sb3_r2po.r2po.prompting import PromptView, Shown
+from sb3_r2po.r2po.records import DiscardedAttempt, Role
 from sb3_r2po.r2po.run_state import RunState
 
 if TYPE_CHECKING:
@@ -30,6 +32,15 @@ Check = Callable[[np.ndarray], "str | None"]
 
 LLM_STATS = ("calls", "parse_failures", "fallbacks", "seconds", "prompt_tokens", "completion_tokens")
 """The keys of ``R2PO.llm_stats`` (``discarded_attempts`` is added at the first discarded attempt)."""
+
+
+class UnusableReply(Exception):
+    """An LLM reply that cannot be used discards the running iteration (``on_unusable_reply="rerun"``)."""
+
+    def __init__(self, role: Role, reason: str) -> None:
+        super().__init__(f"unusable {role} reply: {reason}")
+        self.role: Role = role
+        self.reason = reason
 
 
 def new_llm_stats() -> dict[str, float]:
@@ -88,6 +99,45 @@ class LLMRoles:
     def reasks(self) -> int:
         """Re-asks after an unusable reply: ``max_llm_retries`` with ``on_unusable_reply="reask"``, none otherwise."""
         return self.model.max_llm_retries if self.model.on_unusable_reply == "reask" else 0
+
+    def check_usable(self, role: Role, answer: Answer) -> None:
+        """With ``on_unusable_reply="rerun"`` (the reference), an answer without a vector discards the iteration."""
+        if answer.params is None and self.model.on_unusable_reply == "rerun":
+            raise UnusableReply(role, answer.failures[-1] if answer.failures else "no reply")
+
+    def with_reruns(self, iterate: Callable[[list[DiscardedAttempt]], bool]) -> bool:
+        """
+        Run one iteration, ``iterate(discarded)``. With ``on_unusable_reply="rerun"`` an unusable reply (of either role)
+        discards the attempt, as the reference does: its episodes stay spent (and counted), nothing enters the history,
+        and the iteration runs again from its first LLM call, at most ``max_iteration_attempts`` times; then training
+        stops with a warning. ``discarded`` lists the attempts discarded so far (the entry records them).
+        """
+        model, discarded = self.model, list[DiscardedAttempt]()
+        for attempt in range(1, model.max_iteration_attempts + 1):
+            episodes = model.episodes_used
+            try:
+                return iterate(discarded)
+            except UnusableReply as exc:
+                discarded.append(DiscardedAttempt(exc.role, exc.reason, model.episodes_used - episodes))
+                model.llm_stats["discarded_attempts"] = model.llm_stats.get("discarded_attempts", 0) + 1
+                if model.verbose >= 1:
+                    print(
+                        f"R2PO: iteration {model.iteration + 1}, attempt {attempt} of {model.max_iteration_attempts}: "
+                        f"unusable {exc.role} reply ({exc.reason}); the iteration is discarded",
+                        flush=True,
+                    )
+                if (
+                    model.episodes_left < model.n_eval_episodes
+                ):  # (a callback's stop is never pending here: it skips every LLM step)
+                    return False
+        warnings.warn(
+            f"R2PO: {model.max_iteration_attempts} attempts of iteration {model.iteration + 1} ended in an unusable "
+            f"reply (last: {discarded[-1].role}: {discarded[-1].reason}); training stops, as the reference does. "
+            "on_unusable_reply='reask' re-asks with the error stated and falls back instead.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return False
 
     def search(self, shown: Shown = (), also: tuple[np.ndarray, ...] = ()) -> Answer:
         """The Search proposes a new vector from the history (plus ``shown``); with ``reject_duplicates``, not one of

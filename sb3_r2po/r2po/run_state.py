@@ -14,8 +14,10 @@ keeps a copy of those values as of the last entry (a *snapshot*), so that
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +107,13 @@ class RunState:
         if self.transcript is not None:
             self.transcript.rewind(calls)
 
-    def write(self, directory: str | os.PathLike[str], model_zip: bytes, history: list[dict[str, Any]]) -> None:
-        """Write ``model.zip`` and ``history.json`` to ``directory`` atomically."""
+    def write(
+        self, directory: str | os.PathLike[str], save: Callable[[io.BytesIO], None], history: list[dict[str, Any]]
+    ) -> None:
+        """Write ``model.zip`` (by ``save``, the model's) and ``history.json`` to ``directory`` atomically."""
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
-        atomic_write(target / MODEL, model_zip)
+        model_zip = io.BytesIO()
+        save(model_zip)
+        atomic_write(target / MODEL, model_zip.getvalue())
         atomic_write(target / HISTORY, json.dumps(history, indent=1).encode())
