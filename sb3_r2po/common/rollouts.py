@@ -213,27 +213,9 @@ def run_episodes(
         for i, ep in enumerate(running):
             step = steps[i]
             obs[i] = step.continue_obs
-            if ep is None:
+            if ep is None or not _advance(ep, step, actions[i], max_episode_steps):
                 continue
-            ep.actions.append(_copy(actions[i]))
-            next_obs = _copy(step.next_obs)
-            if not (np.isfinite(step.reward) and np.isfinite(next_obs).all()):
-                # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
-                ep.rewards.append(step.reward if np.isfinite(step.reward) else 0.0)
-                ep.observations.append(ep.observations[-1])
-                ep.end = "non-finite"
-                if step.end is None:
-                    obs[i] = stepper.reset_one(i)
-            elif step.end is not None:
-                ep.rewards.append(step.reward)
-                ep.observations.append(next_obs)
-                ep.end = step.end
-            else:
-                ep.rewards.append(step.reward)
-                ep.observations.append(next_obs)
-                if ep.length < max_episode_steps:
-                    continue
-                ep.end = "capped"
+            if ep.end in ("non-finite", "capped") and step.end is None:  # the env did not end it: start the next one
                 obs[i] = stepper.reset_one(i)
             dones[i] = True
             finished.append(ep)
@@ -249,6 +231,25 @@ def run_episodes(
                 done = sorted(finished, key=lambda ep: ep.index)
                 return RolloutResult(done, stopped=len(done) < n_episodes, stop_requested=True)
     return RolloutResult(sorted(finished, key=lambda ep: ep.index))
+
+
+def _advance(ep: Episode, step: _Step, action: np.ndarray, max_episode_steps: int) -> bool:
+    """Append one step to ``ep``; whether the episode ended with it (its ``end`` is then set)."""
+    ep.actions.append(_copy(action))
+    next_obs = _copy(step.next_obs)
+    if not (np.isfinite(step.reward) and np.isfinite(next_obs).all()):
+        # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
+        ep.rewards.append(step.reward if np.isfinite(step.reward) else 0.0)
+        ep.observations.append(ep.observations[-1])
+        ep.end = "non-finite"
+        return True
+    ep.rewards.append(step.reward)
+    ep.observations.append(next_obs)
+    if step.end is not None:
+        ep.end = step.end
+    elif ep.length >= max_episode_steps:
+        ep.end = "capped"
+    return ep.end != "running"
 
 
 def _copy(x: np.ndarray) -> np.ndarray:

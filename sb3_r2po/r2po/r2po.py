@@ -347,7 +347,7 @@ class R2PO(BaseAlgorithm):
     def _start_learning(self) -> None:
         """What every ``learn()`` call does before the loop: the LLM, the run's transcript, the saved state."""
         self._stop_requested = False
-        _snapshot(self)  # a save before the first history entry of this call stores the state it started from
+        self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
         self._llm.connect(self._run)
         self._progress.start()
         # calls recorded after the last history entry (a crash, or an exception this process caught) are asked
@@ -467,7 +467,7 @@ class R2PO(BaseAlgorithm):
         calls = self._run.transcript_calls
         if calls is not None:
             self._transcript_calls = calls
-        _snapshot(self)
+        self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))
         if self.checkpoint_dir is not None:
             self._run.write(self.checkpoint_dir, self.save, self.history)
         if self.verbose >= 1:
@@ -493,8 +493,3 @@ def _use_best(model: R2PO) -> None:
     best = model.best_record()
     if best is not None:
         model.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
-
-
-def _snapshot(model: R2PO) -> None:
-    """Remember the state of the last history entry (see :meth:`R2PO.save` and :mod:`~sb3_r2po.r2po.run_state`)."""
-    model._run.snapshot({name: getattr(model, name) for name in COMMITTED_STATE}, len(model.history))
