@@ -203,7 +203,7 @@ def perf(llm: Any) -> tuple[int, float, int, float]:
     """(prompt tokens evaluated, ms, generated tokens, ms) since the last reset of llama.cpp's counters."""
     import llama_cpp
 
-    data = llama_cpp.llama_perf_context(llm._ctx.ctx)
+    data = llama_cpp.llama_perf_context(llm.ctx)
     return int(data.n_p_eval), float(data.t_p_eval_ms), int(data.n_eval), float(data.t_eval_ms)
 
 
@@ -217,7 +217,7 @@ def run_call(backend: EmbeddedBackend, mode: str, seed: int, history: list[tuple
     backend.reason_chars = 160 if cfg["reason"] else 0
     backend.constrain(SPACE)
     llm = backend.load()
-    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
+    llama_cpp.llama_perf_context_reset(llm.ctx)
     reply = backend.chat(make_prompt(history, cfg.get("prompt_style", cfg["style"]), cfg["reason"]), temperature=0.0)
     n_p, t_p, n_g, t_g = perf(llm)
     values = parse_reply(reply.text)
@@ -248,7 +248,7 @@ def run_call(backend: EmbeddedBackend, mode: str, seed: int, history: list[tuple
         f"[{mode}] seed {seed}: {status} {call.seconds:6.1f}s prompt {call.prompt_tokens} "
         f"(evaluated {n_p} in {t_p / 1000:.1f}s) "
         f"completion {call.completion_tokens} ({t_g / 1000:.1f}s decode, {call.other_ms / 1000:.1f}s other) "
-        f"return {call.proposal_return} threads {backend._threads} load {os.getloadavg()[0]:.1f}",
+        f"return {call.proposal_return} threads {backend.threads} load {os.getloadavg()[0]:.1f}",
         file=sys.stderr,
         flush=True,
     )
@@ -282,7 +282,8 @@ def summarize(mode: str, calls: list[Call]) -> Summary:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The command line, and the modes it names (an unknown mode ends the command with a usage error)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     parser.add_argument("--n", type=int, default=10, help="replies per mode (one prompt per seed)")
@@ -310,38 +311,48 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(modes) - set(MODES)
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}")
-    faulthandler.enable()
+    return args, modes
 
+
+def read_calls(path: str | None) -> dict[tuple[str, int], Call]:
+    """The calls a ``--jsonl`` file already holds, by (mode, seed); none without a file."""
     done: dict[tuple[str, int], Call] = {}
-    if args.jsonl and os.path.exists(args.jsonl):
-        with open(args.jsonl) as fh:
+    if path and os.path.exists(path):
+        with open(path) as fh:
             for line in fh:
                 if line.strip():
                     call = Call(**json.loads(line))
                     done[(call.mode, call.seed)] = call
-    print(f"load average at start: {os.getloadavg()}; {len(done)} calls already done", file=sys.stderr)
-    histories = [make_history(seed) for seed in range(args.n)]
-    backend = EmbeddedBackend(args.size, n_ctx=args.n_ctx, n_threads=args.threads, max_tokens=args.max_tokens)
-    start = time.perf_counter()
-    backend.load()
-    load_s = time.perf_counter() - start
-    print(f"loaded {backend.spec.model} in {load_s:.1f} s (join included when it was not cached)", file=sys.stderr)
+    return done
 
-    if args.order == "mode":
-        pairs = [(mode, seed) for mode in modes for seed in range(args.n)]
-    else:
-        pairs = [(mode, seed) for seed in range(args.n) for mode in modes]
+
+def call_order(modes: list[str], n: int, order: str) -> list[tuple[str, int]]:
+    """Every (mode, seed) pair, mode by mode (``order="mode"``) or seed by seed."""
+    if order == "mode":
+        return [(mode, seed) for mode in modes for seed in range(n)]
+    return [(mode, seed) for seed in range(n) for mode in modes]
+
+
+def run_missing(
+    backend: EmbeddedBackend,
+    pairs: list[tuple[str, int]],
+    histories: list[list[tuple[np.ndarray, float]]],
+    done: dict[tuple[str, int], Call],
+    jsonl: str | None,
+) -> None:
+    """Run every pair not in ``done`` and add it there (and to ``jsonl``, when given, as soon as it is done)."""
     for mode, seed in pairs:
         if (mode, seed) in done:
             continue
         call = run_call(backend, mode, seed, histories[seed])
         done[(mode, seed)] = call
-        if args.jsonl:
-            with open(args.jsonl, "a") as fh:
+        if jsonl:
+            with open(jsonl, "a") as fh:
                 fh.write(json.dumps(asdict(call)) + "\n")
-    all_calls = [done[pair] for pair in pairs]
-    summaries = [summarize(mode, [c for c in all_calls if c.mode == mode]) for mode in modes]
 
+
+def print_report(backend: EmbeddedBackend, args: argparse.Namespace, summaries: list[Summary], load_s: float) -> None:
+    """The table of every mode, the load average and each mode's first reply, on stdout."""
     print(
         f"\nmodel {backend.spec.model}, {args.n} prompts per mode, order {args.order}, temperature 0, "
         f"max_tokens {args.max_tokens}, load {load_s:.1f} s"
@@ -363,21 +374,47 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the end (1, 5, 15 min): {os.getloadavg()}")
     for s in summaries:
         print(f"\n[{s.mode}] first reply:\n{s.examples[0] if s.examples else ''}")
+
+
+def write_json(args: argparse.Namespace, load_s: float, summaries: list[Summary], calls: list[Call]) -> None:
+    """Every call and the summaries, to ``--json``."""
+    with open(args.json, "w") as fh:
+        json.dump(
+            {
+                "size": args.size,
+                "order": args.order,
+                "n": args.n,
+                "load_seconds": load_s,
+                "loadavg_end": os.getloadavg(),
+                "summaries": [asdict(s) for s in summaries],
+                "calls": [asdict(c) for c in calls],
+            },
+            fh,
+            indent=1,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, modes = parse_args(argv)
+    faulthandler.enable()
+
+    done = read_calls(args.jsonl)
+    print(f"load average at start: {os.getloadavg()}; {len(done)} calls already done", file=sys.stderr)
+    histories = [make_history(seed) for seed in range(args.n)]
+    backend = EmbeddedBackend(args.size, n_ctx=args.n_ctx, n_threads=args.threads, max_tokens=args.max_tokens)
+    start = time.perf_counter()
+    backend.load()
+    load_s = time.perf_counter() - start
+    print(f"loaded {backend.spec.model} in {load_s:.1f} s (join included when it was not cached)", file=sys.stderr)
+
+    pairs = call_order(modes, args.n, args.order)
+    run_missing(backend, pairs, histories, done, args.jsonl)
+    all_calls = [done[pair] for pair in pairs]
+    summaries = [summarize(mode, [c for c in all_calls if c.mode == mode]) for mode in modes]
+
+    print_report(backend, args, summaries, load_s)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(
-                {
-                    "size": args.size,
-                    "order": args.order,
-                    "n": args.n,
-                    "load_seconds": load_s,
-                    "loadavg_end": os.getloadavg(),
-                    "summaries": [asdict(s) for s in summaries],
-                    "calls": [asdict(c) for c in all_calls],
-                },
-                fh,
-                indent=1,
-            )
+        write_json(args, load_s, summaries, all_calls)
     backend.close()
     return 0
 

@@ -73,7 +73,7 @@ def main() -> None:
     reference_iteration = total / n - llm / n + calls_per_iteration * args.reference_call_seconds
 
     print(
-        f"{args.env}, llm={args.llm}, K={args.k}, {model.iteration} iterations, {model._episode_num} episodes, "
+        f"{args.env}, llm={args.llm}, K={args.k}, {model.iteration} iterations, {model.episodes_used} episodes, "
         f"{model.num_timesteps} steps, {int(model.llm_stats['calls'])} LLM calls"
     )
     print("| part | seconds | per iteration (ms) | share of the run |")

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from sb3_r2po.common.files import atomic_write
 from sb3_r2po.compare import rolling_mean, run_seeds, summarize
 
 ENV_ID = "CartPole-v1"
@@ -74,9 +74,7 @@ def load_progress(path: Path | None, settings: dict[str, Any]) -> list[dict[str,
 
 def write_progress(path: Path, document: dict[str, Any]) -> None:
     """Write ``document`` to ``path`` so that a cut leaves the old file or the new one, never a torn one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(document, indent=1).encode("utf-8"))
 
 
 def first_kept_at(run: dict[str, Any], k: int, threshold: float) -> int | None:
@@ -100,7 +98,7 @@ def cell(values: list[int | None], budget: int) -> str:
     return shown
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="embedded")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -111,43 +109,42 @@ def main() -> None:
     parser.add_argument("--baseline-budget", type=int, default=400)
     parser.add_argument("--r2po-runs", default=None, help="reuse the R2PO runs of this compare runs.json")
     parser.add_argument("--json", default=None, help="write every run here as it ends; rerun to continue a cut command")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    import torch as th
 
-    th.set_num_threads(1)
-    start = time.perf_counter()
-    r2po_settings = {
-        "env": ENV_ID,
+def plan_runs(
+    args: argparse.Namespace, runs: list[dict[str, Any]], json_path: Path | None, r2po_settings: dict[str, Any]
+) -> tuple[list[tuple[str, int, dict[str, Any]]], list[dict[str, Any]] | None, str]:
+    """
+    The (method, budget, ``run_seeds`` keywords) to run, the R2PO runs reused from ``--r2po-runs`` (``None``: R2PO is
+    in the plan) and where the R2PO runs come from, in words. ``--r2po-runs`` is read and checked here, before anything
+    runs.
+    """
+    plan: list[tuple[str, int, dict[str, Any]]] = [("ars", args.baseline_budget, {}), ("ppo", args.baseline_budget, {})]
+    if args.r2po_runs:
+        return plan, r2po_runs_from(Path(args.r2po_runs), r2po_settings), f"reused from {args.r2po_runs}"
+    source = "run now" if not runs else f"run by this command, continued from {json_path}"
+    r2po_kwargs = {
         "llm": args.llm,
-        "budget": args.r2po_budget,
         "n_eval_episodes": args.n_eval_episodes,
         "warmup_episodes": args.warmup_episodes,
-        "seeds": args.seeds,
         "prompts": args.prompts,
     }
-    settings = {**r2po_settings, "baseline_budget": args.baseline_budget, "r2po_runs": args.r2po_runs}
-    json_path = Path(args.json) if args.json else None
-    runs = load_progress(json_path, settings)
-    if runs:
-        print(f"{json_path}: {len(runs)} run(s) already there, continuing with the missing ones")
+    plan.append(("r2po", args.r2po_budget, r2po_kwargs))
+    return plan, None, source
 
-    plan = [("ars", args.baseline_budget, {}), ("ppo", args.baseline_budget, {})]
-    if args.r2po_runs:  # checked before anything runs
-        reused = r2po_runs_from(Path(args.r2po_runs), r2po_settings)
-        source = f"reused from {args.r2po_runs}"
-    else:
-        reused = None
-        source = "run now" if not runs else f"run by this command, continued from {json_path}"
-        r2po_kwargs = {
-            "llm": args.llm,
-            "n_eval_episodes": args.n_eval_episodes,
-            "warmup_episodes": args.warmup_episodes,
-            "prompts": args.prompts,
-        }
-        plan.append(("r2po", args.r2po_budget, r2po_kwargs))
+
+def run_missing(
+    plan: list[tuple[str, int, dict[str, Any]]],
+    seeds: list[int],
+    runs: list[dict[str, Any]],
+    json_path: Path | None,
+    settings: dict[str, Any],
+    source: str,
+) -> None:
+    """Run every (method, seed) of ``plan`` not in ``runs`` yet, adding each to ``runs`` (and to ``json_path``) as it ends."""
     for method, budget, kwargs in plan:
-        for seed in args.seeds:
+        for seed in seeds:
             if any(r["method"] == method and r["seed"] == seed for r in runs):
                 continue
             (run,) = run_seeds(method, ENV_ID, [seed], budget, **kwargs)
@@ -160,32 +157,30 @@ def main() -> None:
             )
             if json_path is not None:
                 write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source})
-    r2po = reused if reused is not None else [r for r in runs if r["method"] == "r2po"]
-    wall = time.perf_counter() - start
 
-    rows = []
-    for method, method_runs, budget in (
-        ("r2po", r2po, args.r2po_budget),
-        ("ars", [r for r in runs if r["method"] == "ars"], args.baseline_budget),
-        ("ppo", [r for r in runs if r["method"] == "ppo"], args.baseline_budget),
-    ):
-        method_runs = sorted(method_runs, key=lambda r: r["seed"])
-        stats = [summarize(r["returns"], WINDOW, THRESHOLD) for r in method_runs]
-        row = {
-            "method": method,
-            "budget": budget,
-            "seeds": [r["seed"] for r in method_runs],
-            "to_threshold": [s["to_threshold"] for s in stats],
-            "best": [s["best"] for s in stats],
-            "at_r2po_budget": [at_episode(r["returns"], args.r2po_budget) for r in method_runs],
-            "wall_time_s": [r["wall_time_s"] for r in method_runs],
-        }
-        if method == "r2po" and all("history" in r for r in method_runs):
-            row["kept_candidate_at"] = [first_kept_at(r, args.n_eval_episodes, THRESHOLD) for r in method_runs]
-            row["fallbacks"] = [int(r["llm_stats"]["fallbacks"]) for r in method_runs]
-            row["iterations"] = [r["iterations"] for r in method_runs]
-        rows.append(row)
 
+def method_row(method: str, method_runs: list[dict[str, Any]], budget: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The table's figures for one method, per seed (R2PO's own figures too when its runs kept their history)."""
+    method_runs = sorted(method_runs, key=lambda r: r["seed"])
+    stats = [summarize(r["returns"], WINDOW, THRESHOLD) for r in method_runs]
+    row = {
+        "method": method,
+        "budget": budget,
+        "seeds": [r["seed"] for r in method_runs],
+        "to_threshold": [s["to_threshold"] for s in stats],
+        "best": [s["best"] for s in stats],
+        "at_r2po_budget": [at_episode(r["returns"], args.r2po_budget) for r in method_runs],
+        "wall_time_s": [r["wall_time_s"] for r in method_runs],
+    }
+    if method == "r2po" and all("history" in r for r in method_runs):
+        row["kept_candidate_at"] = [first_kept_at(r, args.n_eval_episodes, THRESHOLD) for r in method_runs]
+        row["fallbacks"] = [int(r["llm_stats"]["fallbacks"]) for r in method_runs]
+        row["iterations"] = [r["iterations"] for r in method_runs]
+    return row
+
+
+def print_table(args: argparse.Namespace, rows: list[dict[str, Any]], source: str, wall: float) -> None:
+    """The Markdown table of ``rows`` (R2PO's first), R2PO's kept-candidate figures and where its runs came from."""
     prompts = f", `{args.prompts}` prompts" if args.prompts else ""
     label = {"r2po": f"R2PO (`{args.llm}`, task description, K={args.n_eval_episodes}{prompts})", "ars": "ARS", "ppo": "PPO"}
     goal = f"the {WINDOW}-episode rolling mean reaches {THRESHOLD:g}"
@@ -210,6 +205,41 @@ def main() -> None:
             f"{r2po_row['iterations']}, Search fallbacks (unusable or repeated proposals) {r2po_row['fallbacks']}."
         )
     print(f"\nR2PO runs: {source}. Wall time of this command: {wall:.0f} s.")
+
+
+def main() -> None:
+    args = parse_args()
+
+    import torch as th
+
+    th.set_num_threads(1)
+    start = time.perf_counter()
+    r2po_settings = {
+        "env": ENV_ID,
+        "llm": args.llm,
+        "budget": args.r2po_budget,
+        "n_eval_episodes": args.n_eval_episodes,
+        "warmup_episodes": args.warmup_episodes,
+        "seeds": args.seeds,
+        "prompts": args.prompts,
+    }
+    settings = {**r2po_settings, "baseline_budget": args.baseline_budget, "r2po_runs": args.r2po_runs}
+    json_path = Path(args.json) if args.json else None
+    runs = load_progress(json_path, settings)
+    if runs:
+        print(f"{json_path}: {len(runs)} run(s) already there, continuing with the missing ones")
+
+    plan, reused, source = plan_runs(args, runs, json_path, r2po_settings)  # checked before anything runs
+    run_missing(plan, args.seeds, runs, json_path, settings, source)
+    r2po = reused if reused is not None else [r for r in runs if r["method"] == "r2po"]
+    wall = time.perf_counter() - start
+
+    rows = [
+        method_row("r2po", r2po, args.r2po_budget, args),
+        method_row("ars", [r for r in runs if r["method"] == "ars"], args.baseline_budget, args),
+        method_row("ppo", [r for r in runs if r["method"] == "ppo"], args.baseline_budget, args),
+    ]
+    print_table(args, rows, source, wall)
     if json_path is not None:
         write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source, "rows": rows})
 

@@ -105,7 +105,7 @@ def main() -> None:
     kept = sum(r["revision"]["status"] == "kept" for r in iterations)
     rows = [
         ("llm", args.llm),
-        ("episodes used", f"{model._episode_num} (budget {args.episodes})"),
+        ("episodes used", f"{model.episodes_used} (budget {args.episodes})"),
         ("iterations", f"{model.iteration}"),
         ("best warm-up return (1 episode)", f"{max(warmup):.1f}" if warmup else "-"),
         (

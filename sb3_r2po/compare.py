@@ -403,8 +403,8 @@ def finish_run(run: PreparedRun) -> dict[str, Any]:
         "hyperparams_file": str(run.conf),
     }
     if run.algo == ALGO_NAME:
-        if model._episode_num != result["episodes_run"]:
-            raise RuntimeError(f"R2PO ran {model._episode_num} episodes, the Monitor saw {result['episodes_run']}")
+        if model.episodes_used != result["episodes_run"]:
+            raise RuntimeError(f"R2PO ran {model.episodes_used} episodes, the Monitor saw {result['episodes_run']}")
         result["iterations"] = int(model.iteration)
         result["llm_calls"] = int(model.llm_stats["calls"])
         result["llm_stats"] = {key: float(value) for key, value in model.llm_stats.items()}

@@ -20,6 +20,7 @@ from typing import Any
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 
+from sb3_r2po.llm.base import Constrainable
 from sb3_r2po.llm.batching import BatchingBackend
 from sb3_r2po.r2po.r2po import R2PO
 
@@ -67,6 +68,49 @@ def shared_llm(models: Sequence[R2PO]) -> Any:
     return first
 
 
+def _callbacks_for(models: Sequence[R2PO], callbacks: Sequence[MaybeCallback] | None) -> Sequence[MaybeCallback]:
+    """One callback per model (``None``: none for any); a ``ValueError`` for a model given twice or a count that differs."""
+    if len({id(m) for m in models}) != len(models):
+        raise ValueError("learn_in_lockstep got the same model twice")
+    if callbacks is None:
+        callbacks = [None] * len(models)
+    if len(callbacks) != len(models):
+        raise ValueError(f"got {len(callbacks)} callbacks for {len(models)} models")
+    return callbacks
+
+
+def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[Any, BatchingBackend]:
+    """
+    The models' shared ``llm`` spec and the one :class:`BatchingBackend` built from it; a ``ValueError`` when the
+    backend constrains its decoding to one parameter space and the models have several.
+    """
+    spaces = {str(m.policy.parameter_space) for m in models}
+    llm = shared_llm(models)
+    backend = BatchingBackend(llm, max_batch=max_batch)  # built once, here
+    if len(spaces) > 1 and isinstance(backend.inner, Constrainable):
+        raise ValueError(f"{backend.inner!r} constrains decoding to one parameter space; the models have {len(spaces)}")
+    return llm, backend
+
+
+def _run_threads(threads: Sequence[threading.Thread], stop: threading.Event, ready: threading.Barrier) -> None:
+    """
+    Start ``threads`` and wait for all of them. An exception meanwhile (Ctrl-C) sets ``stop`` and breaks ``ready``, so
+    every model stops at its next step, waits for every thread that started, then propagates.
+    """
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    except BaseException:  # Ctrl-C here: stop the models at their next step, then let it propagate
+        stop.set()
+        ready.abort()  # threads started before the interrupt may still wait for the others
+        for thread in threads:
+            if thread.ident is not None:  # started
+                thread.join()
+        raise
+
+
 def learn_in_lockstep(
     models: Sequence[R2PO],
     total_timesteps: int,
@@ -96,17 +140,8 @@ def learn_in_lockstep(
     models = list(models)
     if not models:
         return []
-    if len({id(m) for m in models}) != len(models):
-        raise ValueError("learn_in_lockstep got the same model twice")
-    if callbacks is None:
-        callbacks = [None] * len(models)
-    if len(callbacks) != len(models):
-        raise ValueError(f"got {len(callbacks)} callbacks for {len(models)} models")
-    spaces = {str(m.policy.parameter_space) for m in models}
-    llm = shared_llm(models)
-    backend = BatchingBackend(llm, max_batch=max_batch)  # built once, here
-    if len(spaces) > 1 and callable(getattr(backend.inner, "constrain", None)):
-        raise ValueError(f"{backend.inner!r} constrains decoding to one parameter space; the models have {len(spaces)}")
+    callbacks = _callbacks_for(models, callbacks)
+    llm, backend = _batching_backend(models, max_batch)
 
     errors: dict[int, BaseException] = {}
     ready = threading.Barrier(len(models))  # every worker registered before the first call: full first batch
@@ -129,18 +164,7 @@ def learn_in_lockstep(
         threads = [
             threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(models))
         ]
-        try:
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-        except BaseException:  # Ctrl-C here: stop the models at their next step, then let it propagate
-            stop.set()
-            ready.abort()  # threads started before the interrupt may still wait for the others
-            for thread in threads:
-                if thread.ident is not None:  # started
-                    thread.join()
-            raise
+        _run_threads(threads, stop, ready)
     finally:
         for model in models:
             model.llm = llm  # the spec is what save() stores; the backend object is never saved

@@ -1,7 +1,8 @@
 """R2PO and the paper's baselines and ablations, as data.
 
 A :class:`Variant` says which LLM calls an iteration makes, which prompt each call uses, what evidence the Critic
-sees and whether keep-best selection applies. :meth:`R2PO._iterate` reads it; adding a variant is one entry in
+sees and whether keep-best selection applies. ``R2PO`` runs every variant through one loop, with the LLM steps of the
+search pattern (:mod:`sb3_r2po.r2po.patterns`) its ``search`` mode names; adding a variant is one entry in
 :data:`VARIANTS`. Each prompt follows the reference implementation's template for that variant (the Jinja comment at
 the top of every file in ``sb3_r2po/prompts/templates`` names it):
 

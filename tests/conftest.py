@@ -1,4 +1,58 @@
+"""Shared fixtures. ``make_r2po`` is the one way tests build an R2PO model; ``helpers.UNTIL_BUDGET`` trains it to its
+episode budget (``model.learn(UNTIL_BUDGET)``)."""
+
+from __future__ import annotations
+
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from sb3_r2po import R2PO
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _build_r2po(
+    env: Any = "CartPole-v1",
+    *,
+    policy: str = "MlpLinear",
+    llm: Any = "example",
+    seed: int | None = 0,
+    n_eval_episodes: int = 2,
+    warmup_episodes: int = 2,
+    max_episodes: int | None = 10,
+    **settings: Any,
+) -> R2PO:
+    from sb3_r2po import R2PO  # here, not at the top: a broken sb3_r2po fails the tests that build models, not collection
+
+    return R2PO(
+        policy,
+        env,
+        llm=llm,
+        seed=seed,
+        n_eval_episodes=n_eval_episodes,
+        warmup_episodes=warmup_episodes,
+        max_episodes=max_episodes,
+        **settings,
+    )
+
+
+@pytest.fixture(scope="session")
+def make_r2po() -> Callable[..., R2PO]:
+    """
+    Build an R2PO model: ``make_r2po(env="CartPole-v1", *, policy="MlpLinear", **settings)``.
+
+    Test-sized defaults, each overridable by keyword: ``llm="example"`` (the deterministic stand-in LLM), ``seed=0``,
+    ``n_eval_episodes=2`` (K), ``warmup_episodes=2`` and ``max_episodes=10`` (the warm-up, then two iterations of a
+    Search candidate and a revision of K episodes each). Any other keyword goes to :class:`R2PO` unchanged. A test
+    states at the call site every setting its assertions depend on, even where it equals a default.
+
+    Train to the budget with ``model.learn(UNTIL_BUDGET)`` (from ``helpers``); for a run that a step count or a
+    callback ends instead, pass ``max_episodes=None``. Tests of R2PO's own defaults or constructor errors call
+    ``R2PO(...)`` directly.
+    """
+    return _build_r2po

@@ -1,7 +1,9 @@
-"""Test helpers: a scripted chat model and a deterministic bandit env whose return is known from the parameters."""
+"""Test helpers: a scripted chat model, a deterministic bandit env whose return is known from the parameters, and
+``UNTIL_BUDGET`` (the fixture that builds models, ``make_r2po``, is in ``conftest.py``)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import gymnasium as gym
@@ -9,6 +11,11 @@ import numpy as np
 from gymnasium import spaces
 
 from sb3_r2po.llm.base import ChatReply, Message
+
+UNTIL_BUDGET = sys.maxsize
+"""``model.learn(UNTIL_BUDGET)``: train until the run ends by itself. ``learn(total_timesteps)`` is a lower bound on the
+steps and no run reaches this one, so what ends training is the ``max_episodes`` budget (the usual case), the target
+with ``stop_at_target``, a callback, or an error."""
 
 
 class ScriptedLLM:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 from helpers import ScriptedLLM, vector
 
-from sb3_r2po.llm.asking import MAX_ECHOED_REPLY_CHARS, ask_for_params, ask_together
 from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.llm.asking import MAX_ECHOED_REPLY_CHARS, ask_for_params, ask_together
 from sb3_r2po.llm.base import ChatReply, Message
 
 SPACE = ParameterSpace(2, low=-5, high=5, decimals=1)

@@ -39,6 +39,7 @@ from fault_server import (
     raw_body,
     status,
 )
+from helpers import UNTIL_BUDGET
 
 from sb3_r2po import R2PO
 from sb3_r2po.llm.base import LLMBackendError
@@ -294,20 +295,6 @@ def cartpole_reply(index: int, body: dict[str, Any]) -> str:
     return f"After looking at the history: params: [0, 0, 0, 0, 0, 1, 0, 1, 0, {index / 10:.1f}]"
 
 
-def cartpole(llm: Any, iterations: int, **kwargs: Any) -> R2PO:
-    """An R2PO CartPole run whose episode budget pays for the warm-up and exactly ``iterations`` iterations."""
-    return R2PO(
-        "MlpLinear",
-        "CartPole-v1",
-        llm=llm,
-        n_eval_episodes=K,
-        warmup_episodes=W,
-        max_episodes=W + iterations * 2 * K,
-        seed=0,
-        **kwargs,
-    )
-
-
 def iteration_records(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in history if r["kind"] != "warmup"]
 
@@ -318,14 +305,25 @@ def iteration_records(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ids=["503_after_0", "closed_after_1", "500_after_4", "hang_after_5"],
 )
 def test_learn_raises_the_typed_error_and_keeps_every_finished_iteration(
-    serve: Callable[..., FaultServer], tmp_path: Path, good: int, fault: Action
+    serve: Callable[..., FaultServer],
+    tmp_path: Path,
+    good: int,
+    fault: Action,
+    make_r2po,
 ) -> None:
     """The server answers ``good`` calls, then fails for good: the iterations finished before are saved."""
     server = serve([ok(cartpole_reply)] * good, default=fault)
     run_dir = tmp_path / "run"
-    model = cartpole(backend(server.url), iterations=4, checkpoint_dir=str(run_dir))
+    model = make_r2po(
+        llm=backend(server.url),
+        n_eval_episodes=K,
+        warmup_episodes=W,
+        max_episodes=W + 4 * 2 * K,
+        seed=0,
+        checkpoint_dir=str(run_dir),
+    )
     with pytest.raises(LLMServerError) as info:
-        model.learn(total_timesteps=10**9)
+        model.learn(total_timesteps=UNTIL_BUDGET)
     assert str(server.url) in str(info.value) and "after 3 attempt(s)" in str(info.value)
 
     finished = good // 2  # 2 calls per iteration (no revision is declined: every reply is new)
@@ -337,7 +335,7 @@ def test_learn_raises_the_typed_error_and_keeps_every_finished_iteration(
     # the model is left as of its last history entry: the cut iteration's calls and episodes are not charged
     assert model.llm_stats["calls"] == 2 * finished and model.llm_stats["fallbacks"] == 0
     assert len(server.chat_requests) == good + RETRIES + 1
-    assert model._episode_num == W + finished * 2 * K == model.history[-1]["episodes"]
+    assert model.episodes_used == W + finished * 2 * K == model.history[-1]["episodes"]
 
     # the same history on disk: history.json and the checkpoint's model.zip
     assert json.loads((run_dir / "history.json").read_text()) == model.history
@@ -347,33 +345,45 @@ def test_learn_raises_the_typed_error_and_keeps_every_finished_iteration(
     # the server comes back: the resumed run continues from the checkpoint and completes
     server.default = ok(cartpole_reply)
     resumed = R2PO.load(run_dir / "model.zip", env=gym.make("CartPole-v1"), llm=backend(server.url))
-    resumed.learn(total_timesteps=10**9, reset_num_timesteps=False)
+    resumed.learn(total_timesteps=UNTIL_BUDGET, reset_num_timesteps=False)
     assert resumed.history[: len(model.history)] == model.history
     assert len(resumed.history) == W + 4 and resumed.iteration == 4
     assert [r["iteration"] for r in iteration_records(resumed.history)] == [1, 2, 3, 4]
-    assert resumed._episode_num == W + 4 * 2 * K
+    assert resumed.episodes_used == W + 4 * 2 * K
     assert json.loads((run_dir / "history.json").read_text()) == resumed.history
 
 
-def test_learn_survives_a_server_that_dies_and_comes_back(serve: Callable[..., FaultServer]) -> None:
+def test_learn_survives_a_server_that_dies_and_comes_back(serve: Callable[..., FaultServer], make_r2po) -> None:
     server = serve([ok(cartpole_reply)] * 3 + [die(down_for=0.4)], default=ok(cartpole_reply))
-    model = cartpole(backend(server.url, max_retries=4, backoff=0.2), iterations=3)
-    model.learn(total_timesteps=10**9)
+    model = make_r2po(
+        llm=backend(server.url, max_retries=4, backoff=0.2),
+        n_eval_episodes=K,
+        warmup_episodes=W,
+        max_episodes=W + 3 * 2 * K,
+        seed=0,
+    )
+    model.learn(total_timesteps=UNTIL_BUDGET)
     assert server.restarts == 1
     assert len(model.history) == W + 3 and model.iteration == 3
     assert all(r["kind"] in ("search", "critic") for r in iteration_records(model.history))
     assert model.llm_stats["calls"] == 6 and model.llm_stats["fallbacks"] == 0
 
 
-def test_learn_survives_transient_faults_of_every_class(serve: Callable[..., FaultServer]) -> None:
+def test_learn_survives_transient_faults_of_every_class(serve: Callable[..., FaultServer], make_r2po) -> None:
     faults = [FAULTS[name][0] for name in FAULTS]
     script: list[Action] = []
     for fault in faults:  # one fault before each good reply
         script += [fault, ok(cartpole_reply)]
     server = serve(script, default=ok(cartpole_reply))
     iterations = (len(faults) + 1) // 2
-    model = cartpole(backend(server.url, backoff=0.02), iterations=iterations)
-    model.learn(total_timesteps=10**9)
+    model = make_r2po(
+        llm=backend(server.url, backoff=0.02),
+        n_eval_episodes=K,
+        warmup_episodes=W,
+        max_episodes=W + iterations * 2 * K,
+        seed=0,
+    )
+    model.learn(total_timesteps=UNTIL_BUDGET)
     assert model.iteration == iterations and model.llm_stats["fallbacks"] == 0
     assert sum(r.action != "ok" for r in server.chat_requests) == len(faults)
 
@@ -400,14 +410,24 @@ def _blobs(path: Path) -> Iterator[tuple[str, bytes]]:
 
 
 def test_saved_model_and_run_directory_never_hold_the_api_key(
-    serve: Callable[..., FaultServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    serve: Callable[..., FaultServer],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    make_r2po,
 ) -> None:
     secret = f"sk-test-{uuid.uuid4().hex}"
     monkeypatch.setenv("MY_TEST_KEY", secret)
     server = serve(default=ok(cartpole_reply))
     run_dir = tmp_path / "run"
-    model = cartpole(backend(server.url, api_key_env="MY_TEST_KEY"), iterations=2, checkpoint_dir=str(run_dir))
-    model.learn(total_timesteps=10**9)
+    model = make_r2po(
+        llm=backend(server.url, api_key_env="MY_TEST_KEY"),
+        n_eval_episodes=K,
+        warmup_episodes=W,
+        max_episodes=W + 2 * 2 * K,
+        seed=0,
+        checkpoint_dir=str(run_dir),
+    )
+    model.learn(total_timesteps=UNTIL_BUDGET)
     assert model.iteration == 2
     assert all(r.headers.get("authorization") == f"Bearer {secret}" for r in server.chat_requests)  # the key was used
     model.save(tmp_path / "model.zip")

@@ -1,4 +1,4 @@
-"""chat_batch and BatchingBackend: each caller gets its own reply, at its own temperature, in order."""
+"""chat_batch, answer_batch and BatchingBackend: each caller gets its own reply, at its own temperature, in order."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, batch_replies, chat_batch
+from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, answer_batch, chat_batch
 from sb3_r2po.llm.batching import BatchingBackend
 
 
@@ -42,9 +42,12 @@ def test_chat_batch_one_by_one_keeps_the_order() -> None:
 
     backend = make_backend(echo)  # no chat_batch: asked one after another
     assert [r.text for r in chat_batch(backend, [conv("a"), conv("b"), conv("c")])] == ["echo a", "echo b", "echo c"]
-    with pytest.raises(LLMBackendError, match="refused") as info:
+    with pytest.raises(LLMBackendError, match="refused"):
         chat_batch(backend, [conv("a"), conv("bad"), conv("c")])
-    assert [r and r.text for r in batch_replies(info.value)] == ["echo a", None, "echo c"]
+    result = answer_batch(backend, [conv("a"), conv("bad"), conv("c")])  # the replies that came, as a value
+    assert [r and r.text for r in result.replies] == ["echo a", None, "echo c"]
+    assert [str(e) if e else None for e in result.errors] == [None, "refused", None]
+    assert result.first_error is result.errors[1]
 
 
 def test_one_callers_conversations_go_out_as_one_batch_in_order() -> None:
@@ -57,9 +60,11 @@ def test_one_callers_conversations_go_out_as_one_batch_in_order() -> None:
 
 def test_a_failed_conversation_of_a_callers_batch_keeps_the_others_replies() -> None:
     backend = BatchingBackend(echo)
-    with pytest.raises(LLMBackendError, match="refused") as info:
+    with pytest.raises(LLMBackendError, match="refused"):
         backend.chat_batch([conv("a"), conv("bad"), conv("c")])
-    assert [r and r.text for r in batch_replies(info.value)] == ["echo a", None, "echo c"]
+    result = backend.answer_batch([conv("a"), conv("bad"), conv("c")])
+    assert [r and r.text for r in result.replies] == ["echo a", None, "echo c"]
+    assert answer_batch(backend, [conv("a"), conv("bad")]).replies[0] is not None  # BatchingBackend answers batches
 
 
 def test_callers_with_different_temperatures_each_get_their_own() -> None:
@@ -83,7 +88,7 @@ def test_callers_with_different_temperatures_each_get_their_own() -> None:
 
 
 def test_a_failed_batch_reports_only_the_callers_own_replies() -> None:
-    """Two callers share an inner batch; one conversation of the first caller fails: its error carries that
+    """Two callers share an inner batch; one conversation of the first caller fails: its result holds that
     caller's replies, in its order, not the whole inner batch's."""
     backend = BatchingBackend(echo)
     ready = threading.Barrier(2)
@@ -92,10 +97,7 @@ def test_a_failed_batch_reports_only_the_callers_own_replies() -> None:
     def first() -> None:
         with backend.worker():
             ready.wait(timeout=10)
-            try:
-                backend.chat_batch([conv("a"), conv("bad")])
-            except LLMBackendError as exc:
-                outcome["first"] = [r and r.text for r in batch_replies(exc)]
+            outcome["first"] = [r and r.text for r in backend.answer_batch([conv("a"), conv("bad")]).replies]
 
     def second() -> None:
         with backend.worker():
@@ -132,9 +134,9 @@ class RefusingBatches:
 
 @pytest.mark.parametrize("inner", ["one_by_one", "batched"])
 def test_two_callers_failing_in_one_batch_each_get_their_own_error(inner: str) -> None:
-    """Both callers of one inner batch have a failing conversation: each raises its own error object, carrying its own
-    replies (a shared one would carry the replies of whichever caller attached them last). An inner backend that
-    answers one by one gives each conversation's own error message."""
+    """Both callers of one inner batch have a failing conversation: each gets its own replies and its own error
+    object (raising one object from two threads would mix their tracebacks). An inner backend that answers one by
+    one gives each conversation's own error message."""
     backend = BatchingBackend(refuse_bad if inner == "one_by_one" else RefusingBatches())
     ready = threading.Barrier(3)
     done = threading.Event()
@@ -143,10 +145,9 @@ def test_two_callers_failing_in_one_batch_each_get_their_own_error(inner: str) -
     def caller(name: str, texts: list[str]) -> None:
         with backend.worker():
             ready.wait(timeout=10)
-            try:
-                backend.chat_batch([conv(text) for text in texts])
-            except LLMBackendError as exc:
-                outcome[name] = (exc, [r and r.text for r in batch_replies(exc)])
+            result = backend.answer_batch([conv(text) for text in texts])
+            assert isinstance(result.first_error, LLMBackendError)
+            outcome[name] = (result.first_error, [r and r.text for r in result.replies])
 
     def idle() -> None:  # a third worker: the batch waits for 3 requests, so both callers' 4 go out together
         with backend.worker():
@@ -172,3 +173,63 @@ def test_two_callers_failing_in_one_batch_each_get_their_own_error(inner: str) -
         assert str(error_a) == "refused badA" and str(error_b) == "refused badB"
     else:  # a real batch fails as a whole: no replies, one message
         assert (replies_a, replies_b) == ([None, None], [None, None]) and str(error_a) == str(error_b) == "batch refused"
+
+
+def test_chat_raises_its_callers_own_copy_of_a_shared_error() -> None:
+    """A batch failing as a whole gives every caller the same error: each raises its own copy of it."""
+    backend = BatchingBackend(RefusingBatches())
+    with pytest.raises(LLMBackendError, match="batch refused") as first:
+        backend.chat(conv("bad"))
+    with pytest.raises(LLMBackendError, match="batch refused") as second:
+        backend.chat_batch([conv("bad"), conv("b")])
+    assert first.value is not second.value and type(first.value) is LLMBackendError
+
+
+def test_batch_results_are_values() -> None:
+    reply, error = ChatReply("r"), LLMBackendError("e")
+    result = BatchResult((reply, None), (None, error))
+    assert result.first_error is error
+    with pytest.raises(LLMBackendError) as info:
+        result.unwrap()
+    assert info.value is error and not hasattr(error, "batch_replies")  # nothing is stuck onto the error
+    assert BatchResult.answered([reply]).unwrap() == [reply]
+    assert BatchResult.failed(error, 2).errors == (error, error)
+    with pytest.raises(ValueError, match="either a reply or an error"):
+        BatchResult((reply,), (error,))
+    with pytest.raises(ValueError, match="replies for"):
+        BatchResult((reply,), ())
+
+
+def test_answer_batch_of_a_batching_backend_without_partial_results() -> None:
+    """A backend whose chat_batch fails as a whole: every conversation gets its error; the batch was asked once."""
+    result = answer_batch(RefusingBatches(), [conv("a"), conv("bad")])
+    assert result.replies == (None, None) and result.errors[0] is result.errors[1]
+    assert [r.text for r in answer_batch(RefusingBatches(), [conv("a")]).unwrap()] == ["echo a"]
+
+
+def test_setup_calls_are_forwarded_to_an_inner_backend_that_has_them() -> None:
+    from sb3_r2po.common.parameters import ParameterSpace
+    from sb3_r2po.llm.base import BatchChat, ChecksResources, Constrainable
+
+    class Setup(Batched):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[object] = []
+
+        def check_resources(self) -> None:
+            self.calls.append("check")
+
+        def constrain(self, space: ParameterSpace | None) -> None:
+            self.calls.append(space)
+
+    inner = Setup()
+    assert isinstance(inner, ChecksResources) and isinstance(inner, Constrainable) and isinstance(inner, BatchChat)
+    backend = BatchingBackend(inner)
+    space = ParameterSpace(2)
+    backend.check_resources()
+    backend.constrain(space)
+    assert inner.calls == ["check", space]
+    plain = BatchingBackend(echo)  # a callable: nothing to forward, nothing fails
+    assert not isinstance(plain.inner, (Constrainable, ChecksResources, BatchChat))
+    plain.check_resources()
+    plain.constrain(space)

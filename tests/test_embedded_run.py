@@ -9,8 +9,7 @@ import importlib.util
 
 import numpy as np
 import pytest
-
-from sb3_r2po import R2PO
+from helpers import UNTIL_BUDGET
 
 pytestmark = [pytest.mark.embedded, pytest.mark.slow]
 
@@ -27,7 +26,7 @@ def _model_available() -> str | None:
     return None
 
 
-def test_r2po_runs_end_to_end_on_the_embedded_model(tmp_path) -> None:
+def test_r2po_runs_end_to_end_on_the_embedded_model(tmp_path, make_r2po) -> None:
     """
     One R2PO iteration with two real replies: the Search's vector is parsed and evaluated for K episodes (no
     warm-up, so no history vector a 0.5B model could copy: the vector evaluated is the model's own), the Critic's
@@ -40,8 +39,7 @@ def test_r2po_runs_end_to_end_on_the_embedded_model(tmp_path) -> None:
     from sb3_r2po.llm.embedded import EmbeddedBackend
 
     k = 2
-    model = R2PO(
-        "MlpLinear",
+    model = make_r2po(
         "MountainCarContinuous-v0",  # 3 parameters: short replies and prompts
         llm=EmbeddedBackend("0.5b", n_ctx=2048, max_tokens=128),
         n_eval_episodes=k,
@@ -56,7 +54,7 @@ def test_r2po_runs_end_to_end_on_the_embedded_model(tmp_path) -> None:
         reply_style="list",
         checkpoint_dir=str(tmp_path),
     )
-    model.learn(total_timesteps=10**9)
+    model.learn(UNTIL_BUDGET)
     assert model.iteration == 1 and len(model.history) == 1
     record = model.history[0]
     assert record["search"]["kind"] == "search" and record["search"]["failures"] == []  # the model's own vector

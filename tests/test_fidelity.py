@@ -9,12 +9,14 @@ Which reference template each of ours follows: the Jinja comment at the top of e
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
-from helpers import BanditEnv, ScriptedLLM, vector
+from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
 from sb3_r2po.llm.base import ChatReply
+from sb3_r2po.prompts.tasks import describe_task
 from sb3_r2po.variants import HISTORY_EXCERPTS, VARIANTS
 
 K = 3
@@ -40,34 +42,46 @@ def is_critic(prompt: str) -> bool:
     return prompt.startswith("You are an optimization agent")
 
 
-_RUNS: dict[tuple[str, str], tuple[R2PO, ScriptedLLM]] = {}
+Run = Callable[[str, str], tuple[R2PO, ScriptedLLM]]
 
 
-def run(variant: str, env_id: str) -> tuple[R2PO, ScriptedLLM]:
-    """One run per (variant, env) with R2PO's defaults: warm-up, then two iterations of the variant."""
-    if (variant, env_id) not in _RUNS:
-        llm = ScriptedLLM(replies(env_id))
-        spec = VARIANTS[variant]
-        budget = WARMUP + ITERATIONS * spec.candidates_per_iteration * K
-        model = R2PO(
-            ENVS[env_id],
-            env_id,
-            llm=llm,
-            variant=variant,
-            n_eval_episodes=K,
-            warmup_episodes=WARMUP,
-            max_episodes=budget,
-            seed=0,
-        )
-        model.learn(10**7)
-        assert model.iteration == ITERATIONS and model._episode_num == budget
-        _RUNS[variant, env_id] = (model, llm)
-    return _RUNS[variant, env_id]
+@pytest.fixture(scope="module")
+def run(make_r2po) -> Run:
+    """``run(variant, env_id)``: one run per (variant, env) with R2PO's defaults, warm-up, then two iterations of the
+    variant; made on first use and shared by the module's tests, which only read it."""
+    runs: dict[tuple[str, str], tuple[R2PO, ScriptedLLM]] = {}
+
+    def run(variant: str, env_id: str) -> tuple[R2PO, ScriptedLLM]:
+        if (variant, env_id) not in runs:
+            llm = ScriptedLLM(replies(env_id))
+            budget = WARMUP + ITERATIONS * VARIANTS[variant].candidates_per_iteration * K
+            model = make_r2po(
+                env_id,
+                policy=ENVS[env_id],
+                llm=llm,
+                variant=variant,
+                n_eval_episodes=K,
+                warmup_episodes=WARMUP,
+                max_episodes=budget,
+                seed=0,
+            )
+            model.learn(UNTIL_BUDGET)
+            assert model.iteration == ITERATIONS and model.episodes_used == budget
+            runs[variant, env_id] = (model, llm)
+        return runs[variant, env_id]
+
+    return run
 
 
-def prompts(variant: str, env_id: str, role: str) -> list[str]:
-    _, llm = run(variant, env_id)
-    return [p for p in llm.prompts() if is_critic(p) == (role == "critic")]
+@pytest.fixture(scope="module")
+def prompts(run: Run) -> Callable[[str, str, str], list[str]]:
+    """``prompts(variant, env_id, role)``: the prompts of one role ("search" or "critic") in that run."""
+
+    def prompts(variant: str, env_id: str, role: str) -> list[str]:
+        _, llm = run(variant, env_id)
+        return [p for p in llm.prompts() if is_critic(p) == (role == "critic")]
+
+    return prompts
 
 
 def layout_shown(prompt: str) -> bool:
@@ -80,16 +94,16 @@ def task_shown(prompt: str) -> bool:
 
 @pytest.mark.parametrize("env_id", ENVS)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_every_call_is_one_user_message(variant: str, env_id: str) -> None:
+def test_every_call_is_one_user_message(run, variant: str, env_id: str) -> None:
     _, llm = run(variant, env_id)
     assert llm.calls and all([m["role"] for m in call] == ["user"] for call in llm.calls)
 
 
 @pytest.mark.parametrize("env_id", ENVS)
 @pytest.mark.parametrize("variant", BLACK_BOX)
-def test_black_box_search_shows_no_task_and_no_layout(variant: str, env_id: str) -> None:
+def test_black_box_search_shows_no_task_and_no_layout(run, prompts, variant: str, env_id: str) -> None:
     model, _ = run(variant, env_id)
-    task = model._context().task
+    task = describe_task(model.env_id, model.observation_space, model.action_space)
     assert task is not None
     for prompt in prompts(variant, env_id, "search"):
         assert "global maximum of an unknown function f(params)" in prompt
@@ -102,13 +116,13 @@ def test_black_box_search_shows_no_task_and_no_layout(variant: str, env_id: str)
 
 
 @pytest.mark.parametrize("env_id", ENVS)
-def test_props_plus_search_shows_the_task(env_id: str) -> None:
+def test_props_plus_search_shows_the_task(prompts, env_id: str) -> None:
     for prompt in prompts("props_plus", env_id, "search"):
         assert "global reinforcement-learning policy optimizer" in prompt and task_shown(prompt) and layout_shown(prompt)
         assert "f(params) is the episodic reward of the policy" in prompt
 
 
-def test_props_plus_shows_each_entrys_first_episode_on_tabular_tasks_only() -> None:
+def test_props_plus_shows_each_entrys_first_episode_on_tabular_tasks_only(run, prompts) -> None:
     model, _ = run("props_plus", "FrozenLake-v1")
     last = prompts("props_plus", "FrozenLake-v1", "search")[-1]
     assert last.count("its first episode, one step per line:") == len(model.history) - 1  # all but the newest entry
@@ -119,7 +133,7 @@ def test_props_plus_shows_each_entrys_first_episode_on_tabular_tasks_only() -> N
 
 @pytest.mark.parametrize("env_id", ENVS)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_search_template_and_history_format_per_variant(variant: str, env_id: str) -> None:
+def test_search_template_and_history_format_per_variant(prompts, variant: str, env_id: str) -> None:
     searches = prompts(variant, env_id, "search")
     if VARIANTS[variant].search == "none":
         assert searches == []
@@ -140,7 +154,7 @@ def test_search_template_and_history_format_per_variant(variant: str, env_id: st
 
 
 @pytest.mark.parametrize("variant", [v for v in sorted(VARIANTS) if VARIANTS[v].search != "none"])
-def test_search_rules_per_action_type(variant: str) -> None:
+def test_search_rules_per_action_type(prompts, variant: str) -> None:
     for prompt in prompts(variant, "FrozenLake-v1", "search"):
         assert "Search over all the possible values of the params." in prompt
         assert "only a few" not in prompt and "steps of about" not in prompt
@@ -150,7 +164,7 @@ def test_search_rules_per_action_type(variant: str) -> None:
 
 @pytest.mark.parametrize("env_id", ENVS)
 @pytest.mark.parametrize("variant", CRITICS)
-def test_critic_sees_the_task_and_no_selection_hints_by_default(variant: str, env_id: str) -> None:
+def test_critic_sees_the_task_and_no_selection_hints_by_default(prompts, variant: str, env_id: str) -> None:
     critics = prompts(variant, env_id, "critic")
     assert len(critics) == ITERATIONS
     for prompt in critics:
@@ -160,7 +174,7 @@ def test_critic_sees_the_task_and_no_selection_hints_by_default(variant: str, en
 
 
 @pytest.mark.parametrize("env_id", ENVS)
-def test_r2po_critic_shows_the_statistics_and_the_whole_median_episode(env_id: str) -> None:
+def test_r2po_critic_shows_the_statistics_and_the_whole_median_episode(prompts, env_id: str) -> None:
     for prompt in prompts("r2po", env_id, "critic"):
         assert "Reward: mean " in prompt and "Episode length: mean " in prompt and "Reached the target reward" in prompt
         assert "std" not in prompt and "Endings" not in prompt  # ours, with extra_statistics
@@ -171,7 +185,7 @@ def test_r2po_critic_shows_the_statistics_and_the_whole_median_episode(env_id: s
         assert ", r=" not in prompt  # states and actions, as the reference shows them
 
 
-def test_r2po_critic_shows_a_long_median_episode_whole() -> None:
+def test_r2po_critic_shows_a_long_median_episode_whole(prompts) -> None:
     lengths = [int(re.search(r"end after (\d+) steps", p).group(1)) for p in prompts("r2po", "CartPole-v1", "critic")]
     assert max(lengths) > 40  # longer than our old default budget of 40 steps, shown whole
 
@@ -192,7 +206,7 @@ def test_r2po_critic_shows_a_long_median_episode_whole() -> None:
         ),
     ],
 )
-def test_r2po_rule_wording_per_action_type(env_id: str, rule: str, other: str) -> None:
+def test_r2po_rule_wording_per_action_type(prompts, env_id: str, rule: str, other: str) -> None:
     for prompt in prompts("r2po", env_id, "critic"):
         assert rule in prompt
         assert other not in prompt.split("Points to consider")[1]
@@ -200,7 +214,9 @@ def test_r2po_rule_wording_per_action_type(env_id: str, rule: str, other: str) -
 
 @pytest.mark.parametrize("env_id", ENVS)
 @pytest.mark.parametrize("variant", ["rep_traj", "always_critic", "critic_only"])
-def test_excerpt_critics_show_the_trace_with_rewards_and_excerpts_of_the_latest_entries(variant: str, env_id: str) -> None:
+def test_excerpt_critics_show_the_trace_with_rewards_and_excerpts_of_the_latest_entries(
+    prompts, variant: str, env_id: str
+) -> None:
     n = HISTORY_EXCERPTS[env_id]
     for i, prompt in enumerate(prompts(variant, env_id, "critic")):
         entries = WARMUP + i
@@ -213,7 +229,7 @@ def test_excerpt_critics_show_the_trace_with_rewards_and_excerpts_of_the_latest_
         assert n == 5 < WARMUP  # only the latest entries
 
 
-def test_critic_only_is_one_draft_critique_revise_prompt() -> None:
+def test_critic_only_is_one_draft_critique_revise_prompt(prompts) -> None:
     for env_id in ENVS:
         for prompt in prompts("critic_only", env_id, "critic"):
             assert "in a single pass" in prompt and "Draft a first" in prompt and "Revise it once" in prompt
@@ -223,7 +239,7 @@ def test_critic_only_is_one_draft_critique_revise_prompt() -> None:
 
 
 @pytest.mark.parametrize("env_id", ENVS)
-def test_three_traj_critic_shows_worst_median_best_and_the_labelled_history(env_id: str) -> None:
+def test_three_traj_critic_shows_worst_median_best_and_the_labelled_history(prompts, env_id: str) -> None:
     for prompt in prompts("three_traj", env_id, "critic"):
         for title in ("Worst episode", "Median episode", "Best episode"):
             assert title in prompt
@@ -247,11 +263,11 @@ PATTERN = {  # REPORT 2.10: calls per iteration (in order), episodes per iterati
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_calls_episodes_and_history_entries_per_iteration(variant: str) -> None:
+def test_calls_episodes_and_history_entries_per_iteration(run, variant: str) -> None:
     roles, units, entry = PATTERN[variant]
     model, llm = run(variant, "CartPole-v1")
     assert ["critic" if is_critic(p) else "search" for p in llm.prompts()] == roles * ITERATIONS
-    assert model._episode_num == WARMUP + ITERATIONS * units * K
+    assert model.episodes_used == WARMUP + ITERATIONS * units * K
     iterations = [r for r in model.history if r["kind"] != "warmup"]
     assert len(iterations) == ITERATIONS and all(r["n_episodes"] == K for r in iterations)
     for record in iterations:
@@ -265,13 +281,13 @@ def test_calls_episodes_and_history_entries_per_iteration(variant: str) -> None:
             assert record["params"] == (second["params"] if better else first["params"])
 
 
-def test_pure_search_asks_twice_with_the_same_prompt_and_evaluates_both() -> None:
+def test_pure_search_asks_twice_with_the_same_prompt_and_evaluates_both(run) -> None:
     _, llm = run("pure_search", "CartPole-v1")
     prompts_ = llm.prompts()
     assert prompts_[0] == prompts_[1] and prompts_[2] == prompts_[3]
 
 
-def test_actor_second_pass_shows_the_first_proposal_to_the_second_call() -> None:
+def test_actor_second_pass_shows_the_first_proposal_to_the_second_call(run) -> None:
     model, llm = run("actor_second_pass", "CartPole-v1")
     first = model.history[WARMUP]["search"]["params"]
     row = ", ".join(f"params[{i}]: {v:.1f}" for i, v in enumerate(first)) + "; f(params) = "
@@ -279,11 +295,11 @@ def test_actor_second_pass_shows_the_first_proposal_to_the_second_call() -> None
 
 
 @pytest.mark.parametrize("variant", ["r2po", "rep_traj", "three_traj", "always_critic"])
-def test_an_unchanged_revision_is_evaluated_again(variant: str) -> None:
+def test_an_unchanged_revision_is_evaluated_again(make_r2po, variant: str) -> None:
     llm = ScriptedLLM([vector(1.0, 1.0)])  # the Critic repeats the candidate
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, variant=variant, n_eval_episodes=2, warmup_episodes=0, max_episodes=4)
-    model.learn(10**6)
-    assert model._episode_num == 4 and model.history[-1]["revision"]["status"] == "kept"
+    model = make_r2po(BanditEnv(), llm=llm, variant=variant, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=None)
+    model.learn(UNTIL_BUDGET)
+    assert model.episodes_used == 4 and model.history[-1]["revision"]["status"] == "kept"
 
 
 # ----------------------------------------------------------------------------- issue 17, finding 8
@@ -309,13 +325,11 @@ class CompliantLLM:
 
 @pytest.mark.parametrize("hints", [False, True])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_no_prompt_asks_for_a_reply_the_loop_rejects(variant: str, hints: bool) -> None:
+def test_no_prompt_asks_for_a_reply_the_loop_rejects(make_r2po, variant: str, hints: bool) -> None:
     """Finding 8: critic_only told the Critic to repeat the last candidate's parameters to keep it, then rejected that
     reply as a history vector. No prompt may ask for a reply the loop rejects, also with duplicate rejection on."""
     llm = CompliantLLM(10)
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+    model = make_r2po(
         llm=llm,
         variant=variant,
         n_eval_episodes=2,
@@ -326,41 +340,39 @@ def test_no_prompt_asks_for_a_reply_the_loop_rejects(variant: str, hints: bool) 
         reject_duplicates=True,
         on_unusable_reply="reask",
     )
-    model.learn(10**7)
+    model.learn(UNTIL_BUDGET)
     assert model.llm_stats["parse_failures"] == 0 and model.llm_stats["fallbacks"] == 0
     assert all(not r.get("revision", {}).get("failures") for r in model.history)
 
 
-def test_critic_only_never_asks_to_repeat_the_candidate() -> None:
+def test_critic_only_never_asks_to_repeat_the_candidate(make_r2po) -> None:
     for hints in (False, True):
         llm = ScriptedLLM(replies("CartPole-v1"))
-        model = R2PO(
-            "MlpLinear",
-            "CartPole-v1",
+        model = make_r2po(
             llm=llm,
             variant="critic_only",
             n_eval_episodes=2,
             warmup_episodes=2,
             max_episodes=6,
+            seed=None,
             critic_selection_hints=hints,
         )
-        model.learn(10**6)
+        model.learn(UNTIL_BUDGET)
         assert all("repeat its parameters" not in p and "keep the proposal" not in p for p in llm.prompts())
 
 
-def test_history_excerpts_can_be_overridden() -> None:
+def test_history_excerpts_can_be_overridden(make_r2po) -> None:
     llm = ScriptedLLM(replies("CartPole-v1"))
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+    model = make_r2po(
         llm=llm,
         variant="rep_traj",
         n_eval_episodes=2,
         warmup_episodes=4,
         max_episodes=8,
+        seed=None,
         history_excerpts=1,
     )
-    model.learn(10**6)
+    model.learn(UNTIL_BUDGET)
     critic = next(p for p in llm.prompts() if is_critic(p))
     assert critic.count("excerpt of its representative episode: ") == 1
     latest = critic.split("## Previous attempts")[1].split("## Your step")[0].strip().split("\n")

@@ -157,16 +157,21 @@ def test_check_resources_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 
 
 def test_adaptive_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sb3_r2po.llm.embedded as embedded
+    import sb3_r2po.llm.cpu as cpu
 
-    busy = embedded.busy_cpus(samples=2, interval=0.0)
+    busy = cpu.busy_cpus(samples=2, interval=0.0)
     assert busy is None or busy >= 0
-    monkeypatch.setattr(embedded, "_default_threads", lambda: 4)
+    monkeypatch.setattr(cpu, "default_threads", lambda: 4)
     for others, expected in ((0, 4), (1, 3), (3, 1), (9, 1), (None, 4)):
-        monkeypatch.setattr(embedded, "busy_cpus", lambda others=others: others)
-        assert embedded.adaptive_threads(4) == expected
-    monkeypatch.setattr(embedded, "busy_cpus", lambda: 0)
-    assert embedded.adaptive_threads(2) == 2  # never more than asked
+        monkeypatch.setattr(cpu, "busy_cpus", lambda others=others: others)
+        assert cpu.adaptive_threads(4) == expected
+    monkeypatch.setattr(cpu, "busy_cpus", lambda: 0)
+    assert cpu.adaptive_threads(2) == 2  # never more than asked
+
+
+def test_the_thread_count_is_public() -> None:
+    backend = EmbeddedBackend(n_threads=2)
+    assert backend.threads == 0  # nothing loaded yet
 
 
 def test_pickles_without_the_model() -> None:

@@ -335,9 +335,9 @@ def test_chat_batch_sends_concurrently(scripted: ScriptedServer) -> None:
 
 
 def test_a_failed_batch_keeps_each_reply_with_its_conversation(scripted: ScriptedServer) -> None:
-    """One conversation of a concurrent batch is refused (HTTP 400, not retried): the error carries the replies the
-    other conversations got, each at its conversation's place (RecordingBackend and BatchingBackend use them)."""
-    from sb3_r2po.llm.base import batch_replies
+    """One conversation of a concurrent batch is refused (HTTP 400, not retried): answer_batch gives the replies the
+    other conversations got, each at its conversation's place (RecordingBackend and BatchingBackend use them), and
+    chat_batch raises the refusal after every request has ended."""
 
     def answer(body: dict[str, Any]) -> Response:
         question = body["messages"][0]["content"]
@@ -345,9 +345,11 @@ def test_a_failed_batch_keeps_each_reply_with_its_conversation(scripted: Scripte
 
     scripted.default = answer
     convs = [[{"role": "user", "content": q}] for q in ("q0", "bad", "q2", "q3")]
-    with pytest.raises(LLMServerError, match="HTTP 400") as info:
+    with pytest.raises(LLMServerError, match="HTTP 400"):
         fast(scripted.url).chat_batch(convs)
-    assert [r and r.text for r in batch_replies(info.value)] == ["answer to q0", None, "answer to q2", "answer to q3"]
+    result = fast(scripted.url).answer_batch(convs)
+    assert [r and r.text for r in result.replies] == ["answer to q0", None, "answer to q2", "answer to q3"]
+    assert isinstance(result.errors[1], LLMServerError) and result.errors[1].status_code == 400
     replies = fast(scripted.url).chat_batch([c for c in convs if c[0]["content"] != "bad"])
     assert [r.text for r in replies] == ["answer to q0", "answer to q2", "answer to q3"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sb3_r2po.llm.base import CallableBackend, ChatReply, LLMBackendError, batch_replies, chat_batch
+from sb3_r2po.llm.base import CallableBackend, ChatReply, LLMBackendError, answer_batch, chat_batch
 from sb3_r2po.llm.recording import (
     RecordingBackend,
     ReplayBackend,
@@ -204,13 +204,15 @@ def test_a_failed_batch_records_the_replies_it_got(tmp_path: Path) -> None:
             raise LLMBackendError("server down")
         return "ok " + messages[-1]["content"]
 
-    rec = RecordingBackend(answer, path)  # a backend without chat_batch: base.chat_batch asks one by one
-    with pytest.raises(LLMBackendError, match="server down") as info:
+    rec = RecordingBackend(answer, path)  # a backend without chat_batch: base.answer_batch asks one by one
+    with pytest.raises(LLMBackendError, match="server down"):
         rec.chat_batch([conv("a"), conv("bad"), conv("c")])
-    assert [r and r.text for r in batch_replies(info.value)] == ["ok a", None, "ok c"]  # the others are still asked
-    assert [r["reply"]["text"] for r in read_records(path)] == ["ok a", "ok c"]
+    assert [r["reply"]["text"] for r in read_records(path)] == ["ok a", "ok c"]  # the others are still asked
     assert [r["messages"][-1]["content"] for r in read_records(path)] == ["a", "c"]  # each with its own request
     assert ReplayBackend(path).chat(conv("c")).text == "ok c"
+    result = answer_batch(rec, [conv("d"), conv("bad")])  # the recording passes each conversation's outcome on
+    assert [r and r.text for r in result.replies] == ["ok d", None] and str(result.errors[1]) == "server down"
+    assert [r["reply"]["text"] for r in read_records(path)] == ["ok a", "ok c", "ok d"]
 
 
 def test_record_then_replay_through_llm_strings(tmp_path: Path) -> None:

@@ -147,3 +147,10 @@ def test_a_url_with_credentials_is_refused_at_the_check() -> None:
     with pytest.raises(ValueError, match="api_key_env") as info:
         check_llm_spec("https://user:pw-secret@llm.example.org/v1#m")
     assert "pw-secret" not in str(info.value)
+
+
+def test_the_replay_form_comes_with_the_reserved_prefixes() -> None:
+    """``replay:PATH`` (registered by the ``sb3_r2po.llm`` package) is tried before the open-ended forms."""
+    names = [form.name.split(" ")[0] for form in STRING_FORMS]
+    assert names[:4] == ["example[:seed]", "embedded[:size]", "replay:PATH", "http(s)://HOST[:PORT]/v1[#MODEL]"]
+    assert names.count("replay:PATH") == 1

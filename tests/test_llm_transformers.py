@@ -29,7 +29,7 @@ import sb3_r2po.llm.transformers_backend as tb
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.parsing import parse_params
 from sb3_r2po.llm.base import ChatReply, LLMBackendError
-from sb3_r2po.llm.harmony import final_channel
+from sb3_r2po.llm.harmony import complete_answer, final_channel
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.llm.transformers_backend import TransformersBackend, required_gpu_memory_gb
 
@@ -68,9 +68,9 @@ def test_final_channel_from_raw_text_and_token_counts(backend: TransformersBacke
 
     def spy(text: str) -> str | None:
         seen.append(text)
-        return final_channel(text)
+        return complete_answer(text)
 
-    monkeypatch.setattr(tb, "final_channel", spy)
+    monkeypatch.setattr(tb, "complete_answer", spy)
     reply = backend.chat(USER)
     assert isinstance(reply, ChatReply)
     assert reply.text == DEFAULT_FINAL

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import UNTIL_BUDGET
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_r2po import R2PO, ExampleLLM
@@ -17,6 +18,8 @@ from sb3_r2po.llm.batching import BatchingBackend
 from sb3_r2po.lockstep import LockstepError, learn_in_lockstep
 
 BUDGET = 3 + 3 * 6  # warm-up 3, then six 3-episode evaluations
+SETTINGS = dict(n_eval_episodes=3, warmup_episodes=3, max_episodes=BUDGET)
+"""The runs of this module, on CartPole: K = 3, 3 warm-up episodes and the budget above."""
 
 
 class BatchCounter:
@@ -36,15 +39,11 @@ class BatchCounter:
         return [self.inner.chat(c, temperature=temperature) for c in conversations]
 
 
-def make(seed: int, llm, env: str | gym.Env = "CartPole-v1", **kwargs) -> R2PO:
-    return R2PO("MlpLinear", env, llm=llm, n_eval_episodes=3, warmup_episodes=3, max_episodes=BUDGET, seed=seed, **kwargs)
-
-
-def test_lockstep_histories_equal_separate_runs_and_calls_are_batched() -> None:
+def test_lockstep_histories_equal_separate_runs_and_calls_are_batched(make_r2po) -> None:
     seeds = [0, 1, 2]
-    alone = [make(seed, ExampleLLM(seed=1)).learn(10**9) for seed in seeds]
+    alone = [make_r2po(seed=seed, llm=ExampleLLM(seed=1), **SETTINGS).learn(UNTIL_BUDGET) for seed in seeds]
     counter = BatchCounter()
-    together = learn_in_lockstep([make(seed, counter) for seed in seeds], 10**9)
+    together = learn_in_lockstep([make_r2po(seed=seed, llm=counter, **SETTINGS) for seed in seeds], UNTIL_BUDGET)
     for a, b in zip(alone, together, strict=True):
         assert b.history == a.history
         np.testing.assert_array_equal(b.policy.get_flat(), a.policy.get_flat())
@@ -56,19 +55,19 @@ def test_lockstep_histories_equal_separate_runs_and_calls_are_batched() -> None:
     assert max(counter.batches) <= len(seeds)
 
 
-def test_a_string_llm_is_built_once_and_kept_for_save(tmp_path) -> None:
-    models = learn_in_lockstep([make(seed, "example:3") for seed in (0, 1)], 10**9)
+def test_a_string_llm_is_built_once_and_kept_for_save(tmp_path, make_r2po) -> None:
+    models = learn_in_lockstep([make_r2po(seed=seed, llm="example:3", **SETTINGS) for seed in (0, 1)], UNTIL_BUDGET)
     assert all(m.llm == "example:3" for m in models)
     models[1].save(tmp_path / "m.zip")
     loaded = R2PO.load(tmp_path / "m.zip", env=gym.make("CartPole-v1"))
     assert loaded.llm == "example:3" and loaded.history == models[1].history
     # the shared backend keeps serving a model trained on alone afterwards
-    models[0].learn(10**9, reset_num_timesteps=False)
+    models[0].learn(UNTIL_BUDGET, reset_num_timesteps=False)
 
 
-def test_max_batch_limits_the_batch_size() -> None:
+def test_max_batch_limits_the_batch_size(make_r2po) -> None:
     counter = BatchCounter()
-    learn_in_lockstep([make(seed, counter) for seed in (0, 1, 2)], 10**9, max_batch=2)
+    learn_in_lockstep([make_r2po(seed=seed, llm=counter, **SETTINGS) for seed in (0, 1, 2)], UNTIL_BUDGET, max_batch=2)
     assert max(counter.batches) == 2
 
 
@@ -86,20 +85,24 @@ class FailingEnv(gym.Wrapper):
         return self.env.step(action)
 
 
-def test_a_failing_model_does_not_stall_the_others() -> None:
+def test_a_failing_model_does_not_stall_the_others(make_r2po) -> None:
     counter = BatchCounter()
-    models = [make(0, counter), make(1, counter, env=FailingEnv()), make(2, counter)]
+    models = [
+        make_r2po(seed=0, llm=counter, **SETTINGS),
+        make_r2po(FailingEnv(), seed=1, llm=counter, **SETTINGS),
+        make_r2po(seed=2, llm=counter, **SETTINGS),
+    ]
     with pytest.raises(LockstepError, match="model 1: RuntimeError: simulator crashed") as info:
-        learn_in_lockstep(models, 10**9)
+        learn_in_lockstep(models, UNTIL_BUDGET)
     assert list(info.value.errors) == [1]
     for model in (models[0], models[2]):  # the others trained to the end of their budget
-        assert model._episode_num == BUDGET and model.iteration > 0
+        assert model.episodes_used == BUDGET and model.iteration > 0
 
 
-def test_models_must_share_one_llm() -> None:
+def test_models_must_share_one_llm(make_r2po) -> None:
     with pytest.raises(ValueError, match="one llm for all models"):
-        learn_in_lockstep([make(0, "example:1"), make(1, "example:2")], 10)
-    model = make(0, "example:1")
+        learn_in_lockstep([make_r2po(seed=0, llm="example:1", **SETTINGS), make_r2po(seed=1, llm="example:2", **SETTINGS)], 10)
+    model = make_r2po(seed=0, llm="example:1", **SETTINGS)
     with pytest.raises(ValueError, match="same model twice"):
         learn_in_lockstep([model, model], 10)
     with pytest.raises(ValueError, match="2 callbacks for 1 models"):
@@ -137,10 +140,10 @@ def test_batching_backend_without_workers_answers_at_once_and_forwards_errors() 
 
 
 @pytest.mark.parametrize("reject_duplicates", [False, True])
-def test_pure_search_asks_its_two_proposals_as_one_batch(reject_duplicates: bool) -> None:
+def test_pure_search_asks_its_two_proposals_as_one_batch(make_r2po, reject_duplicates: bool) -> None:
     counter = BatchCounter()
     options = {"reject_duplicates": True, "on_unusable_reply": "reask"} if reject_duplicates else {}
-    model = make(0, counter, variant="pure_search", **options).learn(10**9)
+    model = make_r2po(seed=0, llm=counter, variant="pure_search", **SETTINGS, **options).learn(UNTIL_BUDGET)
     iterations = [r for r in model.history if r["kind"] != "warmup"]
     assert iterations and counter.batches[0] == 2  # warm-up needs no LLM: the first call is the first pair
     assert counter.batches.count(2) == len(iterations)  # one pair per iteration (re-asks go one by one)
@@ -151,23 +154,23 @@ def test_pure_search_asks_its_two_proposals_as_one_batch(reject_duplicates: bool
             assert second["params"] != record["search"]["params"]
 
 
-def test_set_llm_validates_and_takes_effect_at_the_next_learn() -> None:
+def test_set_llm_validates_and_takes_effect_at_the_next_learn(make_r2po) -> None:
     first = BatchCounter()
-    model = make(0, first)
+    model = make_r2po(seed=0, llm=first, **SETTINGS)
     with pytest.raises(TypeError, match="llm must be a string"):
         model.set_llm(42)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="matches no accepted form"):
         model.set_llm("no such thing here")
     assert model.llm is first  # a rejected llm changes nothing
-    model.learn(10**9)
+    model.learn(UNTIL_BUDGET)
     other = BatchCounter()
     model.set_llm(other)
     model.max_episodes += 6
-    model.learn(10**9, reset_num_timesteps=False)
+    model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert other.batches and model.llm is other
 
 
-def test_an_interrupt_in_the_caller_stops_every_model() -> None:
+def test_an_interrupt_in_the_caller_stops_every_model(make_r2po) -> None:
     """Ctrl-C while the models train: they stop at their next step and no thread trains on in the background."""
     import signal
 
@@ -179,10 +182,7 @@ def test_an_interrupt_in_the_caller_stops_every_model() -> None:
 
     # a budget the runs would spend by themselves in seconds: a stop that is ignored fails the test, it cannot hang it
     budget = 600
-    models = [
-        R2PO("MlpLinear", "CartPole-v1", llm=slow, n_eval_episodes=3, warmup_episodes=2, seed=s, max_episodes=budget)
-        for s in range(2)
-    ]
+    models = [make_r2po(llm=slow, n_eval_episodes=3, warmup_episodes=2, seed=s, max_episodes=budget) for s in range(2)]
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -191,7 +191,7 @@ def test_an_interrupt_in_the_caller_stops_every_model() -> None:
     signal.setitimer(signal.ITIMER_REAL, 0.5)
     try:
         with pytest.raises(KeyboardInterrupt):
-            learn_in_lockstep(models, 10**9)
+            learn_in_lockstep(models, UNTIL_BUDGET)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -202,7 +202,7 @@ def test_an_interrupt_in_the_caller_stops_every_model() -> None:
     assert all(m.history[-1]["episodes"] < budget // 2 for m in models)  # stopped at the interrupt, not at the budget
 
 
-def test_a_function_callback_works_as_in_learn() -> None:
+def test_a_function_callback_works_as_in_learn(make_r2po) -> None:
     """SB3 accepts a plain function ``(locals, globals) -> bool`` as a callback; so does the lockstep run."""
     seen = []
 
@@ -210,8 +210,8 @@ def test_a_function_callback_works_as_in_learn() -> None:
         seen.append(1)
         return True
 
-    models = [make(seed, "example") for seed in range(2)]
-    learn_in_lockstep(models, 10**9, callbacks=[on_step, None])
+    models = [make_r2po(seed=seed, llm="example", **SETTINGS) for seed in range(2)]
+    learn_in_lockstep(models, UNTIL_BUDGET, callbacks=[on_step, None])
     assert len(seen) == models[0].num_timesteps and models[1].history
 
 
@@ -248,7 +248,7 @@ def test_one_models_failing_call_does_not_fail_the_others_in_its_batch() -> None
     assert backend.batch_sizes == [3] and results == {0: "prompt does not fit n_ctx", 1: "ok", 2: "ok"}
 
 
-def test_pure_search_in_lockstep_never_calls_the_inner_backend_from_two_threads() -> None:
+def test_pure_search_in_lockstep_never_calls_the_inner_backend_from_two_threads(make_r2po) -> None:
     """pure_search asks its two proposals with chat_batch: they join the shared batches (one inner call at a time)."""
 
     class Guard(BatchCounter):
@@ -270,24 +270,24 @@ def test_pure_search_in_lockstep_never_calls_the_inner_backend_from_two_threads(
                     self.active -= 1
 
     inner = Guard()
-    models = [make(seed, inner, variant="pure_search") for seed in range(3)]
-    learn_in_lockstep(models, 10**9)
+    models = [make_r2po(seed=seed, llm=inner, variant="pure_search", **SETTINGS) for seed in range(3)]
+    learn_in_lockstep(models, UNTIL_BUDGET)
     assert inner.most == 1 and sum(inner.batches) >= 2 * 3 and max(inner.batches) > 2
 
 
-def test_lockstep_edge_arguments_and_forwarded_learn_options() -> None:
+def test_lockstep_edge_arguments_and_forwarded_learn_options(make_r2po) -> None:
     assert learn_in_lockstep([], 10) == []
     with pytest.raises(ValueError, match="have no llm"):
-        learn_in_lockstep([make(0, None), make(1, None)], 10)
+        learn_in_lockstep([make_r2po(seed=0, llm=None, **SETTINGS), make_r2po(seed=1, llm=None, **SETTINGS)], 10)
     counter = BatchCounter()
-    models = learn_in_lockstep([make(seed, counter) for seed in (0, 1)], 10**9)
+    models = learn_in_lockstep([make_r2po(seed=seed, llm=counter, **SETTINGS) for seed in (0, 1)], UNTIL_BUDGET)
     lengths = [len(m.history) for m in models]
     # reset_num_timesteps=False reaches every learn(): the spent budget stays spent, nothing trains again
-    learn_in_lockstep(models, 10**9, reset_num_timesteps=False)
-    assert [len(m.history) for m in models] == lengths and all(m._episode_num == BUDGET for m in models)
+    learn_in_lockstep(models, UNTIL_BUDGET, reset_num_timesteps=False)
+    assert [len(m.history) for m in models] == lengths and all(m.episodes_used == BUDGET for m in models)
 
 
-def test_a_list_of_callbacks_for_one_model() -> None:
+def test_a_list_of_callbacks_for_one_model(make_r2po) -> None:
     seen: list[str] = []
 
     class Named(BaseCallback):
@@ -299,5 +299,5 @@ def test_a_list_of_callbacks_for_one_model() -> None:
             seen.append(self.name)
             return True
 
-    learn_in_lockstep([make(0, BatchCounter())], 10**9, callbacks=[[Named("a"), Named("b")]])
+    learn_in_lockstep([make_r2po(seed=0, llm=BatchCounter(), **SETTINGS)], UNTIL_BUDGET, callbacks=[[Named("a"), Named("b")]])
     assert seen.count("a") == seen.count("b") > 0

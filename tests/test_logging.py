@@ -1,10 +1,10 @@
 import logging
 
 import pytest
-from helpers import BanditEnv, ScriptedLLM, vector
+from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 from stable_baselines3.common.logger import Logger, configure
 
-from sb3_r2po import R2PO, ExampleLLM
+from sb3_r2po import ExampleLLM
 
 SCALARS = [
     "rollout/ep_rew_mean",
@@ -26,13 +26,11 @@ SCALARS = [
 ]
 
 
-def test_tensorboard_event_file_holds_the_keys(tmp_path) -> None:
+def test_tensorboard_event_file_holds_the_keys(tmp_path, make_r2po) -> None:
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     # a scripted LLM that reports token usage; the critic always edits, so critic_return is logged
     replies = [f"params: [{i % 5}.0, 1.0, 0.5, {i % 3}.0, 0.1, 0.2, 0.3, 0.4, 0.5, {i}.0]" for i in range(1, 6)]
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+    model = make_r2po(
         llm=ScriptedLLM(replies),
         n_eval_episodes=2,
         warmup_episodes=2,
@@ -40,7 +38,7 @@ def test_tensorboard_event_file_holds_the_keys(tmp_path) -> None:
         tensorboard_log=str(tmp_path),
         max_episodes=10,
     )
-    model.learn(10**6, tb_log_name="run")
+    model.learn(UNTIL_BUDGET, tb_log_name="run")
     (run_dir,) = list(tmp_path.glob("run_*"))
     acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={"tensors": 0, "histograms": 0, "scalars": 0})
     acc.Reload()
@@ -52,8 +50,8 @@ def test_tensorboard_event_file_holds_the_keys(tmp_path) -> None:
     assert {"llm_text/search_prompt/text_summary", "llm_text/critic_reply/text_summary"} <= text_tags
 
 
-def test_text_is_not_printed_to_stdout(tmp_path, capsys) -> None:
-    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), n_eval_episodes=2, warmup_episodes=2, seed=0, verbose=1)
+def test_text_is_not_printed_to_stdout(tmp_path, capsys, make_r2po) -> None:
+    model = make_r2po(llm=ExampleLLM(), n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=None, verbose=1)
     model.set_logger(configure(str(tmp_path), ["stdout", "csv", "json"]))
     model.learn(200)
     out = capsys.readouterr().out
@@ -76,12 +74,12 @@ class _SlowToLoad(ScriptedLLM):
 
 
 @pytest.mark.parametrize("verbose", [0, 1])
-def test_a_preparable_backend_is_prepared_once_and_shown_at_verbose_1(capsys, verbose: int) -> None:
+def test_a_preparable_backend_is_prepared_once_and_shown_at_verbose_1(capsys, make_r2po, verbose: int) -> None:
     llm = _SlowToLoad()
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=3, verbose=verbose)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=3, seed=None, verbose=verbose)
     model.set_logger(Logger(folder=None, output_formats=[]))
-    model.learn(10**6)
-    model.learn(10**6, reset_num_timesteps=False)
+    model.learn(UNTIL_BUDGET)
+    model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert llm.prepared == 1 and llm.calls  # before the first call, once
     out = capsys.readouterr().out.splitlines()
     progress = [line for line in out if line.startswith("R2PO")]

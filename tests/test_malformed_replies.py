@@ -8,7 +8,7 @@ to a perturbation of the best candidate (kind ``fallback``); the reasons are kep
 
 import numpy as np
 import pytest
-from helpers import BanditEnv, ScriptedLLM
+from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM
 
 from sb3_r2po import R2PO
 from sb3_r2po.llm.harmony import without_answer
@@ -117,10 +117,10 @@ def search_outcome(model: R2PO) -> dict:
 
 
 @pytest.mark.parametrize("name, reply, expected", CONTINUOUS, ids=[c[0] for c in CONTINUOUS])
-def test_continuous_corpus(name: str, reply: str, expected) -> None:
+def test_continuous_corpus(make_r2po, name: str, reply: str, expected) -> None:
     llm = ScriptedLLM([reply])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0, **RECOVERY)
-    model.learn(10**6)  # must not raise
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0, **RECOVERY)
+    model.learn(UNTIL_BUDGET)  # must not raise
     search = search_outcome(model)
     if isinstance(expected, list):
         assert search["kind"] == "search" and search["failures"] == []
@@ -134,10 +134,12 @@ def test_continuous_corpus(name: str, reply: str, expected) -> None:
 
 
 @pytest.mark.parametrize("name, reply, expected", TABULAR, ids=[c[0] for c in TABULAR])
-def test_tabular_corpus(name: str, reply: str, expected) -> None:
+def test_tabular_corpus(make_r2po, name: str, reply: str, expected) -> None:
     llm = ScriptedLLM([reply])
-    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0, **RECOVERY)
-    model.learn(10**6)
+    model = make_r2po(
+        "FrozenLake-v1", policy="Tabular", llm=llm, n_eval_episodes=1, warmup_episodes=1, max_episodes=2, seed=0, **RECOVERY
+    )
+    model.learn(UNTIL_BUDGET)
     search = search_outcome(model)
     if isinstance(expected, list):
         assert search["kind"] == "search"

@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
-from helpers import BanditEnv, ScriptedLLM
+from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sb3_r2po import R2PO
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
 from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
 from sb3_r2po.llm.harmony import without_answer
@@ -113,20 +112,18 @@ def test_parse_never_raises_on_vector_like_text(values: list, sep: str) -> None:
 
 @settings(max_examples=15, deadline=None)
 @given(st.lists(st.text(max_size=200), min_size=1, max_size=6))
-def test_learn_survives_any_replies(replies: list[str]) -> None:
+def test_learn_survives_any_replies(make_r2po, replies: list[str]) -> None:
     llm = ScriptedLLM(replies)
-    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=1, warmup_episodes=1, seed=0, max_episodes=5)
-    model.learn(10**6)
-    assert model._episode_num <= 5
+    model = make_r2po(llm=llm, n_eval_episodes=1, warmup_episodes=1, seed=0, max_episodes=5)
+    model.learn(UNTIL_BUDGET)
+    assert model.episodes_used <= 5
     assert model.llm_stats["parse_failures"] >= 0
     assert all(r["kind"] in {"warmup", "search", "critic", "fallback"} for r in model.history)
 
 
-def test_failed_search_falls_back_after_a_retry() -> None:
+def test_failed_search_falls_back_after_a_retry(make_r2po) -> None:
     llm = ScriptedLLM(["no numbers here"])
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+    model = make_r2po(
         llm=llm,
         n_eval_episodes=2,
         warmup_episodes=2,
@@ -135,7 +132,7 @@ def test_failed_search_falls_back_after_a_retry() -> None:
         max_llm_retries=2,
         **RECOVERY,
     )
-    model.learn(10**6)
+    model.learn(UNTIL_BUDGET)
     record = model.history[-1]
     assert record["search"]["kind"] == "fallback" and record["kind"] == "fallback"
     assert len(record["search"]["failures"]) == 3  # first ask + 2 retries
@@ -144,12 +141,10 @@ def test_failed_search_falls_back_after_a_retry() -> None:
     assert llm.calls[1][-2] == {"role": "assistant", "content": "no numbers here"}
 
 
-def test_the_fallback_is_a_small_step_from_the_best_candidate() -> None:
+def test_the_fallback_is_a_small_step_from_the_best_candidate(make_r2po) -> None:
     """At ``step_size=0.1`` the fallback stays within a few steps of the best warm-up candidate (a fresh draw from
     [-6, 6] would not)."""
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+    model = make_r2po(
         llm=ScriptedLLM(["no numbers here"]),
         n_eval_episodes=2,
         warmup_episodes=2,
@@ -158,19 +153,18 @@ def test_the_fallback_is_a_small_step_from_the_best_candidate() -> None:
         step_size=0.1,
         **RECOVERY,
     )
-    model.learn(10**6)
+    model.learn(UNTIL_BUDGET)
     record = model.history[-1]
     best = max((r for r in model.history if r["kind"] == "warmup"), key=lambda r: r["mean_return"])
     assert record["kind"] == "fallback" and record["params"] != best["params"]
     assert np.abs(np.subtract(record["params"], best["params"])).max() <= 0.5
 
 
-def test_duplicate_of_history_counts_as_failure() -> None:
+def test_duplicate_of_history_counts_as_failure(make_r2po) -> None:
     # iteration 1: search [0.5, 0.5], the critic repeats it (declined, skip_unchanged_revisions); iteration 2: the
     # search repeats it (a failure: it would waste K episodes), the re-ask answers [1.0, 1.0]
     llm = ScriptedLLM(["params: [0.5, 0.5]", "params: [0.5, 0.5]", "params: [0.5, 0.5]", "params: [1.0, 1.0]"])
-    model = R2PO(
-        "MlpLinear",
+    model = make_r2po(
         BanditEnv(),
         llm=llm,
         n_eval_episodes=1,
@@ -180,7 +174,7 @@ def test_duplicate_of_history_counts_as_failure() -> None:
         skip_unchanged_revisions=True,
         **RECOVERY,
     )
-    model.learn(10**6)
+    model.learn(UNTIL_BUDGET)
     second = model.history[-1]
     assert "already evaluated" in second["search"]["failures"][0]
     assert second["search"]["params"] == [1.0, 1.0]

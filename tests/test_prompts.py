@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import BanditEnv, ScriptedLLM, vector
+from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
 from sb3_r2po.common.evidence import build_evidence, sig
@@ -12,6 +12,7 @@ from sb3_r2po.common.rollouts import Episode
 from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import TaskDescription
+from sb3_r2po.r2po.history import shown_history
 
 
 def is_critic(prompt: str) -> bool:
@@ -19,24 +20,12 @@ def is_critic(prompt: str) -> bool:
     return prompt.startswith("You are an optimization agent")
 
 
-def run_cartpole(n_iterations: int = 1, **kwargs) -> ScriptedLLM:
-    llm = ScriptedLLM([vector(*([0.5] * 9 + [float(i)])) for i in range(1, 10)])
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
-        llm=llm,
-        n_eval_episodes=3,
-        warmup_episodes=2,
-        seed=0,
-        max_episodes=2 + 6 * n_iterations,
-        **kwargs,
-    )
-    model.learn(10**6)
-    return llm
+CARTPOLE_REPLIES = [vector(*([0.5] * 9 + [float(i)])) for i in range(1, 10)]
 
 
-def test_search_prompt_content() -> None:
-    llm = run_cartpole()
+def test_search_prompt_content(make_r2po) -> None:
+    llm = ScriptedLLM(CARTPOLE_REPLIES)
+    make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, max_episodes=2 + 6, seed=0).learn(UNTIL_BUDGET)
     search = llm.calls[0]
     assert [m["role"] for m in search] == ["user"]  # one user message, no system message: the reference's calls
     prompt = search[0]["content"]
@@ -50,14 +39,18 @@ def test_search_prompt_content() -> None:
     assert "Median episode" not in prompt and "so far is" not in prompt
 
 
-def test_search_sees_task_adds_the_task_and_the_layout() -> None:
-    prompt = run_cartpole(search_sees_task=True).prompts()[0]
+def test_search_sees_task_adds_the_task_and_the_layout(make_r2po) -> None:
+    llm = ScriptedLLM(CARTPOLE_REPLIES)
+    model = make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, max_episodes=2 + 6, seed=0, search_sees_task=True)
+    model.learn(UNTIL_BUDGET)
+    prompt = llm.prompts()[0]
     assert "## Task\n" in prompt and "Observation:" in prompt  # the registered CartPole description
     assert "params[8], params[9]: b (bias)" in prompt and "f(params) is the mean episode reward" in prompt
 
 
-def test_critic_prompt_holds_the_evidence_package() -> None:
-    llm = run_cartpole()
+def test_critic_prompt_holds_the_evidence_package(make_r2po) -> None:
+    llm = ScriptedLLM(CARTPOLE_REPLIES)
+    make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, max_episodes=2 + 6, seed=0).learn(UNTIL_BUDGET)
     assert [m["role"] for m in llm.calls[1]] == ["user"]
     prompt = llm.calls[1][0]["content"]
     assert is_critic(prompt) and "## Task\n" in prompt and "b (bias)" in prompt
@@ -69,9 +62,9 @@ def test_critic_prompt_holds_the_evidence_package() -> None:
     assert "systematic" in prompt and "changes of 1.0 or less per parameter" in prompt
 
 
-def test_no_target_no_rule() -> None:
+def test_no_target_no_rule(make_r2po) -> None:
     llm = ScriptedLLM([vector(1.0, 1.0), vector(0.5, 0.5)])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=0)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=0)
     model.learn(1)
     search, critic = llm.prompts()[:2]
     assert "should be about" not in search and "not known" in search
@@ -98,10 +91,10 @@ def test_values_cannot_inject_template_syntax() -> None:
     assert evil in builder.retry(evil, ParameterSpace(2))["content"]
 
 
-def test_tabular_prompt_lists_the_action_set() -> None:
+def test_tabular_prompt_lists_the_action_set(make_r2po) -> None:
     llm = ScriptedLLM(["params: " + str([0] * 16)])
-    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=5)
-    model.learn(10**6)
+    model = make_r2po("FrozenLake-v1", policy="Tabular", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=5)
+    model.learn(UNTIL_BUDGET)
     search, critic = llm.prompts()[:2]
     for prompt in (search, critic):
         assert "each one must be one of the values 0, 1, 2, 3" in prompt
@@ -115,12 +108,10 @@ def test_critic_trajectory_budget(max_steps: int | None, shown: int) -> None:
     assert sum(line.startswith("t=") for line in evidence.trajectories["median"].lines) == shown
 
 
-def test_history_compression_keeps_the_best_and_the_most_recent() -> None:
+def test_history_compression_keeps_the_best_and_the_most_recent(make_r2po) -> None:
     replies = [vector(*([0.5] * 9 + [i / 10])) for i in range(1, 30)]
     llm = ScriptedLLM(replies)
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+    model = make_r2po(
         llm=llm,
         n_eval_episodes=1,
         warmup_episodes=8,
@@ -129,8 +120,8 @@ def test_history_compression_keeps_the_best_and_the_most_recent() -> None:
         history_best_k=2,
         history_recent=3,
     )
-    model.learn(10**6)
-    shown = model.shown_history()
+    model.learn(UNTIL_BUDGET)
+    shown = shown_history(model.history, model.history_best_k, model.history_recent)
     best_two = sorted(model.history, key=lambda r: -r["mean_return"])[:2]
     assert all(r in shown for r in best_two) and all(r in shown for r in model.history[-3:])
     assert len(shown) <= 5 < len(model.history)
@@ -153,18 +144,15 @@ def test_history_compression_keeps_the_best_and_the_most_recent() -> None:
 def test_shown_history_picks_the_right_entries_in_history_order(
     best_k: int | None, recent: int | None, means: list[float], expected: list[int]
 ) -> None:
-    model = R2PO("MlpLinear", "CartPole-v1", llm="example", history_best_k=best_k, history_recent=recent)
-    model.history = [{"mean_return": m, "i": i} for i, m in enumerate(means)]
-    assert [r["i"] for r in model.shown_history()] == expected
+    history = [{"mean_return": m, "i": i} for i, m in enumerate(means)]
+    assert [r["i"] for r in shown_history(history, best_k, recent)] == expected
 
 
-def test_list_reply_style_writes_every_vector_as_a_list() -> None:
+def test_list_reply_style_writes_every_vector_as_a_list(make_r2po) -> None:
     replies = [f"params: [{', '.join(['0.5'] * 9 + [str(i)])}]" for i in range(1, 10)]
     llm = ScriptedLLM(replies)
-    model = R2PO(
-        "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=8, reply_style="list"
-    )
-    model.learn(10**6)
+    model = make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=8, reply_style="list")
+    model.learn(UNTIL_BUDGET)
     search, critic = llm.prompts()[:2]
     assert "written as `params: [<value>, <value>, ..., <value>]`" in search
     assert "exactly like this:\nparams: [<value>, <value>, ..., <value>]" in critic
@@ -196,13 +184,12 @@ def test_prompt_preset_sets_every_prompt_parameter(name: str) -> None:
     assert prompt_preset(name)["history_best_k"] != 99
 
 
-def test_prompt_presets_shrink_the_critic_prompt_in_order() -> None:
+def test_prompt_presets_shrink_the_critic_prompt_in_order(make_r2po) -> None:
     sizes = {}
     for name in ("full", "lean", "tight"):
         llm = ScriptedLLM([vector(*([0.1 * (i % 7)] * 9 + [i / 10])) for i in range(1, 40)])
-        budget = dict(n_eval_episodes=1, warmup_episodes=6, seed=0, max_episodes=26)
-        model = R2PO("MlpLinear", "CartPole-v1", llm=llm, **budget, **prompt_preset(name))
-        model.learn(10**6)
+        model = make_r2po(llm=llm, n_eval_episodes=1, warmup_episodes=6, seed=0, max_episodes=26, **prompt_preset(name))
+        model.learn(UNTIL_BUDGET)
         critics = [prompt for prompt in llm.prompts() if is_critic(prompt)]
         assert len(model.history) > 12  # more entries than lean (8 + 4) or tight (5 + 3) show
         sizes[name] = len(critics[-1])
@@ -258,10 +245,10 @@ def test_tabular_prompts_search_all_values_and_have_no_step_size() -> None:
     assert "changes of 1.0 or less per parameter" in your_step(critic_prompt({}))
 
 
-def test_tabular_prompt_states_the_value_set_once() -> None:
+def test_tabular_prompt_states_the_value_set_once(make_r2po) -> None:
     llm = ScriptedLLM(["params: " + str([0] * 16)])
-    model = R2PO("Tabular", "FrozenLake-v1", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=3)
-    model.learn(10**6)
+    model = make_r2po("FrozenLake-v1", policy="Tabular", llm=llm, n_eval_episodes=2, warmup_episodes=1, seed=0, max_episodes=3)
+    model.learn(UNTIL_BUDGET)
     prompt = llm.calls[0][0]["content"]
     assert prompt.count("must be one of") == 1
 
@@ -290,12 +277,10 @@ def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> Non
 
 
 @pytest.mark.parametrize("k", [1, 3])
-def test_best_line_agrees_with_the_history_in_real_runs(k: int) -> None:
+def test_best_line_agrees_with_the_history_in_real_runs(make_r2po, k: int) -> None:
     """Also with K = 1, where warm-up and iteration entries have as many episodes: R2PO flags the warm-up lines."""
     llm = ScriptedLLM([vector(*([0.1 * (i % 7)] * 9 + [i / 10])) for i in range(1, 40)])
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+    model = make_r2po(
         llm=llm,
         n_eval_episodes=k,
         warmup_episodes=10,
@@ -303,7 +288,7 @@ def test_best_line_agrees_with_the_history_in_real_runs(k: int) -> None:
         max_episodes=10 + 6 * k,
         extra_statistics=True,
     )
-    model.learn(10**6)
+    model.learn(UNTIL_BUDGET)
     searches = [prompt for prompt in llm.prompts() if not is_critic(prompt)]
     assert len(searches) >= 2
     unit = "episodes" if k > 1 else "episode"
@@ -335,19 +320,16 @@ def _best_lines(prompts: list[str]) -> list[str]:
     return [line for p in prompts for line in p.splitlines() if "so far is" in line]
 
 
-def _scripted_run(replies: list[str], **kwargs) -> tuple[R2PO, ScriptedLLM]:
-    """A CartPole run of 5 warm-up episodes and 2 evaluations of K = 3 with scripted replies."""
-    llm = ScriptedLLM(replies)
-    settings = dict(n_eval_episodes=3, warmup_episodes=5, max_episodes=5 + 6, seed=0)
-    return R2PO("MlpLinear", "CartPole-v1", llm=llm, **settings, **kwargs).learn(10**6), llm
+TWO_EVALUATIONS = dict(n_eval_episodes=3, warmup_episodes=5, max_episodes=5 + 6, seed=0)
+"""A CartPole run of 5 warm-up episodes and 2 evaluations of K = 3."""
 
 
-def test_best_line_after_the_warm_up_counts_the_candidate_of_this_iteration() -> None:
+def test_best_line_after_the_warm_up_counts_the_candidate_of_this_iteration(make_r2po) -> None:
     """actor_second_pass, iteration 1: the second Search sees candidate A (3 episodes) next to warm-up lines; the
     best over 3 episodes is A's mean, not the best warm-up episode."""
-    model, llm = _scripted_run(
-        [vector(*([0.1] * 10)), vector(*([0.2] * 10))], variant="actor_second_pass", extra_statistics=True
-    )
+    llm = ScriptedLLM([vector(*([0.1] * 10)), vector(*([0.2] * 10))])
+    model = make_r2po(llm=llm, variant="actor_second_pass", extra_statistics=True, **TWO_EVALUATIONS)
+    model.learn(UNTIL_BUDGET)
     first_mean = model.history[-1]["search"]["mean_return"]
     warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
     assert warmup_best > first_mean  # the case that matters: a warm-up episode beat candidate A
@@ -356,10 +338,11 @@ def test_best_line_after_the_warm_up_counts_the_candidate_of_this_iteration() ->
     assert second.startswith(f"The best mean reward over 3 episodes so far is {sig(first_mean, 4)} (the warm-up")
 
 
-def test_best_line_when_compression_shows_only_warm_up_lines() -> None:
+def test_best_line_when_compression_shows_only_warm_up_lines(make_r2po) -> None:
     """history_best_k=3, history_recent=0: the shown lines are all warm-up ones, the best is a 3-episode mean."""
-    replies = [vector(*([0.1 * i] * 10)) for i in range(1, 5)]
-    model, llm = _scripted_run(replies, variant="props", history_best_k=3, history_recent=0, extra_statistics=True)
+    llm = ScriptedLLM([vector(*([0.1 * i] * 10)) for i in range(1, 5)])
+    model = make_r2po(llm=llm, variant="props", history_best_k=3, history_recent=0, extra_statistics=True, **TWO_EVALUATIONS)
+    model.learn(UNTIL_BUDGET)
     best_after_first = model.history[5]["mean_return"]
     second_prompt = llm.prompts()[1]
     assert second_prompt.count("(1 warm-up episode)") == 3 and "(3 episodes)" not in second_prompt.split("This is")[0]

@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
-from helpers import ScriptedLLM, vector
+from helpers import UNTIL_BUDGET, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.racing import race, should_stop, upper_bound
+from sb3_r2po.common.racing import race, run_race, should_stop, upper_bound
+from sb3_r2po.common.rollouts import Episode, RolloutResult
 
 GOOD = vector(0, 0, 0, 0, 0, 1, 0, 1, 0, 0)  # long CartPole episodes
 BAD = vector(0, 0, 0, 0, 1, 0, 1, 0, 0, 0)  # pushes the wrong way: about 9 steps
@@ -36,10 +37,8 @@ def test_race_checks_after_every_chunk_and_charges_a_multiple_of_it() -> None:
     assert race([0.0, 0.0, 0.0, 0.0], incumbent=1.0, chunk=3, z=1.645) == 3
 
 
-def test_a_bad_revision_is_stopped_early_and_only_its_episodes_are_charged() -> None:
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+def test_a_bad_revision_is_stopped_early_and_only_its_episodes_are_charged(make_r2po) -> None:
+    model = make_r2po(
         llm=ScriptedLLM([GOOD, BAD]),
         n_eval_episodes=20,
         warmup_episodes=0,
@@ -48,16 +47,14 @@ def test_a_bad_revision_is_stopped_early_and_only_its_episodes_are_charged() -> 
         racing=True,
         racing_chunk=5,
     )
-    model.learn(10**7)
+    model.learn(UNTIL_BUDGET)
     record = model.history[-1]
     assert record["revision"]["status"] == "rejected" and record["revision"]["n_episodes"] == 5
-    assert model._episode_num == 20 + 5 and record["n_episodes"] == 20
+    assert model.episodes_used == 20 + 5 and record["n_episodes"] == 20
 
 
-def test_a_good_revision_runs_all_k_episodes() -> None:
-    model = R2PO(
-        "MlpLinear",
-        "CartPole-v1",
+def test_a_good_revision_runs_all_k_episodes(make_r2po) -> None:
+    model = make_r2po(
         llm=ScriptedLLM([BAD, GOOD]),
         n_eval_episodes=12,
         warmup_episodes=0,
@@ -66,19 +63,28 @@ def test_a_good_revision_runs_all_k_episodes() -> None:
         racing=True,
         racing_chunk=5,
     )
-    model.learn(10**7)
+    model.learn(UNTIL_BUDGET)
     # K = 12 with chunks of 5: 5 + 5 + 2 episodes, no more
     assert model.history[-1]["kind"] == "critic" and model.history[-1]["n_episodes"] == 12
-    assert model._episode_num == 24
-    # the chunks' episodes are numbered in the order they were started, across chunks
-    assert [ep.index for ep in model._last_result.episodes] == list(range(12))
+    assert model.episodes_used == 24
 
 
-def test_racing_is_off_by_default_and_never_used_without_keep_best() -> None:
+def test_a_race_numbers_its_episodes_across_chunks() -> None:
+    """Each chunk's episodes are numbered from 0 by the rollout; the race renumbers them in the order they started."""
+    chunks = []
+
+    def run(m: int) -> RolloutResult:
+        chunks.append(m)
+        return RolloutResult([Episode(observations=[np.zeros(1)], rewards=[1.0], index=i) for i in range(m)])
+
+    result = run_race(run, n_episodes=12, chunk=5, incumbent=0.0, z=1.645, stop_requested=lambda: False)
+    assert result is not None and chunks == [5, 5, 2]
+    assert [ep.index for ep in result.episodes] == list(range(12))
+
+
+def test_racing_is_off_by_default_and_never_used_without_keep_best(make_r2po) -> None:
     for kwargs in ({}, {"racing": True, "variant": "always_critic"}):
-        model = R2PO(
-            "MlpLinear",
-            "CartPole-v1",
+        model = make_r2po(
             llm=ScriptedLLM([GOOD, BAD]),
             n_eval_episodes=10,
             warmup_episodes=0,
@@ -86,8 +92,8 @@ def test_racing_is_off_by_default_and_never_used_without_keep_best() -> None:
             max_episodes=20,
             **kwargs,
         )
-        model.learn(10**7)
-        assert model._episode_num == 20
+        model.learn(UNTIL_BUDGET)
+        assert model.episodes_used == 20
 
 
 def test_bad_racing_chunk() -> None:
@@ -95,10 +101,8 @@ def test_bad_racing_chunk() -> None:
         R2PO("MlpLinear", "CartPole-v1", llm=ScriptedLLM([GOOD]), racing=True, racing_chunk=1)
 
 
-def test_records_keep_per_episode_returns() -> None:
-    model = R2PO(
-        "MlpLinear", "CartPole-v1", llm=ScriptedLLM([GOOD, BAD]), n_eval_episodes=4, warmup_episodes=0, seed=0, max_episodes=8
-    )
-    model.learn(10**7)
+def test_records_keep_per_episode_returns(make_r2po) -> None:
+    model = make_r2po(llm=ScriptedLLM([GOOD, BAD]), n_eval_episodes=4, warmup_episodes=0, seed=0, max_episodes=8)
+    model.learn(UNTIL_BUDGET)
     record = model.history[-1]
     assert len(record["returns"]) == 4 and np.mean(record["returns"]) == pytest.approx(record["mean_return"])

@@ -6,17 +6,14 @@ import zipfile
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import UNTIL_BUDGET
 
 from sb3_r2po import R2PO, ExampleLLM
 from sb3_r2po.ablate import main as ablate
 from sb3_r2po.llm import RecordingBackend, ReplayMissError
 
-
-def train(llm, seed: int = 5, **kwargs) -> R2PO:
-    model = R2PO(
-        "MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=3, warmup_episodes=3, seed=seed, max_episodes=3 + 6 * 4, **kwargs
-    )
-    return model.learn(10**9)
+RUN = dict(n_eval_episodes=3, warmup_episodes=3, max_episodes=3 + 6 * 4)
+"""The runs recorded and replayed here, on CartPole: 3 warm-up episodes, then four iterations of K = 3."""
 
 
 def policy_bytes(path) -> bytes:
@@ -24,10 +21,10 @@ def policy_bytes(path) -> bytes:
         return archive.read("policy.pth")
 
 
-def test_a_recorded_run_replays_exactly(tmp_path) -> None:
+def test_a_recorded_run_replays_exactly(tmp_path, make_r2po) -> None:
     transcript = tmp_path / "calls.jsonl"
-    recorded = train(RecordingBackend(ExampleLLM(seed=2), transcript))
-    replayed = train(f"replay:{transcript}")
+    recorded = make_r2po(llm=RecordingBackend(ExampleLLM(seed=2), transcript), seed=5, **RUN).learn(UNTIL_BUDGET)
+    replayed = make_r2po(llm=f"replay:{transcript}", seed=5, **RUN).learn(UNTIL_BUDGET)
     assert replayed.history == recorded.history
     assert [r["returns"] for r in replayed.history] == [r["returns"] for r in recorded.history]
     recorded.save(tmp_path / "recorded.zip")
@@ -36,15 +33,15 @@ def test_a_recorded_run_replays_exactly(tmp_path) -> None:
     assert policy_bytes(tmp_path / "recorded.zip") == policy_bytes(tmp_path / "replayed.zip")
     # a different seed asks different questions: the replay says so instead of inventing answers
     with pytest.raises(ReplayMissError):
-        train(f"replay:{transcript}", seed=6)
+        make_r2po(llm=f"replay:{transcript}", seed=6, **RUN).learn(UNTIL_BUDGET)
 
 
-def test_checkpoint_dir_keeps_a_replayable_transcript(tmp_path) -> None:
+def test_checkpoint_dir_keeps_a_replayable_transcript(tmp_path, make_r2po) -> None:
     run_dir = tmp_path / "run"
-    original = train(ExampleLLM(seed=4), checkpoint_dir=str(run_dir))
+    original = make_r2po(llm=ExampleLLM(seed=4), seed=5, checkpoint_dir=str(run_dir), **RUN).learn(UNTIL_BUDGET)
     lines = (run_dir / "llm_calls.jsonl").read_text().splitlines()
     assert len(lines) == original.llm_stats["calls"] and all(json.loads(line)["reply"] for line in lines)
-    replayed = train(f"replay:{run_dir / 'llm_calls.jsonl'}")
+    replayed = make_r2po(llm=f"replay:{run_dir / 'llm_calls.jsonl'}", seed=5, **RUN).learn(UNTIL_BUDGET)
     assert replayed.history == original.history
     loaded = R2PO.load(run_dir / "model.zip", env=gym.make("CartPole-v1"))
     assert loaded.history == original.history

@@ -9,10 +9,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import UNTIL_BUDGET
 
 from sb3_r2po import R2PO, ExampleLLM
 from sb3_r2po.llm.base import LLMBackendError
 from sb3_r2po.llm.recording import read_records
+from sb3_r2po.r2po.run_state import RunState
 
 SCRIPT = textwrap.dedent(
     """
@@ -77,16 +79,16 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, reference
     assert [r["hash"] for r in transcript] == [r["hash"] for r in read_records(reference / "llm_calls.jsonl")]
 
 
-def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path) -> None:
+def test_a_new_run_refuses_a_directory_that_holds_a_run(tmp_path, make_r2po) -> None:
     """A fresh model pointed at another run's directory would overwrite it: refused, with the resume recipe."""
-    kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, seed=1, max_episodes=4, checkpoint_dir=str(tmp_path))
-    first = R2PO("MlpLinear", "CartPole-v1", **kwargs).learn(10**6)
+    kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, max_episodes=4, checkpoint_dir=str(tmp_path))
+    first = make_r2po(seed=1, **kwargs).learn(UNTIL_BUDGET)
     saved = (tmp_path / "history.json").read_text()
     with pytest.raises(ValueError, match=r"already holds another run.*R2PO\.load"):
-        R2PO("MlpLinear", "CartPole-v1", **{**kwargs, "seed": 2}).learn(10**6)
+        make_r2po(seed=2, **kwargs).learn(UNTIL_BUDGET)
     assert (tmp_path / "history.json").read_text() == saved
     resumed = R2PO.load(tmp_path / "model.zip", env=gym.make("CartPole-v1"), llm="example")
-    resumed.learn(10**6, reset_num_timesteps=False)  # resuming the same directory is what it is for
+    resumed.learn(UNTIL_BUDGET, reset_num_timesteps=False)  # resuming the same directory is what it is for
     assert resumed.history == first.history
 
 
@@ -94,7 +96,7 @@ OUTAGE = dict(n_eval_episodes=2, warmup_episodes=2, seed=3, max_episodes=2 + 2 *
 """Settings of the runs cut by an LLM outage: 4 iterations of 2 + 2 episodes after 2 warm-up episodes."""
 
 
-def _cut_by_an_outage(tmp_path, fifth: Callable[[ExampleLLM, list[dict[str, str]]], str]) -> R2PO:
+def _cut_by_an_outage(make_r2po, tmp_path, fifth: Callable[[ExampleLLM, list[dict[str, str]]], str]) -> R2PO:
     """A run with ``checkpoint_dir`` whose 5th LLM call is answered by ``fifth`` and whose 6th fails ("server down");
     the caller catches the error, and the server answers again from then on."""
     example = ExampleLLM(0)
@@ -108,63 +110,64 @@ def _cut_by_an_outage(tmp_path, fifth: Callable[[ExampleLLM, list[dict[str, str]
             raise LLMBackendError("server down")
         return example.chat(messages).text
 
-    model = R2PO("MlpLinear", "CartPole-v1", llm=flaky, checkpoint_dir=str(tmp_path), **OUTAGE)
+    model = make_r2po(llm=flaky, checkpoint_dir=str(tmp_path), **OUTAGE)
     with pytest.raises(LLMBackendError, match="server down"):
-        model.learn(10**6)
+        model.learn(UNTIL_BUDGET)
     state["down"] = False
     return model
 
 
-def test_a_run_continued_after_an_llm_error_replays_from_its_transcript(tmp_path) -> None:
+def test_a_run_continued_after_an_llm_error_replays_from_its_transcript(tmp_path, make_r2po) -> None:
     """The server fails on a re-ask (the unusable first reply is recorded, never counted); the caller catches the
     error and calls learn() again. The transcript sets the orphan aside, so replaying it reproduces the run."""
-    model = _cut_by_an_outage(tmp_path, lambda example, messages: "no vector in this reply")  # recorded, re-asked
+    model = _cut_by_an_outage(make_r2po, tmp_path, lambda example, messages: "no vector in this reply")  # recorded, re-asked
     with pytest.warns(RuntimeWarning, match="1 recorded call"):
-        model.learn(10**6, reset_num_timesteps=False)
-    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{tmp_path / 'llm_calls.jsonl'}", **OUTAGE).learn(10**6)
+        model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
+    replayed = make_r2po(llm=f"replay:{tmp_path / 'llm_calls.jsonl'}", **OUTAGE).learn(UNTIL_BUDGET)
     assert replayed.history == model.history and model.iteration == 4
 
 
-def test_a_counted_call_of_an_iteration_cut_short_by_an_llm_error_is_set_aside(tmp_path) -> None:
+def test_a_counted_call_of_an_iteration_cut_short_by_an_llm_error_is_set_aside(tmp_path, make_r2po) -> None:
     """The Search reply of an iteration is recorded, then the iteration's Critic call fails; the caller catches the
     error and calls learn() again. The model is rolled back to its last history entry (counters, random state, LLM
     statistics) and the transcript rewound to the same point, so the orphan Search reply is set aside, the continued
     run is the uninterrupted one, and its transcript replays it."""
-    model = _cut_by_an_outage(tmp_path, lambda example, messages: "ORPHAN " + example.chat(messages).text)  # usable
-    assert model._transcript.recorded == 5  # the orphan was recorded: the case under test
+    # the 5th reply is usable
+    model = _cut_by_an_outage(make_r2po, tmp_path, lambda example, messages: "ORPHAN " + example.chat(messages).text)
+    assert len(read_records(tmp_path / "llm_calls.jsonl")) == 5  # the orphan was recorded: the case under test
     last = model.history[-1]
-    assert model.llm_stats["calls"] == model._transcript_calls == 4  # rolled back to the last history entry
-    assert (model._episode_num, model.num_timesteps) == (last["episodes"], last["timesteps"])
+    assert model.llm_stats["calls"] == 4  # rolled back to the last history entry
+    assert (model.episodes_used, model.num_timesteps) == (last["episodes"], last["timesteps"])
     with pytest.warns(RuntimeWarning, match="1 recorded call"):
-        model.learn(10**6, reset_num_timesteps=False)
+        model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     path = tmp_path / "llm_calls.jsonl"
     assert not any(r["reply"]["text"].startswith("ORPHAN") for r in read_records(path))
     assert "ORPHAN" in path.read_text(encoding="utf-8")  # set aside, still in the file
-    uninterrupted = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(0), **OUTAGE).learn(10**6)
+    uninterrupted = make_r2po(llm=ExampleLLM(0), **OUTAGE).learn(UNTIL_BUDGET)
     assert model.history == uninterrupted.history and model.iteration == 4
-    replayed = R2PO("MlpLinear", "CartPole-v1", llm=f"replay:{path}", **OUTAGE).learn(10**6)
+    replayed = make_r2po(llm=f"replay:{path}", **OUTAGE).learn(UNTIL_BUDGET)
     assert replayed.history == model.history
 
 
-def test_a_loaded_model_refuses_another_runs_directory(tmp_path) -> None:
+def test_a_loaded_model_refuses_another_runs_directory(tmp_path, make_r2po) -> None:
     kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, max_episodes=4)
-    R2PO("MlpLinear", "CartPole-v1", seed=1, checkpoint_dir=str(tmp_path / "a"), **kwargs).learn(10**6)
-    R2PO("MlpLinear", "CartPole-v1", seed=2, checkpoint_dir=str(tmp_path / "b"), **kwargs).learn(10**6)
+    make_r2po(seed=1, checkpoint_dir=str(tmp_path / "a"), **kwargs).learn(UNTIL_BUDGET)
+    make_r2po(seed=2, checkpoint_dir=str(tmp_path / "b"), **kwargs).learn(UNTIL_BUDGET)
     other = (tmp_path / "b" / "history.json").read_text()
     model = R2PO.load(tmp_path / "a" / "model.zip", env=gym.make("CartPole-v1"), llm="example")
     model.checkpoint_dir = str(tmp_path / "b")
     with pytest.raises(ValueError, match="already holds another run"):
-        model.learn(10**6, reset_num_timesteps=False)
+        model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert (tmp_path / "b" / "history.json").read_text() == other
 
 
-def test_an_interrupt_between_a_history_entry_and_its_snapshot_takes_the_entry_back(monkeypatch) -> None:
+def test_an_interrupt_between_a_history_entry_and_its_snapshot_takes_the_entry_back(monkeypatch, make_r2po) -> None:
     """Ctrl-C can land inside ``_commit``, after the history append and before the snapshot of the counters: the
     roll-back removes that entry too, so the history and the counters agree and learn() again is the uninterrupted run."""
     kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, seed=4, max_episodes=2 + 2 * 2 * 3)
-    uninterrupted = R2PO("MlpLinear", "CartPole-v1", **kwargs).learn(10**6)
-    model = R2PO("MlpLinear", "CartPole-v1", **kwargs)
-    snapshot = model._snapshot
+    uninterrupted = make_r2po(**kwargs).learn(UNTIL_BUDGET)
+    model = make_r2po(**kwargs)
+    snapshot = RunState.snapshot
     state = {"calls": 0}
 
     def cut_at_the_fourth(*args) -> None:
@@ -173,11 +176,11 @@ def test_an_interrupt_between_a_history_entry_and_its_snapshot_takes_the_entry_b
             raise KeyboardInterrupt
         snapshot(*args)
 
-    monkeypatch.setattr(model, "_snapshot", cut_at_the_fourth)
+    monkeypatch.setattr(RunState, "snapshot", cut_at_the_fourth)
     with pytest.raises(KeyboardInterrupt):
-        model.learn(10**6)
-    assert len(model.history) == 2 and model._episode_num == model.history[-1]["episodes"] == 2
+        model.learn(UNTIL_BUDGET)
+    assert len(model.history) == 2 and model.episodes_used == model.history[-1]["episodes"] == 2
     assert np.array_equal(model.policy.get_flat(), model.best_record()["params"])
-    monkeypatch.setattr(model, "_snapshot", snapshot)
-    model.learn(10**6, reset_num_timesteps=False)
+    monkeypatch.setattr(RunState, "snapshot", snapshot)
+    model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert model.history == uninterrupted.history

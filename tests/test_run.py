@@ -3,10 +3,11 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import BanditEnv, EndlessEnv, NaNEnv, ScriptedLLM, vector
+from helpers import UNTIL_BUDGET, BanditEnv, EndlessEnv, NaNEnv, ScriptedLLM, vector
 from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_r2po import R2PO, ExampleLLM
+from sb3_r2po.r2po import roles
 
 
 @pytest.mark.parametrize(
@@ -18,13 +19,15 @@ from sb3_r2po import R2PO, ExampleLLM
         ("MountainCar-v0", "MlpLinear"),
     ],
 )
-def test_short_run(env_id: str, policy: str) -> None:
-    model = R2PO(policy, env_id, llm=ExampleLLM(seed=0), n_eval_episodes=2, warmup_episodes=2, max_episodes=12, seed=0)
-    model.learn(total_timesteps=10**9)
-    assert model._episode_num == 12  # the budget is spent exactly
+def test_short_run(make_r2po, env_id: str, policy: str) -> None:
+    model = make_r2po(
+        env_id, policy=policy, llm=ExampleLLM(seed=0), n_eval_episodes=2, warmup_episodes=2, max_episodes=12, seed=0
+    )
+    model.learn(UNTIL_BUDGET)
+    assert model.episodes_used == 12  # the budget is spent exactly
     # accounting: warm-up episodes + K per Search candidate + K per evaluated revision
     evaluated = [r for r in model.history if r["kind"] != "warmup"]
-    assert model._episode_num == 2 + sum(2 + 2 * (r["revision"]["mean_return"] is not None) for r in evaluated)
+    assert model.episodes_used == 2 + sum(2 + 2 * (r["revision"]["mean_return"] is not None) for r in evaluated)
     assert model.iteration == len(evaluated) >= 3
     kinds = {record["kind"] for record in model.history}
     assert "warmup" in kinds and kinds <= {"warmup", "search", "critic", "fallback"}
@@ -33,8 +36,8 @@ def test_short_run(env_id: str, policy: str) -> None:
     assert model.action_space.contains(action[0])
 
 
-def test_cartpole_improves_over_warmup() -> None:
-    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(seed=1), n_eval_episodes=5, warmup_episodes=10, seed=1)
+def test_cartpole_improves_over_warmup(make_r2po) -> None:
+    model = make_r2po(llm=ExampleLLM(seed=1), n_eval_episodes=5, warmup_episodes=10, seed=1, max_episodes=None)
     model.learn(total_timesteps=30_000)
     warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
     best = model.best_record()
@@ -44,31 +47,29 @@ def test_cartpole_improves_over_warmup() -> None:
     np.testing.assert_array_equal(model.policy.get_flat(), np.array(best["params"]))
 
 
-def test_multi_env_counts_episodes_exactly() -> None:
+def test_multi_env_counts_episodes_exactly(make_r2po) -> None:
     env = make_vec_env("CartPole-v1", n_envs=3, seed=0)
-    model = R2PO(
-        "MlpLinear", env, llm=ExampleLLM(seed=0), n_eval_episodes=4, warmup_episodes=2, seed=0, max_episodes=2 + 8 * 2
-    )
-    model.learn(10**9)
-    assert model._episode_num == 18
+    model = make_r2po(env, llm=ExampleLLM(seed=0), n_eval_episodes=4, warmup_episodes=2, seed=0, max_episodes=2 + 8 * 2)
+    model.learn(UNTIL_BUDGET)
+    assert model.episodes_used == 18
     assert sum(r["n_episodes"] for r in model.history if r["kind"] == "warmup") == 2
     assert all(r["n_episodes"] == 4 for r in model.history if r["kind"] != "warmup")
 
 
-def test_keep_best_ties_go_to_the_revision() -> None:
+def test_keep_best_ties_go_to_the_revision(make_r2po) -> None:
     # return of (W, b) on the bandit is W + b: search 2.0, revision 2.0 (tie) -> the revision is kept
     llm = ScriptedLLM([vector(1.0, 1.0), vector(0.5, 1.5)])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
-    model.learn(10**6)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
+    model.learn(UNTIL_BUDGET)
     record = model.history[-1]
     assert record["kind"] == "critic" and record["params"] == [0.5, 1.5]
     assert record["revision"]["status"] == "kept" and record["mean_return"] == pytest.approx(2.0)
 
 
-def test_keep_best_rejects_a_worse_revision() -> None:
+def test_keep_best_rejects_a_worse_revision(make_r2po) -> None:
     llm = ScriptedLLM([vector(1.0, 1.0), vector(0.0, 1.0)])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
-    model.learn(10**6)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
+    model.learn(UNTIL_BUDGET)
     record = model.history[-1]
     assert record["kind"] == "search" and record["params"] == [1.0, 1.0]
     assert record["revision"] == {
@@ -85,20 +86,19 @@ def test_keep_best_rejects_a_worse_revision() -> None:
     assert len(model.history) == 1  # only the kept candidate enters the history
 
 
-def test_unchanged_revision_is_evaluated_again_as_the_reference_does() -> None:
+def test_unchanged_revision_is_evaluated_again_as_the_reference_does(make_r2po) -> None:
     llm = ScriptedLLM([vector(1.0, 1.0), vector(1.0, 1.0)])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=6, seed=0)
     model.learn(1)
-    assert model._episode_num == 6 and model.iteration == 1
+    assert model.episodes_used == 6 and model.iteration == 1
     revision = model.history[-1]["revision"]
     assert revision["unchanged"] and revision["status"] in ("kept", "rejected") and revision["n_episodes"] == 3
     assert model.history[-1]["mean_return"] == max(revision["mean_return"], model.history[-1]["search"]["mean_return"])
 
 
-def test_skip_unchanged_revisions_declines_without_evaluating() -> None:
+def test_skip_unchanged_revisions_declines_without_evaluating(make_r2po) -> None:
     llm = ScriptedLLM([vector(1.0, 1.0), vector(1.0, 1.0)])
-    model = R2PO(
-        "MlpLinear",
+    model = make_r2po(
         BanditEnv(),
         llm=llm,
         n_eval_episodes=3,
@@ -108,21 +108,20 @@ def test_skip_unchanged_revisions_declines_without_evaluating() -> None:
         skip_unchanged_revisions=True,
     )
     model.learn(1)
-    assert model._episode_num == 3
+    assert model.episodes_used == 3
     assert model.history[-1]["revision"]["status"] == "declined" and model.history[-1]["revision"]["unchanged"]
 
 
-def test_budget_too_small_for_the_revision_skips_the_critic() -> None:
+def test_budget_too_small_for_the_revision_skips_the_critic(make_r2po) -> None:
     llm = ScriptedLLM([vector(1.0, 1.0), vector(2.0, 2.0)])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=5, seed=0)
-    model.learn(10**6)
-    assert model._episode_num == 3 and len(llm.calls) == 1
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=3, warmup_episodes=0, max_episodes=5, seed=0)
+    model.learn(UNTIL_BUDGET)
+    assert model.episodes_used == 3 and len(llm.calls) == 1
     assert model.history[-1]["revision"]["status"] == "skipped"
 
 
-def test_episode_cap_for_envs_without_time_limit() -> None:
-    model = R2PO(
-        "MlpLinear",
+def test_episode_cap_for_envs_without_time_limit(make_r2po) -> None:
+    model = make_r2po(
         EndlessEnv(),
         llm=ExampleLLM(),
         n_eval_episodes=2,
@@ -136,24 +135,24 @@ def test_episode_cap_for_envs_without_time_limit() -> None:
     assert all(r["mean_return"] == 25 for r in model.history)
 
 
-def test_total_timesteps_is_a_lower_bound_and_the_iteration_completes() -> None:
-    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), n_eval_episodes=3, warmup_episodes=2, seed=0)
+def test_total_timesteps_is_a_lower_bound_and_the_iteration_completes(make_r2po) -> None:
+    model = make_r2po(llm=ExampleLLM(), n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=None)
     model.learn(total_timesteps=1)  # the warm-up runs to its end, then the step budget is spent
-    assert model.iteration == 0 and model._episode_num == 2
+    assert model.iteration == 0 and model.episodes_used == 2
     steps = model.num_timesteps
     model.learn(total_timesteps=1, reset_num_timesteps=False)  # one more step: one whole iteration
     assert model.iteration == 1 and model.num_timesteps > steps + 1
-    assert model._episode_num in (2 + 3, 2 + 6)
+    assert model.episodes_used in (2 + 3, 2 + 6)
 
 
-def test_learn_returns_the_model() -> None:
-    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), n_eval_episodes=1, warmup_episodes=1, seed=0)
+def test_learn_returns_the_model(make_r2po) -> None:
+    model = make_r2po(llm=ExampleLLM(), n_eval_episodes=1, warmup_episodes=1, seed=0, max_episodes=None)
     assert model.learn(1) is model
 
 
-def test_seeded_runs_are_identical() -> None:
+def test_seeded_runs_are_identical(make_r2po) -> None:
     def run() -> list:
-        model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(seed=3), n_eval_episodes=3, warmup_episodes=3, seed=7)
+        model = make_r2po(llm=ExampleLLM(seed=3), n_eval_episodes=3, warmup_episodes=3, seed=7, max_episodes=None)
         model.learn(3000)
         return model.history
 
@@ -170,16 +169,22 @@ def test_target_and_tau_c_from_reward_threshold() -> None:
     assert model.target is None and model.revision_threshold is None
 
 
-def test_no_llm_work_at_construction() -> None:
+def test_no_llm_work_at_construction(monkeypatch) -> None:
     # the default llm is gpt-oss-20b: constructing must not load or contact anything
+    def no_backend(spec):
+        raise AssertionError(f"a backend was made for {spec!r}")
+
+    monkeypatch.setattr(roles, "make_backend", no_backend)
     model = R2PO("MlpLinear", "CartPole-v1")
-    assert model._backend is None
+    assert model.llm == "openai/gpt-oss-20b"
+    with pytest.raises(AssertionError, match="a backend was made"):  # the first learn() makes it
+        model.learn(1)
 
 
 @pytest.mark.parametrize("bias, length, total", [(vector(0, 0, 0, 0, 0, 1), 3, 3.0), (vector(0, 0, 0, 0, 1, 0), 5, 4.0)])
-def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(bias: str, length: int, total: float) -> None:
+def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(make_r2po, bias: str, length: int, total: float) -> None:
     llm = ScriptedLLM([bias, bias])
-    model = R2PO("MlpLinear", NaNEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=0)
+    model = make_r2po(NaNEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=4, seed=0)
     model.learn(1)
     record = model.history[-1]
     assert record["non_finite_episodes"] == 2 and record["mean_return"] == total and record["mean_length"] == length
@@ -187,18 +192,17 @@ def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(bias: str, lengt
     assert "nan" not in critic.lower().replace("non-finite", "") and "non-finite value" in critic
 
 
-def _target_run(env: gym.Env, **kwargs) -> R2PO:
-    """A run toward target 3 on a bandit (return = W + b): the first Search candidate scores 3 in every episode."""
-    llm = ScriptedLLM([vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)])
-    model = R2PO("MlpLinear", env, llm=llm, n_eval_episodes=3, warmup_episodes=0, target_return=3, seed=0, **kwargs)
-    model.learn(10**6)
-    return model
+TOWARD_3 = [vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)]
+"""Replies toward target 3 on a bandit (return = W + b): the first Search candidate scores 3 in every episode."""
 
 
-def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
-    model = _target_run(BanditEnv(), stop_at_target=True)
+def test_stop_at_target_ends_once_every_episode_reaches_it(make_r2po) -> None:
+    settings = dict(n_eval_episodes=3, warmup_episodes=0, target_return=3, seed=0)
+    model = make_r2po(BanditEnv(), llm=ScriptedLLM(TOWARD_3), max_episodes=None, stop_at_target=True, **settings)
+    model.learn(UNTIL_BUDGET)
     assert model.iteration == 1 and model.target_confirmed()
-    assert _target_run(BanditEnv(), max_episodes=12).iteration > 1  # off by default
+    model = make_r2po(BanditEnv(), llm=ScriptedLLM(TOWARD_3), max_episodes=12, **settings)
+    assert model.learn(UNTIL_BUDGET).iteration > 1  # off by default
 
 
 @pytest.mark.parametrize(
@@ -210,21 +214,20 @@ def test_stop_at_target_ends_once_every_episode_reaches_it() -> None:
         ([0.5, 0.5, 1.5, 2.0, 2.5, 3.0], ["1 of 3", "2 of 3", "3 of 3"]),
     ],
 )
-def test_search_prompt_counts_the_iterations_the_budget_leaves(values: list[float], expected: list[str]) -> None:
+def test_search_prompt_counts_the_iterations_the_budget_leaves(make_r2po, values: list[float], expected: list[str]) -> None:
     llm = ScriptedLLM([vector(v, v) for v in values])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=14)
-    model.learn(10**6)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=14)
+    model.learn(UNTIL_BUDGET)
     counted = [re.search(r"This is iteration (\d+ of \d+)\.", prompt) for prompt in llm.prompts()]
-    assert [m.group(1) for m in counted if m] == expected and model._episode_num == 14
+    assert [m.group(1) for m in counted if m] == expected and model.episodes_used == 14
 
 
-def test_a_declined_revision_leaves_budget_for_one_more_iteration() -> None:
+def test_a_declined_revision_leaves_budget_for_one_more_iteration(make_r2po) -> None:
     # skip_unchanged_revisions: the first Critic keeps the candidate (declined, not evaluated): 2 episodes saved
     values = [0.5, 0.5, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
     expected = ["1 of 3", "2 of 4", "3 of 4", "4 of 4"]
     llm = ScriptedLLM([vector(v, v) for v in values])
-    model = R2PO(
-        "MlpLinear",
+    model = make_r2po(
         BanditEnv(),
         llm=llm,
         n_eval_episodes=2,
@@ -233,9 +236,9 @@ def test_a_declined_revision_leaves_budget_for_one_more_iteration() -> None:
         max_episodes=14,
         skip_unchanged_revisions=True,
     )
-    model.learn(10**6)
+    model.learn(UNTIL_BUDGET)
     counted = [re.search(r"This is iteration (\d+ of \d+)\.", prompt) for prompt in llm.prompts()]
-    assert [m.group(1) for m in counted if m] == expected and model._episode_num == 14
+    assert [m.group(1) for m in counted if m] == expected and model.episodes_used == 14
 
 
 class AlternatingBandit(BanditEnv):
@@ -252,17 +255,27 @@ class AlternatingBandit(BanditEnv):
         return obs, reward - 2.0 * (self.episodes % 2), terminated, truncated, info
 
 
-def test_stop_at_target_needs_the_minimum_of_k_episodes_at_the_target() -> None:
+def test_stop_at_target_needs_the_minimum_of_k_episodes_at_the_target(make_r2po) -> None:
     """Returns 3, 1, 3: the mean and the best episode reach the target 3, the worst does not, so training goes on;
     a warm-up record (one episode) never confirms the target."""
-    model = _target_run(AlternatingBandit(), stop_at_target=True, max_episodes=12)
+    model = make_r2po(
+        AlternatingBandit(),
+        llm=ScriptedLLM(TOWARD_3),
+        n_eval_episodes=3,
+        warmup_episodes=0,
+        target_return=3,
+        seed=0,
+        max_episodes=12,
+        stop_at_target=True,
+    )
+    model.learn(UNTIL_BUDGET)
     assert any(r["max_return"] >= 3 for r in model.history)
     assert not model.target_confirmed() and model.iteration > 1
     model.history = [{"kind": "warmup", "n_episodes": 1, "min_return": 10.0, "mean_return": 10.0}]
     assert not model.target_confirmed()
 
 
-def test_example_llm_reads_and_answers_list_style_prompts() -> None:
+def test_example_llm_reads_and_answers_list_style_prompts(make_r2po) -> None:
     replies: list[str] = []
 
     class Capturing(ExampleLLM):
@@ -271,8 +284,8 @@ def test_example_llm_reads_and_answers_list_style_prompts() -> None:
             replies.append(reply.text)
             return reply
 
-    model = R2PO(
-        "MlpLinear", "CartPole-v1", llm=Capturing(seed=1), n_eval_episodes=5, warmup_episodes=10, seed=1, reply_style="list"
+    model = make_r2po(
+        llm=Capturing(seed=1), n_eval_episodes=5, warmup_episodes=10, seed=1, max_episodes=None, reply_style="list"
     )
     model.learn(total_timesteps=30_000)
     assert any("Refining the best vector" in reply for reply in replies)  # it read the history back from the prompt
@@ -280,12 +293,12 @@ def test_example_llm_reads_and_answers_list_style_prompts() -> None:
     assert model.llm_stats["parse_failures"] == 0
 
 
-def test_clipped_or_rounded_reply_values_are_kept_in_the_history_and_reported(capsys) -> None:
+def test_clipped_or_rounded_reply_values_are_kept_in_the_history_and_reported(capsys, make_r2po) -> None:
     """A Search reply out of the bounds is clipped (the method's rule); what was changed is recorded and printed."""
     search, critic = "params: [9.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.26]", "params: [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"
     llm = ScriptedLLM([search, critic])
-    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, verbose=1, max_episodes=6)
-    model.learn(10**6)  # the warm-up, then one iteration
+    model = make_r2po(llm=llm, n_eval_episodes=2, warmup_episodes=2, seed=0, verbose=1, max_episodes=6)
+    model.learn(UNTIL_BUDGET)  # the warm-up, then one iteration
     search = model.history[2]["search"]
     assert search["kind"] == "search" and search["params"][0] == 6.0 and search["params"][9] == 1.3
     assert len(search["adjusted"]) == 2 and "params[0]" in search["adjusted"][0]
@@ -293,10 +306,9 @@ def test_clipped_or_rounded_reply_values_are_kept_in_the_history_and_reported(ca
     assert "search reply adjusted" in capsys.readouterr().err
 
 
-def test_warmup_ends_when_the_space_has_no_new_vector() -> None:
+def test_warmup_ends_when_the_space_has_no_new_vector(make_r2po) -> None:
     """Bounds (-0.5, 0.5) at 0 decimals hold one vector: the warm-up stops with a warning instead of looping."""
-    model = R2PO(
-        "MlpLinear",
+    model = make_r2po(
         BanditEnv(),
         llm=ScriptedLLM(["params: [0, 0]"]),
         n_eval_episodes=2,
@@ -307,7 +319,7 @@ def test_warmup_ends_when_the_space_has_no_new_vector() -> None:
         seed=0,
     )
     with pytest.warns(RuntimeWarning, match="no new warm-up vector in 1000 draws; the warm-up ends after 1 of 3"):
-        model.learn(10**6)
+        model.learn(UNTIL_BUDGET)
     assert sum(r["kind"] == "warmup" for r in model.history) == 1 and model.iteration >= 1
 
 
@@ -326,8 +338,8 @@ def test_vec_env_wrappers_that_change_observations_or_rewards_are_refused(wrap: 
     if wrap == "normalize":  # (a frame stack already fails SB3's own observation-space check in set_env)
         with pytest.raises(ValueError, match="R2PO cannot train through VecNormalize"):
             model.set_env(make())
-    model.learn(10**6)  # the pass-through VecMonitor trains
-    assert model._episode_num == 20  # the warm-up; another evaluation of K = 20 does not fit in 25
+    model.learn(UNTIL_BUDGET)  # the pass-through VecMonitor trains
+    assert model.episodes_used == 20  # the warm-up; another evaluation of K = 20 does not fit in 25
 
 
 def test_tabular_policy_refuses_observations_outside_its_space() -> None:
@@ -338,13 +350,13 @@ def test_tabular_policy_refuses_observations_outside_its_space() -> None:
             model.predict(bad)
 
 
-def test_an_unusable_reply_reruns_the_iteration_as_the_reference_does() -> None:
+def test_an_unusable_reply_reruns_the_iteration_as_the_reference_does(make_r2po) -> None:
     # iteration 1: the Search is usable, the Critic's reply is not: the attempt is discarded (its 2 episodes stay
     # spent) and the iteration runs again from its Search call
     llm = ScriptedLLM([vector(1.0, 1.0), "no vector here", vector(0.5, 0.5), vector(1.0, 1.5)])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=6, seed=0)
-    model.learn(10**6)
-    assert model.iteration == 1 and len(model.history) == 1 and model._episode_num == 6
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=6, seed=0)
+    model.learn(UNTIL_BUDGET)
+    assert model.iteration == 1 and len(model.history) == 1 and model.episodes_used == 6
     record = model.history[0]
     assert record["search"]["params"] == [0.5, 0.5] and record["revision"]["params"] == [1.0, 1.5]
     assert record["discarded_attempts"] == [
@@ -355,24 +367,21 @@ def test_an_unusable_reply_reruns_the_iteration_as_the_reference_does() -> None:
     assert len(llm.calls[2]) == 1  # the new Search call is a fresh single prompt, not a re-ask
 
 
-def test_training_stops_after_max_iteration_attempts() -> None:
+def test_training_stops_after_max_iteration_attempts(make_r2po) -> None:
     llm = ScriptedLLM(["no vector here"])
-    model = R2PO("MlpLinear", BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=1, max_episodes=100, seed=0)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=1, max_episodes=100, seed=0)
     with pytest.warns(RuntimeWarning, match="5 attempts of iteration 1"):
-        model.learn(10**6)
+        model.learn(UNTIL_BUDGET)
     assert model.iteration == 0 and [r["kind"] for r in model.history] == ["warmup"]
     assert model.llm_stats["calls"] == 5 and model.llm_stats["discarded_attempts"] == 5
 
 
-def test_a_repeated_vector_is_evaluated_again_unless_duplicates_are_rejected() -> None:
+def test_a_repeated_vector_is_evaluated_again_unless_duplicates_are_rejected(make_r2po) -> None:
     replies = [vector(1.0, 1.0), vector(0.5, 0.5), vector(1.0, 1.0), vector(0.0, 0.0), vector(2.0, 2.0)]  # [1, 1] kept
-    model = R2PO(
-        "MlpLinear", BanditEnv(), llm=ScriptedLLM(replies), n_eval_episodes=1, warmup_episodes=0, max_episodes=4, seed=0
-    )
-    model.learn(10**6)
+    model = make_r2po(BanditEnv(), llm=ScriptedLLM(replies), n_eval_episodes=1, warmup_episodes=0, max_episodes=4, seed=0)
+    model.learn(UNTIL_BUDGET)
     assert model.history[1]["search"]["params"] == [1.0, 1.0] and model.history[1]["search"]["failures"] == []
-    strict = R2PO(
-        "MlpLinear",
+    strict = make_r2po(
         BanditEnv(),
         llm=ScriptedLLM(replies),
         n_eval_episodes=1,
@@ -382,16 +391,16 @@ def test_a_repeated_vector_is_evaluated_again_unless_duplicates_are_rejected() -
         reject_duplicates=True,
         on_unusable_reply="reask",
     )
-    strict.learn(10**6)
+    strict.learn(UNTIL_BUDGET)
     assert "already evaluated" in strict.history[1]["search"]["failures"][0]
     assert strict.history[1]["search"]["params"] == [0.0, 0.0]
 
 
-def test_critic_only_without_warm_up_asks_the_llm_with_an_empty_history() -> None:
+def test_critic_only_without_warm_up_asks_the_llm_with_an_empty_history(make_r2po) -> None:
     llm = ScriptedLLM([vector(1.0, 0.5), vector(1.5, 0.5)])
-    model = R2PO(
-        "MlpLinear", BanditEnv(), llm=llm, variant="critic_only", n_eval_episodes=1, warmup_episodes=0, max_episodes=2, seed=0
+    model = make_r2po(
+        BanditEnv(), llm=llm, variant="critic_only", n_eval_episodes=1, warmup_episodes=0, max_episodes=2, seed=0
     )
-    model.learn(10**6)
+    model.learn(UNTIL_BUDGET)
     assert [r["kind"] for r in model.history] == ["critic", "critic"] and model.llm_stats["fallbacks"] == 0
     assert model.history[0]["params"] == [1.0, 0.5] and len(llm.calls) == 2

@@ -1,5 +1,5 @@
 import pytest
-from helpers import BanditEnv, ScriptedLLM, vector
+from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
 from sb3_r2po.diagnostics import salience_summary, salience_table
@@ -7,14 +7,6 @@ from sb3_r2po.variants import VARIANTS
 
 GOOD_CARTPOLE = vector(0, 0, 0, 0, 0, 1, 0, 1, 0, 0)  # push towards where the pole falls: long episodes
 EDITED_CARTPOLE = vector(0, 0, 0, 0, 0, 1, 0, 1.2, 0, 0)
-
-
-def run(variant: str, replies: list[str], env="CartPole-v1", **kwargs) -> tuple[R2PO, ScriptedLLM]:
-    llm = ScriptedLLM(replies)
-    defaults = dict(n_eval_episodes=4, warmup_episodes=1, seed=0, max_episodes=1 + 8)
-    model = R2PO("MlpLinear", env, llm=llm, variant=variant, **{**defaults, **kwargs})
-    model.learn(10**7)
-    return model, llm
 
 
 def roles(llm: ScriptedLLM) -> list[str]:
@@ -36,10 +28,11 @@ def roles(llm: ScriptedLLM) -> list[str]:
         ("three_traj", ["search", "critic"], 8),
     ],
 )
-def test_call_pattern_and_budget(variant: str, pattern: list[str], episodes_per_iteration: int) -> None:
-    replies = [vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)]
-    model, llm = run(variant, replies, max_episodes=1 + 16)
-    assert model._episode_num == 17  # every variant gets the same episode budget
+def test_call_pattern_and_budget(make_r2po, variant: str, pattern: list[str], episodes_per_iteration: int) -> None:
+    llm = ScriptedLLM([vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)])
+    model = make_r2po(llm=llm, variant=variant, n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 16)
+    model.learn(UNTIL_BUDGET)
+    assert model.episodes_used == 17  # every variant gets the same episode budget
     n_iterations = 16 // episodes_per_iteration
     assert model.iteration == n_iterations
     assert roles(llm) == pattern * n_iterations
@@ -47,9 +40,10 @@ def test_call_pattern_and_budget(variant: str, pattern: list[str], episodes_per_
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_task_description_presence(variant: str) -> None:
+def test_task_description_presence(make_r2po, variant: str) -> None:
     """The Search is a black box except in props_plus; every Critic sees the task."""
-    _, llm = run(variant, [GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)])
+    llm = ScriptedLLM([GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)])
+    make_r2po(llm=llm, variant=variant, n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 8).learn(UNTIL_BUDGET)
     for role, call in zip(roles(llm), llm.calls, strict=True):
         shown = "## Task\n" in call[0]["content"] and "Observation:" in call[0]["content"]
         assert shown is (role == "critic" or variant == "props_plus"), (variant, role)
@@ -65,8 +59,12 @@ def test_task_description_presence(variant: str) -> None:
         ("critic_only", False, ["Representative episode"], False),
     ],
 )
-def test_critic_evidence(variant: str, statistics: bool, titles: list[str], rule: bool) -> None:
-    _, llm = run(variant, [GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)], target_return=500, tau_c=480)
+def test_critic_evidence(make_r2po, variant: str, statistics: bool, titles: list[str], rule: bool) -> None:
+    llm = ScriptedLLM([GOOD_CARTPOLE, EDITED_CARTPOLE, vector(*[0.1] * 10)])
+    model = make_r2po(
+        llm=llm, variant=variant, n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 8, target_return=500, tau_c=480
+    )
+    model.learn(UNTIL_BUDGET)
     critic = next(call[0]["content"] for role, call in zip(roles(llm), llm.calls, strict=True) if role == "critic")
     assert ("Reward: mean" in critic) is statistics
     assert ("480 or more" in critic) is rule
@@ -76,45 +74,71 @@ def test_critic_evidence(variant: str, statistics: bool, titles: list[str], rule
         assert title not in critic
 
 
-def test_three_traj_truncates_head_and_tail_at_25_steps() -> None:
-    _, llm = run("three_traj", [GOOD_CARTPOLE, EDITED_CARTPOLE], max_trajectory_steps=1000)
+def test_three_traj_truncates_head_and_tail_at_25_steps(make_r2po) -> None:
+    llm = ScriptedLLM([GOOD_CARTPOLE, EDITED_CARTPOLE])
+    model = make_r2po(
+        llm=llm, variant="three_traj", n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 8, max_trajectory_steps=1000
+    )
+    model.learn(UNTIL_BUDGET)
     critic = llm.calls[1][0]["content"]
     assert "t=24:" in critic and "t=25:" not in critic.split("Worst episode")[1].split("steps omitted")[0]
     assert critic.count("steps omitted") == 3
 
 
-def test_pure_search_second_proposal_must_differ() -> None:
+def test_pure_search_second_proposal_must_differ(make_r2po) -> None:
     # reject_duplicates (ours): the same prompt at temperature 0 gives the same reply: the second is re-asked with the reason
-    model, llm = run(
-        "pure_search", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE], reject_duplicates=True, on_unusable_reply="reask"
+    llm = ScriptedLLM([GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE])
+    model = make_r2po(
+        llm=llm,
+        variant="pure_search",
+        n_eval_episodes=4,
+        warmup_episodes=1,
+        max_episodes=1 + 8,
+        reject_duplicates=True,
+        on_unusable_reply="reask",
     )
+    model.learn(UNTIL_BUDGET)
     assert "already proposed in this iteration" in llm.calls[2][-1]["content"]
     assert model.history[-1]["revision"]["params"] is not None
 
 
-def test_actor_second_pass_shows_the_first_candidate() -> None:
-    _, llm = run("actor_second_pass", [GOOD_CARTPOLE, EDITED_CARTPOLE])
+def test_actor_second_pass_shows_the_first_candidate(make_r2po) -> None:
+    llm = ScriptedLLM([GOOD_CARTPOLE, EDITED_CARTPOLE])
+    model = make_r2po(llm=llm, variant="actor_second_pass", n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 8)
+    model.learn(UNTIL_BUDGET)
     assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" in llm.calls[1][0]["content"]
     assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" not in llm.calls[0][0]["content"]
 
 
-def test_always_critic_commits_a_worse_revision_and_r2po_never_does() -> None:
+def test_always_critic_commits_a_worse_revision_and_r2po_never_does(make_r2po) -> None:
     # bandit: return = W + b. The search scores 2, the revision 1.
     for variant, expected in [("always_critic", [0.0, 1.0]), ("r2po", [1.0, 1.0]), ("rep_traj", [1.0, 1.0])]:
-        model, _ = run(variant, [vector(1.0, 1.0), vector(0.0, 1.0)], env=BanditEnv(), warmup_episodes=0, max_episodes=8)
+        llm = ScriptedLLM([vector(1.0, 1.0), vector(0.0, 1.0)])
+        model = make_r2po(BanditEnv(), llm=llm, variant=variant, n_eval_episodes=4, warmup_episodes=0, max_episodes=8)
+        model.learn(UNTIL_BUDGET)
         assert model.history[-1]["params"] == expected, variant
         assert model.history[-1]["diagnostics"]["regression"] is True
         assert model.history[-1]["diagnostics"]["accepted"] is (variant == "always_critic")
 
 
-def test_diagnostics_and_salience_summary() -> None:
+def test_diagnostics_and_salience_summary(make_r2po) -> None:
     replies = [
         vector(1.0, 1.0),
         "The worst rollout failed, so I lower the bias.\n" + vector(1.0, 0.5),
         vector(2.0, 2.0),
         "Looks fine.\n" + vector(2.0, 2.5),
     ]
-    model, _ = run("r2po", replies, env=BanditEnv(), warmup_episodes=0, max_episodes=16, target_return=4, tau_c=3.5)
+    model = make_r2po(
+        BanditEnv(),
+        llm=ScriptedLLM(replies),
+        variant="r2po",
+        n_eval_episodes=4,
+        warmup_episodes=0,
+        max_episodes=16,
+        target_return=4,
+        tau_c=3.5,
+    )
+    model.learn(UNTIL_BUDGET)
     first, second = (r["diagnostics"] for r in model.history)
     assert first == {
         "accepted": False,
@@ -137,29 +161,48 @@ def test_unknown_variant() -> None:
         R2PO("MlpLinear", "CartPole-v1", llm=ScriptedLLM(["x"]), variant="nope")
 
 
-def test_pure_search_asks_one_proposal_when_the_budget_pays_for_one_evaluation() -> None:
+def test_pure_search_asks_one_proposal_when_the_budget_pays_for_one_evaluation(make_r2po) -> None:
     # 12 episodes after the warm-up: a pair (8), then 4 left: one proposal, not a pair whose second is never run
-    replies = [vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)]
-    model, llm = run("pure_search", replies, max_episodes=1 + 12)
-    assert model.iteration == 2 and model._episode_num == 13
+    llm = ScriptedLLM([vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)])
+    model = make_r2po(llm=llm, variant="pure_search", n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 12)
+    model.learn(UNTIL_BUDGET)
+    assert model.iteration == 2 and model.episodes_used == 13
     assert len(llm.calls) == 3
     assert model.history[-1]["revision"]["status"] == "skipped"
 
 
-def test_actor_second_pass_second_proposal_must_differ_from_the_first() -> None:
+def test_actor_second_pass_second_proposal_must_differ_from_the_first(make_r2po) -> None:
     # reject_duplicates (ours): the second Search repeats the first (not yet in the history): it is re-asked
-    model, llm = run(
-        "actor_second_pass", [GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE], reject_duplicates=True, on_unusable_reply="reask"
+    llm = ScriptedLLM([GOOD_CARTPOLE, GOOD_CARTPOLE, EDITED_CARTPOLE])
+    model = make_r2po(
+        llm=llm,
+        variant="actor_second_pass",
+        n_eval_episodes=4,
+        warmup_episodes=1,
+        max_episodes=1 + 8,
+        reject_duplicates=True,
+        on_unusable_reply="reask",
     )
+    model.learn(UNTIL_BUDGET)
     assert "already proposed in this iteration" in llm.calls[2][-1]["content"]
     assert model.history[-1]["revision"]["status"] in ("kept", "rejected")
     assert model.history[-1]["revision"]["params"] == [0, 0, 0, 0, 0, 1, 0, 1.2, 0, 0]
 
 
-def test_critic_only_revises_the_last_entry_with_its_own_episode_count_and_diagnostics() -> None:
+def test_critic_only_revises_the_last_entry_with_its_own_episode_count_and_diagnostics(make_r2po) -> None:
     # bandit, return W + b; the last entry is the 1-episode warm-up, then a K = 4 candidate
-    replies = [vector(1.0, 1.0), "The worst episode is low.\n" + vector(1.5, 1.0), vector(2.0, 1.0)]
-    model, llm = run("critic_only", replies, env=BanditEnv(), max_episodes=1 + 8, target_return=4, tau_c=2.0)
+    llm = ScriptedLLM([vector(1.0, 1.0), "The worst episode is low.\n" + vector(1.5, 1.0), vector(2.0, 1.0)])
+    model = make_r2po(
+        BanditEnv(),
+        llm=llm,
+        variant="critic_only",
+        n_eval_episodes=4,
+        warmup_episodes=1,
+        max_episodes=1 + 8,
+        target_return=4,
+        tau_c=2.0,
+    )
+    model.learn(UNTIL_BUDGET)
     first, second = llm.prompts()
     assert "proposed" not in first and "Candidate" not in first  # no candidate under review: the latest trace instead
     latest = "## What happened in the latest test\n"
@@ -171,36 +214,50 @@ def test_critic_only_revises_the_last_entry_with_its_own_episode_count_and_diagn
     assert second["l1"] == 0.5 and second["n_changed"] == 1
 
 
-def test_critic_only_counts_its_fallbacks_and_keeps_adjusted_notes() -> None:
-    model, _ = run(
-        "critic_only", ["no numbers here"], env=BanditEnv(), max_episodes=1 + 8, max_llm_retries=0, on_unusable_reply="reask"
+def test_critic_only_counts_its_fallbacks_and_keeps_adjusted_notes(make_r2po) -> None:
+    model = make_r2po(
+        BanditEnv(),
+        llm=ScriptedLLM(["no numbers here"]),
+        variant="critic_only",
+        n_eval_episodes=4,
+        warmup_episodes=1,
+        max_episodes=1 + 8,
+        max_llm_retries=0,
+        on_unusable_reply="reask",
     )
+    model.learn(UNTIL_BUDGET)
     assert [r["kind"] for r in model.history] == ["warmup", "fallback", "fallback"]
     assert model.llm_stats["fallbacks"] == 2
-    model, _ = run("critic_only", [vector(1.0, 99.0)], env=BanditEnv(), max_episodes=1 + 4)
+    llm = ScriptedLLM([vector(1.0, 99.0)])
+    model = make_r2po(BanditEnv(), llm=llm, variant="critic_only", n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 4)
+    model.learn(UNTIL_BUDGET)
     revision = model.history[-1]["revision"]
     assert model.history[-1]["kind"] == "critic" and revision["params"] == [1.0, 6.0]
     assert len(revision["adjusted"]) == 1 and "params[1]" in revision["adjusted"][0]
 
 
 @pytest.mark.parametrize("variant, expected", [("props", "1 of 4"), ("pure_search", "1 of 2"), ("r2po", "1 of 2")])
-def test_planned_iterations_count_the_candidates_of_the_variant(variant: str, expected: str) -> None:
+def test_planned_iterations_count_the_candidates_of_the_variant(make_r2po, variant: str, expected: str) -> None:
     # 16 episodes after the warm-up, K = 4: a one-candidate variant plans four iterations, a two-candidate one two
-    replies = [vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)]
-    _, llm = run(variant, replies, max_episodes=1 + 16)
+    llm = ScriptedLLM([vector(0, 0, 0, 0, 0, 1, 0, 1, 0, i / 10) for i in range(1, 40)])
+    make_r2po(llm=llm, variant=variant, n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 16).learn(UNTIL_BUDGET)
     assert f"This is iteration {expected}." in llm.calls[0][0]["content"]
 
 
-def test_r2po_candidate_at_tau_c_counts_as_above_it() -> None:
+def test_r2po_candidate_at_tau_c_counts_as_above_it(make_r2po) -> None:
     # the Search candidate returns exactly tau_c = 2: the revision rule applies to it (critic_selection_hints says so)
-    model, llm = run(
-        "r2po",
-        [vector(1.0, 1.0), vector(1.0, 1.5)],
-        env=BanditEnv(),
+    llm = ScriptedLLM([vector(1.0, 1.0), vector(1.0, 1.5)])
+    model = make_r2po(
+        BanditEnv(),
+        llm=llm,
+        variant="r2po",
+        n_eval_episodes=4,
+        warmup_episodes=1,
         max_episodes=1 + 8,
         target_return=4,
         tau_c=2,
         critic_selection_hints=True,
     )
+    model.learn(UNTIL_BUDGET)
     assert model.history[1]["search"]["mean_return"] == 2.0 and model.history[1]["diagnostics"]["above_tau_c"] is True
     assert "The proposal's mean reward 2 is at or above the threshold 2." in llm.calls[1][0]["content"]

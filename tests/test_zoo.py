@@ -33,6 +33,8 @@ from sb3_r2po.zoo import (
 from sb3_r2po.zoo.settings import VARIANTS_KEY
 
 EXAMPLE_LLM = "llm:'example:0'"
+MAZE = dict(llm="example:0", warmup_episodes=2, n_eval_episodes=2, max_episodes=6, seed=0)
+"""A tiny R2PO run on the maze: 2 warm-up episodes, then one iteration (a Search candidate and its revision) of K = 2."""
 """The ``--hyperparams`` item for the deterministic stand-in LLM (one argv item; in a shell: llm:"'example:0'")."""
 
 TINY_R2PO = [EXAMPLE_LLM, "n_eval_episodes:2", "warmup_episodes:2", "max_episodes:6"]
@@ -356,7 +358,7 @@ def test_sampler_offers_the_paper_values() -> None:
     assert inspect.signature(R2PO.__init__).parameters["reply_style"].default in SEARCH_SPACE["reply_style"]
 
 
-def test_trial_scored_when_r2po_stops_before_the_scheduled_evaluations() -> None:
+def test_trial_scored_when_r2po_stops_before_the_scheduled_evaluations(make_r2po) -> None:
     """
     R2PO stops at max_episodes, long before the zoo's first trial evaluation (every n_timesteps // n_evaluations
     steps): the trial is scored by an evaluation when the run ends, reported to the trial like the others.
@@ -374,7 +376,7 @@ def test_trial_scored_when_r2po_stops_before_the_scheduled_evaluations() -> None
     trial = study.ask()
     eval_env = make_vec_env("R2PO/Maze3x3-v0")
     callback = FinalTrialEvalCallback(eval_env, trial, n_eval_episodes=2, eval_freq=100_000)
-    model = R2PO("Tabular", "R2PO/Maze3x3-v0", llm="example:0", warmup_episodes=2, n_eval_episodes=2, max_episodes=6, seed=0)
+    model = make_r2po("R2PO/Maze3x3-v0", policy="Tabular", **MAZE)
     model.learn(4_000_000, callback=callback)
     assert model.num_timesteps < 100_000 and callback.eval_idx == 1 and np.isfinite(callback.last_mean_reward)
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == {1: callback.last_mean_reward}
@@ -397,12 +399,7 @@ def test_optimize_r2po_scores_every_trial(tmp_path: Path) -> None:
     assert all(t.value is not None and -1.0 <= t.value <= 1.0 for t in trials), [t.value for t in trials]  # not -inf
 
 
-def _maze_run(callback, **kwargs) -> R2PO:
-    model = R2PO("Tabular", "R2PO/Maze3x3-v0", llm="example:0", warmup_episodes=2, n_eval_episodes=2, max_episodes=6, seed=0)
-    return model.learn(4_000_000, callback=callback, **kwargs)
-
-
-def test_final_trial_evaluation_only_when_due_and_only_for_r2po() -> None:
+def test_final_trial_evaluation_only_when_due_and_only_for_r2po(make_r2po) -> None:
     optuna = pytest.importorskip("optuna")
     from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
     from stable_baselines3 import PPO
@@ -420,18 +417,18 @@ def test_final_trial_evaluation_only_when_due_and_only_for_r2po() -> None:
         return FinalTrialEvalCallback(eval_env, trial, n_eval_episodes=2, eval_freq=eval_freq)
 
     first = callback(100_000)
-    model = _maze_run(first)
+    model = make_r2po("R2PO/Maze3x3-v0", policy="Tabular", **MAZE).learn(4_000_000, callback=first)
     assert first.eval_idx == 1
     n_calls = first.n_calls
     model.learn(4_000_000, callback=first, reset_num_timesteps=False)  # the budget is spent: no step, no evaluation
     assert first.n_calls == n_calls and first.eval_idx == 1
     # the last scheduled evaluation fell on the last step: not evaluated twice
     last = callback(first.n_calls)
-    _maze_run(last)
+    make_r2po("R2PO/Maze3x3-v0", policy="Tabular", **MAZE).learn(4_000_000, callback=last)
     assert last.n_calls == first.n_calls and last.eval_idx == 1
     # no scheduled evaluations at all (eval_freq 0): one at the end
     none = callback(0)
-    _maze_run(none)
+    make_r2po("R2PO/Maze3x3-v0", policy="Tabular", **MAZE).learn(4_000_000, callback=none)
     assert none.eval_idx == 1
     # other algorithms run to their horizon, where the zoo's evaluations are: no extra one
     ppo = callback(100_000)

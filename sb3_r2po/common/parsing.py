@@ -18,8 +18,9 @@ a finite-looking literal too large for a float (``1e309``, a 400-digit integer) 
 ``1e308``, and is clipped to the bounds. The vector is then made legal by :meth:`ParameterSpace.project`
 (clip and round, or check the action set).
 
-A reply without a complete final answer is rejected: harmony output without a final channel, which is also
-what the backends return for a reply cut off at the token limit (:func:`~sb3_r2po.llm.harmony.without_answer`).
+A reply without a complete final answer is rejected: harmony output without a final channel
+(:func:`~sb3_r2po.common.replies.final_channel`), which is also what the backends return for a reply cut off at
+the token limit.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
-from sb3_r2po.llm.harmony import final_channel
+from sb3_r2po.common.replies import final_channel
 
 _INDEXED = re.compile(r"params\s*\[\s*(\d+)\s*\][*`\s]*[:=]\s*([^\s,;\]\)]+)", re.I)
 _LISTED = re.compile(r"params[\"'*`]*\s*[:=]\s*\[([^\[\]]*)\]", re.I)

@@ -9,7 +9,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from sb3_r2po.common.parameters import ParameterSpace
 
 Message = dict[str, str]
 """An OpenAI-style chat message, ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
@@ -39,7 +42,9 @@ class ChatReply:
 @runtime_checkable
 class ChatBackend(Protocol):
     """
-    A chat model R2PO can call. Implement ``chat``; ``chat_batch`` is optional (see :func:`chat_batch`).
+    A chat model R2PO can call. Implement ``chat``; the other capabilities are optional protocols a backend may
+    also implement: :class:`Preparable`, :class:`ChecksResources`, :class:`Constrainable`, :class:`BatchChat` and
+    :class:`AnswersBatch`.
 
     Backends must be stateless between calls: R2PO re-renders the whole context in every prompt.
     """
@@ -55,6 +60,93 @@ class Preparable(Protocol):
     """
 
     def prepare(self) -> None: ...
+
+
+@runtime_checkable
+class ChecksResources(Protocol):
+    """
+    A backend that can tell, cheaply and before anything is downloaded, joined or loaded, that it cannot run here
+    (a model too large for the machine, a missing package): R2PO calls ``check_resources`` before the first
+    ``learn()`` uses the backend.
+    """
+
+    def check_resources(self) -> None:
+        """Raise :class:`LLMBackendError`, saying what to install or free, when the backend cannot run here."""
+        ...
+
+
+@runtime_checkable
+class Constrainable(Protocol):
+    """
+    A backend that can constrain its decoding to well-formed parameter replies (e.g. under a grammar):
+    :class:`ChatBackend.chat` has no parameter-space argument, so R2PO calls ``constrain`` with the
+    :class:`~sb3_r2po.common.parameters.ParameterSpace` before asking for parameters; ``constrain(None)`` lifts it.
+    """
+
+    def constrain(self, space: ParameterSpace | None) -> None: ...
+
+
+@runtime_checkable
+class BatchChat(Protocol):
+    """A backend that answers several independent conversations at once (see :func:`chat_batch`)."""
+
+    def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]: ...
+
+
+@runtime_checkable
+class AnswersBatch(Protocol):
+    """
+    A backend whose batch can fail per conversation: it returns each conversation's reply or error, so that a
+    caller keeps the replies that came (see :func:`answer_batch`).
+    """
+
+    def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult: ...
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """
+    What a batch of conversations got: for each conversation, in order, its reply or the error that kept it from
+    one (exactly one of the two).
+
+    :param replies: The replies (``None`` where the conversation failed).
+    :param errors: The errors (``None`` where a reply came).
+    """
+
+    replies: tuple[ChatReply | None, ...]
+    errors: tuple[BaseException | None, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.replies) != len(self.errors):
+            raise ValueError(f"{len(self.replies)} replies for {len(self.errors)} errors")
+        if any((reply is None) == (error is None) for reply, error in zip(self.replies, self.errors, strict=True)):
+            raise ValueError("each conversation of a batch has either a reply or an error")
+
+    @classmethod
+    def answered(cls, replies: Sequence[ChatReply]) -> BatchResult:
+        """Every conversation answered."""
+        return cls(tuple(replies), (None,) * len(replies))
+
+    @classmethod
+    def failed(cls, error: BaseException, count: int) -> BatchResult:
+        """A batch of ``count`` conversations that failed as a whole, with ``error``."""
+        return cls((None,) * count, (error,) * count)
+
+    @property
+    def first_error(self) -> BaseException | None:
+        """The error of the first conversation that failed, or ``None``."""
+        return next((error for error in self.errors if error is not None), None)
+
+    def unwrap(self) -> list[ChatReply]:
+        """
+        The replies, in order.
+
+        :raises BaseException: the first error, when a conversation failed.
+        """
+        error = self.first_error
+        if error is not None:
+            raise error
+        return [reply for reply in self.replies if reply is not None]  # all of them: no conversation failed
 
 
 @contextlib.contextmanager
@@ -125,20 +217,13 @@ class CallableBackend:
         return f"CallableBackend({getattr(self.fn, '__name__', type(self.fn).__name__)})"
 
 
-def chat_batch(
-    backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0
-) -> list[ChatReply]:
+def ask_each(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
     """
-    Ask several independent conversations at once: one batch when the backend implements
-    ``chat_batch``, otherwise one call after another. In the latter case a conversation that fails does not stop
-    the others: the first error is raised after all were asked, with the replies that came attached
-    (:func:`batch_replies`).
+    Ask ``conversations`` one after another: a conversation that fails does not stop the others, its error is its
+    outcome (an exception that is not an ``Exception``, e.g. ``KeyboardInterrupt``, stops the batch).
     """
-    batched = getattr(backend, "chat_batch", None)
-    if callable(batched):
-        return list(batched(conversations, temperature=temperature))
     replies: list[ChatReply | None] = []
-    errors: list[Exception | None] = []
+    errors: list[BaseException | None] = []
     for messages in conversations:  # independent conversations: one failing does not stop the others
         try:
             replies.append(backend.chat(messages, temperature=temperature))
@@ -146,44 +231,37 @@ def chat_batch(
         except Exception as exc:
             replies.append(None)
             errors.append(exc)
-    first = next((e for e in errors if e is not None), None)
-    if first is not None:
-        keep_batch_replies(first, replies, errors)
-        raise first
-    return replies  # type: ignore[return-value]
+    return BatchResult(tuple(replies), tuple(errors))
 
 
-def keep_batch_replies(
-    exc: BaseException, replies: Sequence[ChatReply | None], errors: Sequence[BaseException | None] | None = None
-) -> None:
+def answer_batch(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
     """
-    Attach to ``exc``, the error that ended a batch, the replies the batch did get (``None`` for the others), so
-    that a caller can still use them (:class:`~sb3_r2po.llm.recording.RecordingBackend` records them), and, when
-    known, each conversation's own error (``None`` where a reply came). ``chat_batch`` implementations call it
-    before raising.
+    Ask several independent conversations at once and return what each got, its reply or its error.
+
+    A backend that answers batches itself (:class:`AnswersBatch`) does; one with a ``chat_batch``
+    (:class:`BatchChat`) is asked for the batch, whose error is every conversation's; any other is asked one
+    conversation after another (:func:`ask_each`).
     """
-    exc.batch_replies = list(replies)  # type: ignore[attr-defined]
-    if errors is not None:
-        exc.batch_errors = list(errors)  # type: ignore[attr-defined]
+    if isinstance(backend, AnswersBatch):
+        return backend.answer_batch(conversations, temperature=temperature)
+    if isinstance(backend, BatchChat):
+        try:
+            replies = backend.chat_batch(conversations, temperature=temperature)
+        except Exception as exc:  # the batch failed as a whole
+            return BatchResult.failed(exc, len(conversations))
+        return BatchResult.answered(replies)
+    return ask_each(backend, conversations, temperature=temperature)
 
 
-def batch_replies(exc: BaseException) -> list[ChatReply | None]:
-    """The replies a failed batch did get, per conversation (``None`` where none came; ``[]`` when not known)."""
-    return list(getattr(exc, "batch_replies", []))
-
-
-def batch_errors(exc: BaseException) -> list[BaseException | None]:
-    """Each conversation's own error in a failed batch (``None`` where a reply came; ``[]`` when not known)."""
-    return list(getattr(exc, "batch_errors", []))
-
-
-def own_copy(exc: BaseException) -> BaseException:
+def chat_batch(
+    backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0
+) -> list[ChatReply]:
     """
-    A copy of ``exc`` (same class, arguments, attributes, cause and traceback) made without calling its
-    ``__init__``: one error shared by several callers of a batch, each of which attaches its own replies.
+    Ask several independent conversations at once: one batch when the backend implements ``chat_batch``
+    (:class:`BatchChat`), otherwise as :func:`answer_batch` does. A conversation that fails does not stop the
+    others: the first error is raised after all were asked (:meth:`BatchResult.unwrap`); :func:`answer_batch`
+    gives the replies that came as well.
     """
-    copied = type(exc).__new__(type(exc))
-    copied.args = exc.args
-    copied.__dict__.update(exc.__dict__)
-    copied.__cause__, copied.__context__ = exc.__cause__, exc.__context__
-    return copied.with_traceback(exc.__traceback__)
+    if isinstance(backend, BatchChat):
+        return list(backend.chat_batch(conversations, temperature=temperature))
+    return answer_batch(backend, conversations, temperature=temperature).unwrap()

@@ -4,7 +4,8 @@ Several R2PO models trained side by side (seeds of a comparison, variants of an 
 at about the same moments. :class:`BatchingBackend` holds each call until every registered worker thread is
 waiting for the LLM (or has finished), then sends the waiting conversations to the inner backend together: one
 padded ``generate`` for :class:`~sb3_r2po.llm.transformers_backend.TransformersBackend`, concurrent requests for
-:class:`~sb3_r2po.llm.openai_backend.OpenAIBackend`, one after another for backends without ``chat_batch``.
+:class:`~sb3_r2po.llm.openai_backend.OpenAIBackend`, one after another for backends without ``chat_batch``
+(:func:`~sb3_r2po.llm.base.answer_batch`). Each caller gets its own replies, and its own errors.
 
 When no worker is registered, a call is sent as soon as nothing else is in flight, so a model keeps working with
 this backend after its lockstep run. A call from an unregistered thread while workers are registered joins their
@@ -17,18 +18,18 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
+from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.base import (
+    BatchResult,
     ChatBackend,
     ChatReply,
+    ChecksResources,
+    Constrainable,
     Message,
-    batch_errors,
-    batch_replies,
-    chat_batch,
-    keep_batch_replies,
-    own_copy,
+    answer_batch,
 )
+from sb3_r2po.llm.resolve import make_backend
 
 
 @dataclass
@@ -53,8 +54,6 @@ class BatchingBackend:
     """
 
     def __init__(self, inner: ChatBackend | Callable[[list[Message]], str] | str, max_batch: int | None = None) -> None:
-        from sb3_r2po.llm.resolve import make_backend
-
         if max_batch is not None and max_batch < 1:
             raise ValueError(f"max_batch must be >= 1 or None, got {max_batch}")
         self.inner: ChatBackend = make_backend(inner)
@@ -84,18 +83,19 @@ class BatchingBackend:
     # ------------------------------------------------------------------ the backend seam
 
     def check_resources(self) -> None:
-        """Forwarded to ``inner`` (once at a time)."""
-        self._forward("check_resources")
-
-    def constrain(self, space: Any) -> None:
-        """Forwarded to ``inner``: every model sharing this backend must have the same parameter space."""
-        self._forward("constrain", space)
-
-    def _forward(self, name: str, *args: Any) -> None:
-        method = getattr(self.inner, name, None)
-        if callable(method):
+        """Forwarded to ``inner`` (once at a time), when it checks its resources (:class:`ChecksResources`)."""
+        if isinstance(self.inner, ChecksResources):
             with self._setup_lock:
-                method(*args)
+                self.inner.check_resources()
+
+    def constrain(self, space: ParameterSpace | None) -> None:
+        """
+        Forwarded to ``inner``, when it constrains its decoding (:class:`Constrainable`): every model sharing this
+        backend must have the same parameter space.
+        """
+        if isinstance(self.inner, Constrainable):
+            with self._setup_lock:
+                self.inner.constrain(space)
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
         """
@@ -104,7 +104,7 @@ class BatchingBackend:
         :param messages: Chat messages.
         :param temperature: Sampling temperature.
         """
-        return self._answer([_Request(messages, temperature)])[0]
+        return self.answer_batch([messages], temperature=temperature).unwrap()[0]
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
         """
@@ -113,11 +113,29 @@ class BatchingBackend:
 
         :param conversations: The conversations.
         :param temperature: Sampling temperature.
+        :raises BaseException: the first error of the caller's conversations, after all of them were asked.
         """
-        return self._answer([_Request(messages, temperature) for messages in conversations])
+        return self.answer_batch(conversations, temperature=temperature).unwrap()
 
-    def _answer(self, requests: list[_Request]) -> list[ChatReply]:
-        """Queue ``requests``, take part in sending batches until they are answered, and return their replies."""
+    def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
+        """
+        As :meth:`chat_batch`, but return each conversation's reply or error. The errors are the caller's own
+        objects (copies of the inner backend's, which other callers of the same batch may get too).
+
+        :param conversations: The conversations.
+        :param temperature: Sampling temperature.
+        """
+        requests = [_Request(messages, temperature) for messages in conversations]
+        self._wait_for(requests)
+        copies: dict[int, BaseException] = {}
+        for request in requests:
+            if request.error is not None and id(request.error) not in copies:
+                copies[id(request.error)] = _own_copy(request.error)
+        errors = tuple(None if r.error is None else copies[id(r.error)] for r in requests)
+        return BatchResult(tuple(r.reply for r in requests), errors)
+
+    def _wait_for(self, requests: list[_Request]) -> None:
+        """Queue ``requests`` and take part in sending batches until they are answered."""
         with self._cond:
             self._pending.extend(requests)
             self._cond.notify_all()
@@ -127,12 +145,6 @@ class BatchingBackend:
                     self._send(batch)  # releases the lock while the inner backend works
                 else:
                     self._cond.wait()
-        failed = [request for request in requests if request.error is not None]
-        if failed:
-            error = own_copy(failed[0].error)  # type: ignore[arg-type]  # the inner error may be other callers' too
-            keep_batch_replies(error, [request.reply for request in requests], [request.error for request in requests])
-            raise error
-        return [request.reply for request in requests]  # type: ignore[misc]
 
     # ------------------------------------------------------------------ batching (called with the lock held)
 
@@ -159,18 +171,11 @@ class BatchingBackend:
                 groups.setdefault(request.temperature, []).append(request)
             for temperature, group in groups.items():
                 try:
-                    replies = chat_batch(self.inner, [r.messages for r in group], temperature=temperature)
-                except BaseException as exc:  # a caller whose conversation got no reply sees the failure
-                    partial = batch_replies(exc) or [None] * len(group)
-                    own = batch_errors(exc) or [exc] * len(group)  # each conversation's own error, when known
-                    for request, reply, error in zip(group, partial, own, strict=True):
-                        if reply is None:
-                            request.error = error or exc
-                        else:
-                            request.reply = reply
-                else:
-                    for request, reply in zip(group, replies, strict=True):
-                        request.reply = reply
+                    result = answer_batch(self.inner, [r.messages for r in group], temperature=temperature)
+                except BaseException as exc:  # e.g. an interrupt: every caller of the group sees it
+                    result = BatchResult.failed(exc, len(group))
+                for request, reply, error in zip(group, result.replies, result.errors, strict=True):
+                    request.reply, request.error = reply, error
         finally:
             self._cond.acquire()
             self.batch_sizes.append(len(batch))
@@ -181,3 +186,16 @@ class BatchingBackend:
 
     def __repr__(self) -> str:
         return f"BatchingBackend({self.inner!r}, max_batch={self.max_batch})"
+
+
+def _own_copy(exc: BaseException) -> BaseException:
+    """
+    A copy of ``exc`` (same class, arguments, attributes, cause and traceback) made without calling its
+    ``__init__``: an error shared by several callers of a batch, each of which raises its own object (raising one
+    object from several threads at once would mix their tracebacks).
+    """
+    copied = type(exc).__new__(type(exc))
+    copied.args = exc.args
+    copied.__dict__.update(exc.__dict__)
+    copied.__cause__, copied.__context__ = exc.__cause__, exc.__context__
+    return copied.with_traceback(exc.__traceback__)

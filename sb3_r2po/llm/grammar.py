@@ -204,7 +204,9 @@ def compile_grammar(text: str, llama: Any = None) -> Any:
     from llama_cpp import LlamaGrammar
 
     if llama is not None:
-        sampler = llama_cpp.llama_sampler_init_grammar(llama._model.vocab, text.encode("utf-8"), b"root")
+        sampler = llama_cpp.llama_sampler_init_grammar(
+            llama_cpp.llama_model_get_vocab(llama.model), text.encode("utf-8"), b"root"
+        )
         if not sampler:
             raise ValueError(f"llama.cpp rejected the grammar:\n{text}")
         llama_cpp.llama_sampler_free(sampler)

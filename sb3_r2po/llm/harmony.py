@@ -1,15 +1,7 @@
-"""gpt-oss "harmony" replies: extract the final channel from raw or flattened output.
+"""gpt-oss "harmony" replies on the backends' side: stop tokens, reasoning effort, and replies without an answer.
 
-gpt-oss writes its answer in *channels*: ``analysis`` (reasoning), ``commentary`` (tool preambles) and
-``final`` (the answer). Only the final channel is the answer.
-
-Raw output (special tokens kept)::
-
-    <|channel|>analysis<|message|>...reasoning...<|end|><|start|>assistant<|channel|>final<|message|>ANSWER<|return|>
-
-Flattened output (special tokens skipped by the decoder, as some servers return it)::
-
-    analysis...reasoning...assistantfinalANSWER
+Reading a reply (where its answer is: :func:`final_channel` and its relatives) is pure text handling that R2PO's
+parser needs too: it lives in :mod:`sb3_r2po.common.replies` and is re-exported here.
 
 No final channel (the token budget ran out during the analysis) is not an answer: :func:`final_channel`
 returns ``None`` and the backends treat it as a parse failure (one retry with a larger budget, then the raw
@@ -18,71 +10,59 @@ answer was being written (its last value may be cut short, e.g. ``-1`` of ``-1.7
 through :func:`without_answer`, which keeps what came before the answer and drops the answer, so that
 :func:`final_channel` is ``None`` for it too.
 
-Flattened analysis is recognised by ``analysis`` (or ``assistantanalysis``) at the start, directly followed by
-the reasoning's first character: not by whitespace or punctuation (``:;,.!?-``), so a plain reply that begins
-``analysis: ...`` stays plain text. A regex extractor is enough here: the official ``openai-harmony`` package
-downloads its vocabulary at run time, which fails offline.
+**Reasoning effort.** gpt-oss reasons at one of :data:`REASONING_EFFORTS`; a backend retrying an unanswered reply
+asks one step lower (:func:`lower_effort`), with a larger budget (:func:`retry_budget`).
 """
 
 from __future__ import annotations
 
-import re
+from sb3_r2po.common.replies import (
+    before_final,
+    complete_answer,
+    final_channel,
+    final_is_truncated,
+    has_final_channel,
+    is_harmony,
+)
 
-_RAW_FINAL = re.compile(
-    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
-)
-_RAW_FINAL_END = re.compile(
-    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>.*?(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
-)
-_RAW_FINAL_START = re.compile(r"<\|channel\|>\s*final(?![A-Za-z0-9_])")
-_RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
-_FLAT_FINAL_MARK = "assistantfinal"
-_FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis[^\s:;,.!?\-]")
-_TRAILING_SPECIALS = re.compile(r"(?:<\|(?:return|end|call|endoftext)\|>\s*)+$")
+__all__ = [
+    "HARMONY_STOP_TOKENS",
+    "REASONING_EFFORTS",
+    "analysis_only",
+    "check_reasoning_effort",
+    "complete_answer",
+    "final_channel",
+    "final_is_truncated",
+    "has_final_channel",
+    "is_harmony",
+    "lower_effort",
+    "retry_budget",
+    "without_answer",
+]
 
 HARMONY_STOP_TOKENS = ("<|return|>", "<|call|>")
 """Tokens that end a harmony reply (``<|end|>`` only ends one message, e.g. the analysis, so it is not one)."""
 
-
-def is_harmony(text: str) -> bool:
-    """Whether ``text`` looks like harmony output (raw or flattened)."""
-    return any(m in text for m in _RAW_MARKERS) or bool(_FLAT_ANALYSIS.match(text)) or _FLAT_FINAL_MARK in text
+REASONING_EFFORTS = ("low", "medium", "high")
+"""gpt-oss's reasoning efforts, lowest first."""
 
 
-def final_channel(text: str) -> str | None:
-    """
-    The text of the last final channel of a harmony reply.
-
-    :param text: The model's output.
-    :return: The final answer, stripped; ``None`` when the reply is harmony output without a final channel.
-        Text that is not harmony output at all is returned unchanged.
-    """
-    if any(m in text for m in _RAW_MARKERS):
-        finals = _RAW_FINAL.findall(text)
-        return finals[-1].strip() if finals else None
-    if _FLAT_FINAL_MARK in text:
-        answer = text.rpartition(_FLAT_FINAL_MARK)[2]
-        return _TRAILING_SPECIALS.sub("", answer).strip()
-    if _FLAT_ANALYSIS.match(text):
-        return None
-    return text
+def check_reasoning_effort(effort: str | None) -> None:
+    """Raise ``ValueError`` unless ``effort`` is one of :data:`REASONING_EFFORTS` or ``None``."""
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, got {effort!r}")
 
 
-def final_is_truncated(text: str) -> bool:
-    """
-    Whether raw harmony ``text`` ends inside its final channel (no ``<|return|>``/``<|end|>``/``<|call|>`` after
-    it): the token budget ran out while the answer was being written. Flattened and non-harmony text cannot
-    tell, and give ``False``.
-    """
-    if not any(m in text for m in _RAW_MARKERS):
-        return False
-    matches = list(_RAW_FINAL_END.finditer(text))
-    return bool(matches) and matches[-1].group(1) == ""
+def lower_effort(effort: str | None) -> str | None:
+    """One step lower than ``effort`` (``"low"`` stays ``"low"``); anything else is returned unchanged."""
+    if effort in REASONING_EFFORTS:
+        return REASONING_EFFORTS[max(0, REASONING_EFFORTS.index(effort) - 1)]
+    return effort
 
 
-def has_final_channel(text: str) -> bool:
-    """Whether ``text`` is an answer: non-harmony text, or harmony output with a final channel."""
-    return final_channel(text) is not None
+def retry_budget(budget: int, factor: float) -> int:
+    """The token budget of the retry of an unanswered reply: ``factor`` times ``budget``, and at least one more."""
+    return max(budget + 1, int(budget * factor))
 
 
 def analysis_only(reasoning: str) -> str:
@@ -112,11 +92,5 @@ def without_answer(text: str) -> str:
     """
     if final_channel(text) is None:
         return text
-    if any(m in text for m in _RAW_MARKERS):
-        match = _RAW_FINAL_START.search(text)
-        kept = text[: match.start()] if match else text
-    elif _FLAT_FINAL_MARK in text:
-        kept = text.partition(_FLAT_FINAL_MARK)[0]
-    else:
-        kept = text
+    kept = before_final(text)
     return kept if final_channel(kept) is None else analysis_only(kept)

@@ -54,11 +54,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState, keep_batch_replies
-from sb3_r2po.llm.harmony import analysis_only, final_channel, final_is_truncated, is_harmony, without_answer
+from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
+from sb3_r2po.llm.harmony import REASONING_EFFORTS as REASONING_EFFORTS  # importable from here, as it was
+from sb3_r2po.llm.harmony import (
+    analysis_only,
+    check_reasoning_effort,
+    complete_answer,
+    is_harmony,
+    lower_effort,
+    retry_budget,
+    without_answer,
+)
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
-REASONING_EFFORTS = ("low", "medium", "high")
 _RETRY_STATUS = frozenset({408, 429})
 
 
@@ -85,12 +93,6 @@ def split_model_url(url: str) -> tuple[str, str | None]:
     """Split ``"http://host:port/v1#model"`` into ``("http://host:port/v1", "model")`` (model ``None`` if absent)."""
     base, sep, model = url.strip().partition("#")
     return base.rstrip("/"), (model.strip() or None) if sep else None
-
-
-def _lower_effort(effort: str | None) -> str | None:
-    if effort in REASONING_EFFORTS:
-        return REASONING_EFFORTS[max(0, REASONING_EFFORTS.index(effort) - 1)]
-    return effort
 
 
 class OpenAIBackend(TransientState):
@@ -141,8 +143,7 @@ class OpenAIBackend(TransientState):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
         check_no_credentials(url)
-        if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
-            raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, got {reasoning_effort!r}")
+        check_reasoning_effort(reasoning_effort)
         if reasoning_effort_via not in ("field", "chat_template_kwargs", "both"):
             raise ValueError(
                 f"reasoning_effort_via must be 'field', 'chat_template_kwargs' or 'both', got {reasoning_effort_via!r}"
@@ -297,8 +298,8 @@ class OpenAIBackend(TransientState):
         start = time.perf_counter()
         effort, budget = self.reasoning_effort, self.max_tokens
         answer, raw, p_tok, c_tok = self._ask(msgs, temperature, effort, budget)
-        effort2 = _lower_effort(effort)
-        budget2 = None if budget is None else max(budget + 1, int(budget * self.retry_budget_factor))
+        effort2 = lower_effort(effort)
+        budget2 = None if budget is None else retry_budget(budget, self.retry_budget_factor)
         # the retry changes the request (more budget, less effort), or it is not sent
         if answer is None and self.retry_budget_factor > 0 and (effort2, budget2) != (effort, budget):
             self._count("retries")
@@ -315,20 +316,30 @@ class OpenAIBackend(TransientState):
 
         :param conversations: The conversations.
         :param temperature: Sampling temperature.
+        :raises LLMBackendError: the first conversation's error, after every request has ended
+            (:meth:`answer_batch` gives the replies that came as well).
+        """
+        return self.answer_batch(conversations, temperature=temperature).unwrap()
+
+    def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
+        """
+        As :meth:`chat_batch`, but return each conversation's reply or error: one conversation that fails (a request
+        the server refuses) does not lose the others' replies.
+
+        :param conversations: The conversations.
+        :param temperature: Sampling temperature.
         """
         convs = list(conversations)
         if len(convs) <= 1:
-            return [self.chat(c, temperature=temperature) for c in convs]
-        self.resolved_model()  # once, before the threads
+            return ask_each(self, convs, temperature=temperature)
+        try:
+            self.resolved_model()  # once, before the threads
+        except Exception as exc:  # no request can be sent
+            return BatchResult.failed(exc, len(convs))
         with ThreadPoolExecutor(max_workers=min(len(convs), self.max_concurrency), thread_name_prefix="r2po-llm") as pool:
             futures = [pool.submit(self.chat, c, temperature=temperature) for c in convs]
-        errors = [f.exception() for f in futures]
-        replies = [None if e is not None else f.result() for f, e in zip(futures, errors, strict=True)]
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:  # every request has ended: keep the replies that came, raise the first error
-            keep_batch_replies(first, replies, errors)
-            raise first
-        return replies  # type: ignore[return-value]
+        errors = tuple(f.exception() for f in futures)  # every request has ended
+        return BatchResult(tuple(None if e is not None else f.result() for f, e in zip(futures, errors, strict=True)), errors)
 
     def _ask(
         self, msgs: list[dict[str, str]], temperature: float, effort: str | None, max_tokens: int | None
@@ -362,8 +373,8 @@ class OpenAIBackend(TransientState):
         extra = message.model_extra or {}
         reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
         truncated = choice.finish_reason == "length"
-        final = final_channel(content) if content.strip() else None
-        if final is not None and not truncated and not final_is_truncated(content):
+        final = complete_answer(content) if content.strip() else None
+        if final is not None and not truncated:
             return (final if is_harmony(content) else content.strip()), content, p_tok, c_tok
         if content.strip() and is_harmony(content):
             raw = without_answer(content)  # the analysis before a missing or cut-off final channel

@@ -11,20 +11,23 @@ auditable. Design:
 - **Resuming** a checkpointed run repeats the calls made after its last checkpoint. :meth:`RecordingBackend.rewind`
   appends a marker line ``{"rewind": N}``: readers (:func:`read_records`, replay) then keep only the first N
   calls before it, so a replay follows the resumed run. The calls set aside stay in the file.
-- The **request hash** is the SHA-256 of the canonical JSON of the messages (role and content) and the
-  request settings that the :class:`~sb3_r2po.llm.base.ChatBackend` protocol carries (the temperature).
-  Backend settings (model, reasoning effort, ...) are recorded for the record but not hashed: a replay
-  cannot know them, and a recording is replayed in place of the backend that made it.
+- The **request hash** (:mod:`sb3_r2po.llm.identity`) is the SHA-256 of the canonical JSON of the messages (role
+  and content) and the request settings that the :class:`~sb3_r2po.llm.base.ChatBackend` protocol carries (the
+  temperature). Backend settings (model, reasoning effort, ...) are recorded for the record but not hashed: a
+  replay cannot know them, and a recording is replayed in place of the backend that made it.
 - :class:`ReplayBackend` answers by that hash. When the same request was recorded several times, the
   recorded replies are given in their order (R2PO at temperature 0 can ask the same prompt twice and the
   model may still have answered differently). A request that was not recorded, or asked more often than
   recorded, is a miss: it raises :class:`ReplayMissError` naming the request (its hash and the start of its
   last message), unless a ``fallback`` backend answers it.
+- ``llm="replay:PATH"`` builds a :class:`ReplayBackend` (:data:`REPLAY_FORM`). A replay's fallback is itself an
+  ``llm`` argument, which may name another replay: the form is registered into
+  :data:`~sb3_r2po.llm.resolve.STRING_FORMS` by the :mod:`sb3_r2po.llm` package, so that
+  :mod:`~sb3_r2po.llm.resolve` need not import this module.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -35,31 +38,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.llm.base import ChatBackend, ChatReply, LLMBackendError, Message, TransientState, batch_replies
-from sb3_r2po.llm.base import chat_batch as _chat_batch
+from sb3_r2po.llm.base import (
+    BatchResult,
+    ChatBackend,
+    ChatReply,
+    LLMBackendError,
+    Message,
+    TransientState,
+    answer_batch,
+)
+from sb3_r2po.llm.identity import canonical_messages
+from sb3_r2po.llm.identity import request_hash as request_hash  # importable from here, as they were
+from sb3_r2po.llm.identity import request_settings as request_settings
+from sb3_r2po.llm.resolve import StringForm, make_backend, reserved_prefix
 
 RECORD_VERSION = 1
-
-
-def request_settings(temperature: float) -> dict[str, Any]:
-    """The request settings that are part of a request's identity."""
-    return {"temperature": float(temperature)}
-
-
-def _canonical_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
-    return [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in messages]
-
-
-def request_hash(messages: Sequence[Message], settings: dict[str, Any]) -> str:
-    """
-    The SHA-256 (hex) identifying a request.
-
-    :param messages: The chat messages (only ``role`` and ``content`` count).
-    :param settings: The request settings (see :func:`request_settings`).
-    """
-    payload = {"messages": _canonical_messages(messages), "settings": settings}
-    canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _describe(backend: Any) -> dict[str, Any]:
@@ -81,8 +74,6 @@ class RecordingBackend(TransientState):
     """
 
     def __init__(self, inner: ChatBackend | Callable[[list[Message]], str] | str, path: str | os.PathLike[str]) -> None:
-        from sb3_r2po.llm.resolve import make_backend
-
         self.inner: ChatBackend = make_backend(inner)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -158,16 +149,20 @@ class RecordingBackend(TransientState):
         :param conversations: The conversations.
         :param temperature: Sampling temperature.
         """
-        try:
-            replies = _chat_batch(self.inner, conversations, temperature=temperature)
-        except Exception as exc:  # record the replies the failed batch did get, then fail
-            for messages, partial in zip(conversations, batch_replies(exc), strict=False):  # [] when unknown
-                if partial is not None:
-                    self._record(messages, temperature, partial)
-            raise
-        for messages, reply in zip(conversations, replies, strict=True):
-            self._record(messages, temperature, reply)
-        return replies
+        return self.answer_batch(conversations, temperature=temperature).unwrap()
+
+    def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
+        """
+        As :meth:`chat_batch`, but return each conversation's reply or error (the replies are recorded, in order).
+
+        :param conversations: The conversations.
+        :param temperature: Sampling temperature.
+        """
+        result = answer_batch(self.inner, conversations, temperature=temperature)
+        for messages, reply in zip(conversations, result.replies, strict=True):
+            if reply is not None:
+                self._record(messages, temperature, reply)
+        return result
 
     def _record(self, messages: Sequence[Message], temperature: float, reply: ChatReply) -> None:
         settings = request_settings(temperature)
@@ -175,7 +170,7 @@ class RecordingBackend(TransientState):
             "version": RECORD_VERSION,
             "hash": request_hash(messages, settings),
             "time": time.time(),
-            "messages": _canonical_messages(messages),
+            "messages": canonical_messages(messages),
             "settings": settings,
             "backend": _describe(self.inner),
             "reply": reply.to_dict(),
@@ -252,11 +247,7 @@ class ReplayBackend(TransientState):
         self, path: str | os.PathLike[str], fallback: ChatBackend | Callable[[list[Message]], str] | str | None = None
     ) -> None:
         self.path = Path(path).expanduser()
-        if fallback is not None:
-            from sb3_r2po.llm.resolve import make_backend
-
-            fallback = make_backend(fallback)
-        self.fallback: ChatBackend | None = fallback
+        self.fallback: ChatBackend | None = None if fallback is None else make_backend(fallback)
         self.stats: dict[str, int] = {"hits": 0, "misses": 0}
         """Counters: requests answered from the recording, and misses (answered by the fallback)."""
         self._queues: dict[str, deque[dict[str, Any]]] | None = None
@@ -330,3 +321,24 @@ class ReplayBackend(TransientState):
 
     def __repr__(self) -> str:
         return f"ReplayBackend({str(self.path)!r}, fallback={self.fallback!r})"
+
+
+def _check_replay(spec: str) -> None:
+    if not spec.partition(":")[2].strip():
+        raise ValueError(
+            f"llm={spec!r}: 'replay:' needs the path of a recorded JSONL file, e.g. 'replay:runs/llm_calls.jsonl'"
+        )
+
+
+def _build_replay(spec: str) -> ChatBackend:
+    return ReplayBackend(spec.partition(":")[2].strip())
+
+
+REPLAY_FORM = StringForm(
+    "replay:PATH (answer from a RecordingBackend JSONL file)",
+    "replay:runs/llm_calls.jsonl",
+    reserved_prefix("replay"),
+    _build_replay,
+    _check_replay,
+)
+"""The ``llm`` string form ``replay:PATH``: a :class:`ReplayBackend` of the recording at ``PATH``."""

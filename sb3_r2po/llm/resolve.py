@@ -23,6 +23,10 @@ string that cannot be imported (``mistral:latest``, an Ollama model name without
 already at the check; otherwise (a missing submodule or attribute, a failing import) when the backend is
 built. A URL with credentials (``https://user:password@host/v1``) is refused at the check (name an
 environment variable holding the key with ``OpenAIBackend(..., api_key_env=...)`` instead).
+
+The ``replay:PATH`` form is defined in :mod:`sb3_r2po.llm.recording` and registered into :data:`STRING_FORMS` by
+the :mod:`sb3_r2po.llm` package, which always runs before this module can be used: a replay's fallback is an
+``llm`` argument itself (built with :func:`make_backend`), so this module cannot import the replay backend.
 """
 
 from __future__ import annotations
@@ -51,8 +55,8 @@ class StringForm:
     :func:`check_llm_spec` and :func:`make_backend` run it before building."""
 
 
-def _reserved(prefix: str, *, ignore_case: bool = False) -> Callable[[str], bool]:
-    """A matcher for ``prefix`` alone or followed by ``:`` and an argument."""
+def reserved_prefix(prefix: str, *, ignore_case: bool = False) -> Callable[[str], bool]:
+    """A matcher for ``prefix`` alone or followed by ``:`` and an argument (a reserved prefix, see the module notes)."""
     pattern = re.compile(rf"{prefix}(:|$)", re.IGNORECASE if ignore_case else 0)
     return lambda s: pattern.match(s) is not None
 
@@ -71,7 +75,7 @@ def _build_example(spec: str) -> ChatBackend:
 
 
 def _check_embedded(spec: str) -> None:
-    from sb3_r2po.llm.embedded import MODELS
+    from sb3_r2po.llm.weights import MODELS
 
     _, sep, size = spec.partition(":")
     if sep and size.lower() not in MODELS:
@@ -83,13 +87,6 @@ def _build_embedded(spec: str) -> ChatBackend:
     from sb3_r2po.llm.embedded import EmbeddedBackend
 
     return EmbeddedBackend.from_spec(spec)
-
-
-def _check_replay(spec: str) -> None:
-    if not spec.partition(":")[2].strip():
-        raise ValueError(
-            f"llm={spec!r}: 'replay:' needs the path of a recorded JSONL file, e.g. 'replay:runs/llm_calls.jsonl'"
-        )
 
 
 _IMPORT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w.]*$")
@@ -141,12 +138,6 @@ def _is_model_id_or_dir(spec: str) -> bool:
     return (_HF_ID_RE.match(spec) is not None and ".." not in spec) or _PATH_RE.match(spec) is not None
 
 
-def _build_replay(spec: str) -> ChatBackend:
-    from sb3_r2po.llm.recording import ReplayBackend
-
-    return ReplayBackend(spec.partition(":")[2].strip())
-
-
 def _check_openai(spec: str) -> None:
     from sb3_r2po.llm.openai_backend import check_no_credentials, split_model_url
 
@@ -165,23 +156,22 @@ def _build_transformers(spec: str) -> ChatBackend:
     return TransformersBackend(os.path.expanduser(spec) if spec.startswith("~") else spec)
 
 
+URL_FORM = StringForm(
+    "http(s)://HOST[:PORT]/v1[#MODEL] (OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, transformers serve)",
+    "http://127.0.0.1:8000/v1#openai/gpt-oss-20b",
+    lambda s: _URL_RE.match(s) is not None,
+    _build_openai,
+    _check_openai,
+)
+"""The form of an OpenAI-compatible server's URL: the first form after the reserved prefixes."""
+
 STRING_FORMS: list[StringForm] = [
-    StringForm("example[:seed]", "example:0", _reserved("example"), _build_example, _check_example),
-    StringForm("embedded[:size]", "embedded:0.5b", _reserved("embedded", ignore_case=True), _build_embedded, _check_embedded),
+    StringForm("example[:seed]", "example:0", reserved_prefix("example"), _build_example, _check_example),
     StringForm(
-        "replay:PATH (answer from a RecordingBackend JSONL file)",
-        "replay:runs/llm_calls.jsonl",
-        _reserved("replay"),
-        _build_replay,
-        _check_replay,
+        "embedded[:size]", "embedded:0.5b", reserved_prefix("embedded", ignore_case=True), _build_embedded, _check_embedded
     ),
-    StringForm(
-        "http(s)://HOST[:PORT]/v1[#MODEL] (OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, transformers serve)",
-        "http://127.0.0.1:8000/v1#openai/gpt-oss-20b",
-        lambda s: _URL_RE.match(s) is not None,
-        _build_openai,
-        _check_openai,
-    ),
+    # replay:PATH comes here, registered by sb3_r2po.llm (its ReplayBackend takes an llm argument as its fallback)
+    URL_FORM,
     StringForm(
         "package.module:attribute",
         "my_pkg.llms:make_backend",
@@ -199,10 +189,15 @@ STRING_FORMS: list[StringForm] = [
 """The accepted string forms, tried in order. Backends add theirs with :func:`register_string_form`."""
 
 
-def register_string_form(form: StringForm, *, first: bool = False) -> None:
-    """Add an accepted ``llm`` string form (``first=True`` tries it before the others)."""
+def register_string_form(form: StringForm, *, first: bool = False, before: str | None = None) -> None:
+    """Add an accepted ``llm`` string form: last, first (``first=True``), or before the form named ``before``."""
     if first:
         STRING_FORMS.insert(0, form)
+    elif before is not None:
+        names = [known.name for known in STRING_FORMS]
+        if before not in names:
+            raise ValueError(f"no llm string form named {before!r}")
+        STRING_FORMS.insert(names.index(before), form)
     else:
         STRING_FORMS.append(form)
 

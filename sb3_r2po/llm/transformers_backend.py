@@ -43,10 +43,18 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
-from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, final_channel, final_is_truncated, is_harmony, without_answer
+from sb3_r2po.llm.harmony import (
+    HARMONY_STOP_TOKENS,
+    check_reasoning_effort,
+    complete_answer,
+    is_harmony,
+    lower_effort,
+    retry_budget,
+    without_answer,
+)
+from sb3_r2po.llm.harmony import REASONING_EFFORTS as REASONING_EFFORTS  # importable from here, as it was
 
 DEFAULT_MODEL = "openai/gpt-oss-20b"
-REASONING_EFFORTS = ("low", "medium", "high")
 
 KNOWN_LARGE_MODELS: dict[str, float] = {
     "gpt-oss-20b": 16.0,
@@ -123,12 +131,6 @@ def check_model_fits(model: str) -> None:
     )
 
 
-def _lower_effort(effort: str | None) -> str | None:
-    if effort in REASONING_EFFORTS:
-        return REASONING_EFFORTS[max(0, REASONING_EFFORTS.index(effort) - 1)]
-    return effort
-
-
 class TransformersBackend(TransientState):
     """
     Run a chat model in-process with a ``transformers`` text-generation pipeline (gpt-oss harmony aware).
@@ -177,8 +179,7 @@ class TransformersBackend(TransientState):
     ) -> None:
         if isinstance(model, os.PathLike):
             model = os.fspath(model)
-        if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
-            raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, got {reasoning_effort!r}")
+        check_reasoning_effort(reasoning_effort)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if batch_size is not None and batch_size < 1:
@@ -210,7 +211,7 @@ class TransformersBackend(TransientState):
         """The model id or path (or the class name of a model object)."""
         if isinstance(self.model, str):
             return self.model
-        return str(getattr(getattr(self.model, "config", None), "_name_or_path", "") or type(self.model).__name__)
+        return str(getattr(getattr(self.model, "config", None), "name_or_path", None) or type(self.model).__name__)
 
     def check_resources(self) -> None:
         """Run the memory guard now (it also runs before the first load). Cheap: nothing is loaded."""
@@ -303,11 +304,11 @@ class TransformersBackend(TransientState):
         completion_tokens = [self._count_completion(r) for r in raw]
         spent = [seconds] * len(convs)
 
-        missing = [i for i, text in enumerate(raw) if final_channel(text) is None or final_is_truncated(text)]
+        missing = [i for i, text in enumerate(raw) if complete_answer(text) is None]
         if missing and self.retry_budget_factor > 0:
             self.stats["retries"] += len(missing)
-            effort2 = _lower_effort(effort) if self.retry_lower_effort else effort
-            budget = max(self.max_new_tokens + 1, int(self.max_new_tokens * self.retry_budget_factor))
+            effort2 = lower_effort(effort) if self.retry_lower_effort else effort
+            budget = retry_budget(self.max_new_tokens, self.retry_budget_factor)
             raw2, seconds2 = self._generate([convs[i] for i in missing], effort2, budget, temperature)
             for i, text in zip(missing, raw2, strict=True):
                 raw[i] = text
@@ -317,8 +318,8 @@ class TransformersBackend(TransientState):
 
         replies: list[ChatReply] = []
         for text, p_tok, c_tok, sec in zip(raw, prompt_tokens, completion_tokens, spent, strict=True):
-            final = final_channel(text)
-            if final is None or final_is_truncated(text):  # no answer, or an answer cut off by the budget
+            final = complete_answer(text)
+            if final is None:  # no answer, or an answer cut off by the budget
                 self.stats["no_final"] += 1
                 answer = without_answer(text)
             elif is_harmony(text):

@@ -16,7 +16,7 @@ import numpy as np
 
 from sb3_r2po.common.evidence import EvidencePackage
 from sb3_r2po.llm.asking import Answer, ask_for_params, ask_together
-from sb3_r2po.llm.base import ChatBackend, Message, Preparable, log_progress
+from sb3_r2po.llm.base import ChatBackend, ChecksResources, Constrainable, Message, Preparable, log_progress
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
 from sb3_r2po.r2po.history import duplicate_error
@@ -78,17 +78,15 @@ class LLMRoles:
                 print(f"R2PO: preparing the LLM {name}", flush=True)
             start = time.perf_counter()
             backend = make_backend(model.llm)
-            check_resources = getattr(backend, "check_resources", None)
-            if callable(check_resources):  # fail before any download or load when the model cannot fit
-                check_resources()
+            if isinstance(backend, ChecksResources):  # fail before any download or load when the model cannot fit
+                backend.check_resources()
             if isinstance(backend, Preparable):  # load it now (with its progress logged) rather than in the first call
                 with log_progress(model.verbose >= 1):
                     backend.prepare()
                 if model.verbose >= 1:
                     print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s", flush=True)
-            constrain = getattr(backend, "constrain", None)
-            if callable(constrain):  # constrained decoding (e.g. a grammar) from the parameter space
-                constrain(model.policy.parameter_space)
+            if isinstance(backend, Constrainable):  # constrained decoding (e.g. a grammar) from the parameter space
+                backend.constrain(model.policy.parameter_space)
             self.backend = run.open(
                 backend, model.checkpoint_dir, model.history
             )  # with a checkpoint_dir: a transcript of every call

@@ -103,7 +103,7 @@ def install_variant_settings() -> None:
     import rl_zoo3.exp_manager
 
     manager_class = rl_zoo3.exp_manager.ExperimentManager
-    if getattr(manager_class.read_hyperparameters, "_sb3_r2po_variants", False):
+    if getattr(manager_class.read_hyperparameters, "sb3_r2po_variants", False):
         return
     original = manager_class.read_hyperparameters
 
@@ -124,7 +124,8 @@ def install_variant_settings() -> None:
         saved = OrderedDict((key, resolved[key]) for key in sorted(resolved))
         return resolved, saved
 
-    read_hyperparameters._sb3_r2po_variants = True  # type: ignore[attr-defined]
+    # the mark that makes this idempotent: an attribute of our own wrapper, read above on whatever the zoo's method is
+    read_hyperparameters.sb3_r2po_variants = True  # type: ignore[attr-defined]
     manager_class.read_hyperparameters = read_hyperparameters  # type: ignore[method-assign]
 
 

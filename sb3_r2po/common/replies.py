@@ -1,0 +1,107 @@
+"""Where the answer is in a reply: the final channel of gpt-oss "harmony" output, raw or flattened.
+
+gpt-oss writes its answer in *channels*: ``analysis`` (reasoning), ``commentary`` (tool preambles) and
+``final`` (the answer). Only the final channel is the answer.
+
+Raw output (special tokens kept)::
+
+    <|channel|>analysis<|message|>...reasoning...<|end|><|start|>assistant<|channel|>final<|message|>ANSWER<|return|>
+
+Flattened output (special tokens skipped by the decoder, as some servers return it)::
+
+    analysis...reasoning...assistantfinalANSWER
+
+No final channel (the token budget ran out during the analysis) is not an answer: :func:`final_channel`
+returns ``None``. Text that is not harmony output at all is its own answer.
+
+Flattened analysis is recognised by ``analysis`` (or ``assistantanalysis``) at the start, directly followed by
+the reasoning's first character: not by whitespace or punctuation (``:;,.!?-``), so a plain reply that begins
+``analysis: ...`` stays plain text. A regex extractor is enough here: the official ``openai-harmony`` package
+downloads its vocabulary at run time, which fails offline.
+
+This module only reads replies (R2PO's parser needs it); what the backends write for a reply without an answer
+is in :mod:`sb3_r2po.llm.harmony`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_RAW_FINAL = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
+_RAW_FINAL_END = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>.*?(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
+_RAW_FINAL_START = re.compile(r"<\|channel\|>\s*final(?![A-Za-z0-9_])")
+_RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
+_FLAT_FINAL_MARK = "assistantfinal"
+_FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis[^\s:;,.!?\-]")
+_TRAILING_SPECIALS = re.compile(r"(?:<\|(?:return|end|call|endoftext)\|>\s*)+$")
+
+
+def _is_raw(text: str) -> bool:
+    return any(m in text for m in _RAW_MARKERS)
+
+
+def is_harmony(text: str) -> bool:
+    """Whether ``text`` looks like harmony output (raw or flattened)."""
+    return _is_raw(text) or bool(_FLAT_ANALYSIS.match(text)) or _FLAT_FINAL_MARK in text
+
+
+def final_channel(text: str) -> str | None:
+    """
+    The text of the last final channel of a harmony reply.
+
+    :param text: The model's output.
+    :return: The final answer, stripped; ``None`` when the reply is harmony output without a final channel.
+        Text that is not harmony output at all is returned unchanged.
+    """
+    if _is_raw(text):
+        finals = _RAW_FINAL.findall(text)
+        return finals[-1].strip() if finals else None
+    if _FLAT_FINAL_MARK in text:
+        answer = text.rpartition(_FLAT_FINAL_MARK)[2]
+        return _TRAILING_SPECIALS.sub("", answer).strip()
+    if _FLAT_ANALYSIS.match(text):
+        return None
+    return text
+
+
+def final_is_truncated(text: str) -> bool:
+    """
+    Whether raw harmony ``text`` ends inside its final channel (no ``<|return|>``/``<|end|>``/``<|call|>`` after
+    it): the token budget ran out while the answer was being written. Flattened and non-harmony text cannot
+    tell, and give ``False``.
+    """
+    if not _is_raw(text):
+        return False
+    matches = list(_RAW_FINAL_END.finditer(text))
+    return bool(matches) and matches[-1].group(1) == ""
+
+
+def has_final_channel(text: str) -> bool:
+    """Whether ``text`` is an answer: non-harmony text, or harmony output with a final channel."""
+    return final_channel(text) is not None
+
+
+def complete_answer(text: str) -> str | None:
+    """
+    The final channel of ``text`` (:func:`final_channel`), or ``None`` when it has none or the token budget cut
+    it off (:func:`final_is_truncated`): an answer whose last value may be cut short is no answer.
+    """
+    final = final_channel(text)
+    return None if final is None or final_is_truncated(text) else final
+
+
+def before_final(text: str) -> str:
+    """
+    What comes before the first final channel of ``text``: everything before the first ``<|channel|>final`` of
+    raw harmony, before the first ``assistantfinal`` of flattened harmony; all of ``text`` otherwise.
+    """
+    if _is_raw(text):
+        match = _RAW_FINAL_START.search(text)
+        return text[: match.start()] if match else text
+    if _FLAT_FINAL_MARK in text:
+        return text.partition(_FLAT_FINAL_MARK)[0]
+    return text

