@@ -22,6 +22,9 @@ import sb3_r2po
 from sb3_r2po import R2PO
 from sb3_r2po.ablate import run_one, run_settings
 from sb3_r2po.compare import episode_cap, r2po_entry
+from sb3_r2po.r2po.prompting import PromptView
+from sb3_r2po.variants import HISTORY_EXCERPTS
+from sb3_r2po.variants import VARIANTS as VARIANT_SPECS
 from sb3_r2po.zoo import config_dir, config_file
 from sb3_r2po.zoo.settings import HISTORY_EXCERPTS_KEY, VARIANTS_KEY, apply_variant
 
@@ -102,7 +105,9 @@ def test_every_variant_resolves_to_the_reference_settings(env_id: str) -> None:
         assert VARIANTS_KEY not in entry
         got = {"warmup": entry["warmup_episodes"], "target": entry["target_return"], "tau_c": entry["tau_c"]}
         got["cap"] = episode_cap(env_id, variant)[0]
-        got["N"] = raw[VARIANTS_KEY].get(variant, {}).get(HISTORY_EXCERPTS_KEY)
+        assert HISTORY_EXCERPTS_KEY not in raw[VARIANTS_KEY].get(variant, {})  # R2PO's default: not repeated here
+        excerpts = VARIANT_SPECS[variant].critic is not None and VARIANT_SPECS[variant].critic.excerpts
+        got["N"] = HISTORY_EXCERPTS[env_id] if excerpts else None
         k = entry["n_eval_episodes"]
         per_iteration = k * (1 if variant in ONE_CALL else 2)
         got["iterations"] = (entry["max_episodes"] - entry["warmup_episodes"]) / per_iteration
@@ -182,8 +187,8 @@ def _check_model(model: R2PO, env_id: str, variant: str) -> None:
     assert model.variant == variant
     assert model.warmup_episodes == expected["warmup"] and model.target == expected["target"], (env_id, variant)
     assert model.tau_c == expected["tau_c"] and model.episode_cap == expected["cap"], (env_id, variant)
-    if expected["N"] is not None:
-        assert model.history_excerpts == expected["N"]
+    if expected["N"] is not None:  # the reference's N is R2PO's own default for the env
+        assert model.history_excerpts is None and PromptView(model).excerpted_entries() == expected["N"]
 
 
 def _skip_without_mujoco(env_id: str) -> None:
