@@ -19,6 +19,7 @@ sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # every
 
 import argparse  # noqa: E402
 import time  # noqa: E402
+from typing import Any  # noqa: E402
 
 import gymnasium as gym  # noqa: E402
 from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
@@ -57,7 +58,9 @@ def main() -> None:
     # (off by default; --paper leaves them off): a reply that repeats a history vector is unusable, an unusable reply is
     # re-asked with the error stated and then replaced by a local step from the best candidate (the reference runs the
     # whole iteration again instead), and a revision equal to its candidate is not evaluated again.
-    options = {} if args.paper else {"reject_duplicates": True, "on_unusable_reply": "reask", "skip_unchanged_revisions": True}
+    options: dict[str, Any] = (
+        {} if args.paper else {"reject_duplicates": True, "on_unusable_reply": "reask", "skip_unchanged_revisions": True}
+    )
 
     # 1. The model: a linear policy y = s @ W + b (10 parameters on CartPole), optimized by the LLM.
     model = R2PO(
