@@ -97,6 +97,19 @@ class ScriptedServer:
     def chat_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r["path"].endswith("/chat/completions")]
 
+    def receive(self, path: str, headers: dict[str, str], body: Any) -> Response | Callable[[dict[str, Any]], Response]:
+        """Record a POST request as in flight; return the script's next step for it (``default`` once it is empty)."""
+        with self._lock:
+            self.requests.append({"path": path, "headers": headers, "body": body})
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+            return self.script.pop(0) if self.script else self.default
+
+    def answered(self) -> None:
+        """A request recorded by :meth:`receive` has been answered: it is no longer in flight."""
+        with self._lock:
+            self._in_flight -= 1
+
     def start(self) -> ScriptedServer:
         outer = self
 
@@ -124,17 +137,12 @@ class ScriptedServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                with outer._lock:
-                    outer.requests.append({"path": self.path, "headers": _lower(self.headers), "body": body})
-                    outer._in_flight += 1
-                    outer.max_in_flight = max(outer.max_in_flight, outer._in_flight)
-                    step = outer.script.pop(0) if outer.script else outer.default
+                step = outer.receive(self.path, _lower(self.headers), body)
                 try:
                     time.sleep(outer.delay)
                     self._send(step(body) if callable(step) else step)
                 finally:
-                    with outer._lock:
-                        outer._in_flight -= 1
+                    outer.answered()
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -207,15 +207,33 @@ def test_a_reply_cut_at_max_tokens_is_no_answer(caplog: pytest.LogCaptureFixture
     from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
     from sb3_r2po.llm.harmony import final_channel
 
-    backend = EmbeddedBackend(max_tokens=16, n_threads=1, grammar=False)
-    backend._llm = _FakeLlama("params: [0.5, 2.25, -1", "length")
+    backend = EmbeddedBackend(max_tokens=16, n_threads=1, grammar=False, llama=_FakeLlama("params: [0.5, 2.25, -1", "length"))
+    assert backend.loaded
     with caplog.at_level("WARNING", logger="sb3_r2po.llm.embedded"):
         reply = backend.chat([{"role": "user", "content": "propose"}])
     assert final_channel(reply.text) is None and "params: [0.5, 2.25, -1" in reply.text
     assert parse_params(reply.text, ParameterSpace(3, -6, 6, 2)).error == NO_FINAL_ANSWER
     assert any("cut off" in r.getMessage() and "no answer" in r.getMessage() for r in caplog.records)
-    backend._llm = _FakeLlama("params: [0.5, 2.25, -1.75]", "stop")
+    backend = EmbeddedBackend(
+        max_tokens=16, n_threads=1, grammar=False, llama=_FakeLlama("params: [0.5, 2.25, -1.75]", "stop")
+    )
     assert backend.chat([{"role": "user", "content": "propose"}]).text == "params: [0.5, 2.25, -1.75]"
+
+
+def test_a_given_model_answers_is_not_pickled_and_is_closed() -> None:
+    closed: list[bool] = []
+
+    class Closable(_FakeLlama):
+        def close(self) -> None:
+            closed.append(True)
+
+    model = Closable("params: [1.0]", "stop")
+    backend = EmbeddedBackend(n_threads=1, grammar=False, llama=model)
+    assert backend.loaded and backend.load() is model
+    assert backend.chat([{"role": "user", "content": "propose"}]).text == "params: [1.0]"
+    assert not pickle.loads(pickle.dumps(backend)).loaded  # a copy would load the model file of its size
+    backend.close()
+    assert closed and not backend.loaded
 
 
 # -- the real model ---------------------------------------------------------------------------------
@@ -332,9 +350,7 @@ def test_sampling_seeds_depend_on_the_conversation_not_on_call_order() -> None:
             return {"choices": [{"message": {"content": str(kwargs["seed"])}, "finish_reason": "stop"}], "usage": {}}
 
     def backend(seed: int = 0) -> EmbeddedBackend:
-        b = EmbeddedBackend(n_threads=1, grammar=False, seed=seed)
-        b._llm = SeedEcho("", "stop")
-        return b
+        return EmbeddedBackend(n_threads=1, grammar=False, seed=seed, llama=SeedEcho("", "stop"))
 
     a, b = [{"role": "user", "content": "model A"}], [{"role": "user", "content": "model B"}]
     first = backend()

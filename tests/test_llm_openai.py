@@ -356,7 +356,9 @@ def test_a_failed_batch_keeps_each_reply_with_its_conversation(scripted: Scripte
 
 def test_construction_is_offline_and_validated() -> None:
     b = OpenAIBackend("http://127.0.0.1:9/v1#m")  # nothing listens there; nothing is contacted
-    assert b.model == "m" and b._client is None
+    assert b.model == "m" and not b.client_created
+    assert b.client is not None and b.client_created  # created on first use, still offline
+    assert not pickle.loads(pickle.dumps(b)).client_created  # the client (and its API key) is not pickled
     with pytest.raises(ValueError):
         OpenAIBackend("ftp://example/v1")
     with pytest.raises(ValueError):

@@ -37,7 +37,7 @@ def test_string_forms_build_the_right_backend_lazily(spec: str, cls: type) -> No
     if isinstance(backend, TransformersBackend):
         assert not backend.loaded
     if isinstance(backend, OpenAIBackend):
-        assert backend._client is None
+        assert not backend.client_created
 
 
 def test_details_of_the_built_backends() -> None:

@@ -119,9 +119,15 @@ def test_missing_final_channel_is_retried_with_more_budget_and_less_effort(
 ) -> None:
     b = TransformersBackend(str(tiny_dir), max_new_tokens=8, retry_budget_factor=6.0, reasoning_effort="high")
     calls = spy_generate(monkeypatch, b.pipeline.model)
-    efforts: list[Any] = []
-    original = b._template_kwargs
-    monkeypatch.setattr(b, "_template_kwargs", lambda effort: efforts.append(effort) or original(effort))
+    tok = b.pipeline.tokenizer
+    original = tok.apply_chat_template
+    efforts: list[Any] = []  # the chat template's reasoning_effort, for generating and for counting prompt tokens
+
+    def spy(conversation: Any, **kwargs: Any) -> Any:
+        efforts.append(kwargs.get("reasoning_effort"))
+        return original(conversation, **kwargs)
+
+    monkeypatch.setattr(tok, "apply_chat_template", spy)
     reply = b.chat(USER)
     assert reply.text == DEFAULT_FINAL
     assert len(calls) == 2
@@ -145,24 +151,55 @@ CUT_FINAL = (
 )
 
 
-def scripted_generate(b: TransformersBackend, texts: list[str]) -> list[tuple[str | None, int]]:
-    """Make ``b`` answer ``texts`` in turn without a model; returns the (effort, budget) of each generate call."""
-    calls: list[tuple[str | None, int]] = []
+class OneTokenTokenizer:
+    """The tokenizer of :class:`ScriptedPipeline`: every prompt and every reply is one token; no special tokens."""
 
-    def generate(convs: Any, effort: str | None, budget: int, temperature: float) -> tuple[list[str], float]:
-        calls.append((effort, budget))
-        return [texts[min(len(calls), len(texts)) - 1] for _ in convs], 0.01
+    pad_token_id = 0
+    pad_token = None
+    eos_token_id = None
+    padding_side = "right"
 
-    b._generate = generate  # type: ignore[method-assign]
-    b._count_prompt = lambda convs, effort: 1  # type: ignore[method-assign]
-    b._count_completion = lambda text: 1  # type: ignore[method-assign]
-    return calls
+    def get_vocab(self) -> dict[str, int]:
+        return {}
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> dict[str, list[int]]:
+        return {"input_ids": [0]}
+
+    def __call__(self, text: str, **kwargs: Any) -> dict[str, list[int]]:
+        return {"input_ids": [0]}
 
 
-def test_final_channel_still_cut_off_after_the_retry_is_no_answer() -> None:
+class ScriptedPipeline:
+    """A text-generation pipeline without a model: answers ``texts`` in turn, the last one again when they run out."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+        self.tokenizer = OneTokenTokenizer()
+        self.model = None
+        self.calls: list[tuple[str | None, int]] = []
+        """The (reasoning effort, token budget) of each call."""
+
+    def __call__(
+        self, convs: list[Any], *, tokenizer_encode_kwargs: dict[str, Any], max_new_tokens: int, **kwargs: Any
+    ) -> list[list[dict[str, str]]]:
+        self.calls.append((tokenizer_encode_kwargs.get("reasoning_effort"), max_new_tokens))
+        text = self.texts[min(len(self.calls), len(self.texts)) - 1]
+        return [[{"generated_text": text}] for _ in convs]
+
+
+def scripted_generate(monkeypatch: pytest.MonkeyPatch, texts: list[str]) -> list[tuple[str | None, int]]:
+    """Make the next pipeline a backend builds answer ``texts`` in turn; returns the (effort, budget) of each call."""
+    import transformers
+
+    pipe = ScriptedPipeline(texts)
+    monkeypatch.setattr(transformers, "pipeline", lambda task, model, **kwargs: pipe)
+    return pipe.calls
+
+
+def test_final_channel_still_cut_off_after_the_retry_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """A final channel cut by the budget may end inside its last value (-1 of -1.75): never an answer."""
     b = TransformersBackend("some/model", memory_check=False, max_new_tokens=50, reasoning_effort="low")
-    calls = scripted_generate(b, [CUT_FINAL])
+    calls = scripted_generate(monkeypatch, [CUT_FINAL])
     reply = b.chat(USER)
     assert final_channel(reply.text) is None
     assert reply.text == "<|channel|>analysis<|message|>think<|end|><|start|>assistant"
@@ -171,10 +208,10 @@ def test_final_channel_still_cut_off_after_the_retry_is_no_answer() -> None:
     assert calls == [("low", 50), ("low", 100)]  # the retry is never the same request: it has more budget
 
 
-def test_cut_off_final_channel_then_a_complete_one() -> None:
+def test_cut_off_final_channel_then_a_complete_one(monkeypatch: pytest.MonkeyPatch) -> None:
     b = TransformersBackend("some/model", memory_check=False, max_new_tokens=50, retry_budget_factor=1.0)
     complete = harmony_reply("params: [0.5, 2.25, -1.75]")
-    calls = scripted_generate(b, [CUT_FINAL, complete])
+    calls = scripted_generate(monkeypatch, [CUT_FINAL, complete])
     assert b.chat(USER).text == "params: [0.5, 2.25, -1.75]"
     assert b.stats["no_final"] == 0 and calls == [("medium", 50), ("low", 51)]
 
@@ -295,7 +332,7 @@ def test_a_named_gpu_is_honoured_not_mapped_away(
 
     monkeypatch.setattr(transformers, "pipeline", fake_pipeline)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(module, "_has_accelerate", lambda: True)
+    monkeypatch.setattr(module, "has_accelerate", lambda: True)
     with pytest.raises(LLMBackendError, match="stop here"):
         TransformersBackend(str(tiny_dir), device=device, memory_check=False).pipeline  # noqa: B018
     assert {k: seen[k] for k in ("device", "device_map") if k in seen} == placed

@@ -125,6 +125,11 @@ class EmbeddedBackend(TransientState):
         cores, 3000 (default) kept 96 % of the idle generation speed and was 1.5 times faster than the
         default when another process was busy (``0`` sleeps at once: fastest under load, 38 % slower idle).
         No effect when ``llama_cpp`` was imported before the first model load.
+    :param llama: An already loaded ``llama_cpp.Llama`` to answer with instead of loading the model file of ``size``:
+        nothing is joined, checked or loaded for it, and ``n_ctx``, ``extra_buffers`` and ``spin_count`` do not apply
+        to it (with ``n_threads`` given, it keeps its own thread count). Without a grammar and with ``n_threads``
+        given, any object with ``Llama.create_chat_completion`` will do (a stand-in in tests). Like a loaded model it
+        is not pickled (a copy loads the model of ``size`` on its first call), and :meth:`close` closes it.
     """
 
     _transient = ("_llm", "_grammar", "_threads")  # the loaded model and what belongs to it
@@ -142,6 +147,7 @@ class EmbeddedBackend(TransientState):
         seed: int = 0,
         extra_buffers: bool | None = None,
         spin_count: int | None = 3000,
+        llama: Any = None,
     ) -> None:
         self.spec = model_spec(size)
         if n_ctx < 256:
@@ -172,7 +178,7 @@ class EmbeddedBackend(TransientState):
         self.grammar_max_chars = 0
         self.calls = 0
         self._asked: dict[str, int] = {}  # conversation hash -> times asked (sampling seeds)
-        self._llm: Any = None
+        self._llm: Any = llama
         self._grammar: Any = None
         self._threads = 0
         self._lock = threading.Lock()

@@ -199,6 +199,14 @@ class OpenAIBackend(TransientState):
         return key
 
     @property
+    def client_created(self) -> bool:
+        """
+        Whether the ``openai`` client exists: ``False`` until the first request (or the first read of
+        :attr:`client`), and again after unpickling. Reading it creates nothing.
+        """
+        return self._client is not None
+
+    @property
     def client(self) -> Any:
         """The ``openai.OpenAI`` client (created on first use; its own retries are off)."""
         if self._client is None:

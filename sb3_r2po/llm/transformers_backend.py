@@ -251,7 +251,7 @@ class TransformersBackend(TransientState):
             if self.model_kwargs:
                 kwargs["model_kwargs"] = self.model_kwargs
             placed = self.device not in (None, "cuda")  # a given device ("cuda:1") is honoured, not mapped away
-            if device.startswith("cuda") and not placed and self.device_map is not None and _has_accelerate():
+            if device.startswith("cuda") and not placed and self.device_map is not None and has_accelerate():
                 kwargs["device_map"] = self.device_map
             else:
                 kwargs["device"] = device
@@ -398,7 +398,8 @@ class TransformersBackend(TransientState):
         )
 
 
-def _has_accelerate() -> bool:
+def has_accelerate() -> bool:
+    """Whether ``accelerate`` is installed (``device_map`` needs it; without it the model is put on one device)."""
     import importlib.util
 
     return importlib.util.find_spec("accelerate") is not None
