@@ -30,6 +30,8 @@ ALLOWED: dict[str, str] = {
     # list them (llm/embedded.py checks a llama.cpp params struct has a field before it sets it). The trailing
     # underscore marks ctypes' public "sunder" API, not a private attribute.
     "_fields_": "ctypes.Structure's documented list of fields",
+    # a NamedTuple's methods start with an underscore so that they cannot clash with field names; they are public
+    "_asdict": "typing.NamedTuple's documented conversion to a dict (common/rollouts.VecStep into callback.locals)",
 }
 """Private-looking names that are a library's public API, with the reason; keep this short."""
 

@@ -46,7 +46,7 @@ def test_the_k_started_episodes_run_to_their_end_in_start_order(kind: str) -> No
     Taking the first 3 to finish would give three 1-step episodes."""
     env = vec(kind, Counter(1), Counter(5))
     counted = []
-    result = run_episodes(env, act, 3, 100, lambda dones, infos, rewards, n: counted.append((int(dones.sum()), n)) or True)
+    result = run_episodes(env, act, 3, 100, lambda step: counted.append((int(step.dones.sum()), step.n_steps)) or True)
     assert [ep.length for ep in result.episodes] == [1, 5, 1]
     assert [ep.index for ep in result.episodes] == [0, 1, 2]
     assert all(ep.end == "terminated" for ep in result.episodes)
@@ -72,5 +72,5 @@ def test_time_limits_truncate_and_the_cap_cuts_and_resets(kind: str) -> None:
 
 def test_a_stop_request_returns_the_finished_episodes_only() -> None:
     env = vec("direct", Counter(1), Counter(5))
-    result = run_episodes(env, act, 3, 100, lambda dones, infos, rewards, n: not dones.any())
+    result = run_episodes(env, act, 3, 100, lambda step: not step.dones.any())
     assert result.stopped and result.stop_requested and [ep.length for ep in result.episodes] == [1]

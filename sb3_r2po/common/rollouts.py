@@ -82,9 +82,30 @@ class RolloutResult:
         return np.array([ep.total_return for ep in self.episodes], dtype=np.float64)
 
 
-StepHook = Callable[[np.ndarray, list[dict], np.ndarray, int], bool]
-"""Called after every vector step with ``(dones, infos, rewards, n_steps)``: ``dones`` is True only where a
-counted episode finished, ``n_steps`` is the number of environment steps taken. Return False to stop at once."""
+class VecStep(NamedTuple):
+    """
+    What one vector step did, under the names of an SB3 algorithm's rollout loop (``callback.locals``).
+
+    :param new_obs: The observations to act on next, one row per sub-environment (where an episode ended: the reset
+        observation, as a VecEnv's auto-reset gives; the terminal one is in ``infos[i]["terminal_observation"]``).
+    :param actions: The actions taken, one row per sub-environment (an idle sub-environment's is not applied).
+    :param rewards: The rewards (0 for an idle sub-environment).
+    :param dones: True only where a counted episode finished.
+    :param infos: The step infos (empty for an idle sub-environment).
+    :param n_steps: Environment steps taken (the direct path steps only the busy sub-environments).
+    """
+
+    new_obs: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    dones: np.ndarray
+    infos: list[dict]
+    n_steps: int
+
+
+StepHook = Callable[[VecStep], object]
+"""Called after every vector step; a falsy return (``False``, ``None``, ``np.bool_(False)``, a false tensor) stops at
+once, as ``callback.on_step()`` does in SB3's algorithms."""
 
 
 class _Step(NamedTuple):
@@ -227,7 +248,7 @@ def run_episodes(
         if on_step is not None:
             infos = [step.info for step in steps]
             rewards = np.array([step.reward for step in steps])
-            if on_step(dones, infos, rewards, n_steps) is False:
+            if not on_step(VecStep(np.asarray(obs), np.asarray(actions), rewards, dones, infos, n_steps)):
                 done = sorted(finished, key=lambda ep: ep.index)
                 return RolloutResult(done, stopped=len(done) < n_episodes, stop_requested=True)
     return RolloutResult(sorted(finished, key=lambda ep: ep.index))

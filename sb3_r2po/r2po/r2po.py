@@ -37,7 +37,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 
 from sb3_r2po.common.parameters import ReplyStyle
 from sb3_r2po.common.racing import run_race
-from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, env_spec, run_episodes
+from sb3_r2po.common.rollouts import RolloutResult, VecStep, check_vec_env, env_spec, run_episodes
 from sb3_r2po.llm.asking import Answer
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec
@@ -438,10 +438,12 @@ class R2PO(BaseAlgorithm):
         self._n_evaluations += 1
         callback.on_rollout_start()
 
-        def on_step(dones: np.ndarray, infos: list[dict], rewards: np.ndarray, n_steps: int) -> bool:
-            self.num_timesteps += n_steps
-            self._episode_num += int(dones.sum())
-            callback.update_locals({"dones": dones, "infos": infos, "rewards": rewards, "params": params})
+        def on_step(step: VecStep) -> bool:  # SB3's rollout loop: counters, success rate, locals, then the callbacks
+            self.num_timesteps += step.n_steps
+            self._episode_num += int(step.dones.sum())
+            successes = (info.get("is_success") for info, done in zip(step.infos, step.dones, strict=True) if done)
+            self.ep_success_buffer.extend(success for success in successes if success is not None)  # type: ignore[union-attr]
+            callback.update_locals({**step._asdict(), "env": self.env, "params": params})
             return callback.on_step()
 
         result = run_episodes(self.env, self.policy.actor(params), n_episodes, self.episode_cap, on_step)

@@ -89,6 +89,8 @@ def record_metrics(
     if model.ep_info_buffer:
         logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in model.ep_info_buffer]))
         logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in model.ep_info_buffer]))
+    if model.ep_success_buffer:  # envs that report info["is_success"] at episode end
+        logger.record("rollout/success_rate", safe_mean(list(model.ep_success_buffer)))
     logger.record("time/episodes", model.episodes_used)
     logger.record("time/fps", int((model.num_timesteps - timesteps_at_start) / time_elapsed))
     logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")

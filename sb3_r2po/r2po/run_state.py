@@ -33,6 +33,7 @@ COMMITTED_STATE = (
     "llm_stats",
     "iteration",
     "ep_info_buffer",
+    "ep_success_buffer",
     "_transcript_calls",
 )
 """The model's attributes an iteration changes before its history entry is written (saved as of the last entry)."""
