@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sb3_r2po.common import finite
 from sb3_r2po.common.rollouts import Episode
 
 
@@ -59,8 +60,8 @@ def summarize(episodes: Sequence[Episode], target: float | None = None) -> Episo
         endings[ep.end] = endings.get(ep.end, 0) + 1
     return EpisodeStatistics(
         n_episodes=len(episodes),
-        mean_return=float(returns.mean()),
-        std_return=float(returns.std()),
+        mean_return=finite.mean(returns),
+        std_return=finite.std(returns),
         min_return=float(returns.min()),
         max_return=float(returns.max()),
         mean_length=float(lengths.mean()),
@@ -85,7 +86,7 @@ def median_index(returns: Sequence[float]) -> int:
 
 def mean_closest_index(returns: Sequence[float]) -> int:
     """The episode whose return is closest to the mean of the returns (ties to the lowest index)."""
-    return closest_index(returns, float(np.mean(returns)))
+    return closest_index(returns, finite.mean(returns))
 
 
 LARGEST_INTEGER_PRINTED = 1e15
@@ -124,10 +125,11 @@ def digits_apart(x: float, other: float | None, digits: int = 4) -> int:
 
 
 def _vector(x: np.ndarray, digits: int) -> str:
+    """An observation or action of a trajectory; a non-finite entry (only an env's reset observation can hold one,
+    or an action computed from it: steps are cut where the env returns one) is written ``non-finite``."""
     flat = np.asarray(x, dtype=np.float64).reshape(-1)
-    if flat.size == 1:
-        return sig(float(flat[0]), digits)
-    return "[" + ", ".join(sig(float(v), digits) for v in flat) + "]"
+    values = [sig(float(v), digits) if np.isfinite(v) else "non-finite" for v in flat]
+    return values[0] if flat.size == 1 else "[" + ", ".join(values) + "]"
 
 
 def _same_step(episode: Episode, t: int, u: int) -> bool:

@@ -13,6 +13,7 @@ step hook counts them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -26,8 +27,11 @@ PASS_THROUGH_WRAPPERS: tuple[type[VecEnvWrapper], ...] = (VecMonitor, VecCheckNa
 EndReason = str
 """How an episode ended: ``"terminated"`` (the task ended), ``"truncated"`` (the env's time limit) or
 ``"capped"`` (R2PO's own ``max_episode_steps`` cap, for envs without a time limit) or ``"non-finite"`` (the
-env returned a NaN or infinite observation or reward: the episode is cut there, the non-finite step's
-observation is not kept and a non-finite reward counts as 0)."""
+env returned a NaN or infinite observation or reward, or a finite reward that would make the return overflow: the
+episode is cut there, the step's observation is not kept and such a reward counts as 0)."""
+
+OVERFLOW_RISK = sys.float_info.max / 2**32
+"""Rewards up to this magnitude cannot make a return overflow (within 2**32 steps); larger ones are checked."""
 
 
 @dataclass
@@ -258,9 +262,10 @@ def _advance(ep: Episode, step: _Step, action: np.ndarray, max_episode_steps: in
     """Append one step to ``ep``; whether the episode ended with it (its ``end`` is then set)."""
     ep.actions.append(_copy(action))
     next_obs = _copy(step.next_obs)
-    if not (np.isfinite(step.reward) and np.isfinite(next_obs).all()):
+    usable = bool(np.isfinite(step.reward)) and not _overflows(ep, step.reward)
+    if not (usable and np.isfinite(next_obs).all()):
         # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
-        ep.rewards.append(step.reward if np.isfinite(step.reward) else 0.0)
+        ep.rewards.append(step.reward if usable else 0.0)
         ep.observations.append(ep.observations[-1])
         ep.end = "non-finite"
         return True
@@ -271,6 +276,14 @@ def _advance(ep: Episode, step: _Step, action: np.ndarray, max_episode_steps: in
     elif ep.length >= max_episode_steps:
         ep.end = "capped"
     return ep.end != "running"
+
+
+def _overflows(ep: Episode, reward: float) -> bool:
+    """Whether adding ``reward`` makes the episode's return overflow (each reward finite, their sum not)."""
+    if abs(reward) <= OVERFLOW_RISK:  # 2**32 such rewards cannot overflow: the common case costs one comparison
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):
+        return not np.isfinite(np.sum([*ep.rewards, reward]))
 
 
 def _copy(x: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sb3_r2po.common import finite
 from sb3_r2po.common.rollouts import RolloutResult
 from sb3_r2po.diagnostics import diagnose_revision
 from sb3_r2po.llm.asking import Answer
@@ -181,7 +182,7 @@ def _holds(result: RolloutResult | None, record: dict[str, Any]) -> bool:
     """Whether ``result`` holds the episodes of history ``record``."""
     if result is None or len(result.episodes) != record["n_episodes"]:
         return False
-    return bool(np.isclose(float(result.returns.mean()), record["mean_return"]))
+    return bool(np.isclose(finite.mean(result.returns), record["mean_return"]))
 
 
 def _diagnose(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sb3_r2po.common import finite
 from sb3_r2po.common.evidence import (
     EvidencePackage,
     build_evidence,
@@ -56,7 +57,7 @@ class PromptView:
             per_iteration = spec.candidates_per_iteration * model.n_eval_episodes
             planned = model.iteration + max(1, math.ceil(model.episodes_left / max(1, per_iteration)))
         lines = self._history_lines(critic)
-        lines += [HistoryLine(self.format(p), float(res.returns.mean()), len(res.episodes)) for p, res in shown]
+        lines += [HistoryLine(self.format(p), finite.mean(res.returns), len(res.episodes)) for p, res in shown]
         return PromptContext(
             task=describe_task(model.env_id, model.observation_space, model.action_space),
             layout=model.policy.layout_lines(),

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from sb3_r2po.common import finite
 from sb3_r2po.common.rollouts import RolloutResult
 from sb3_r2po.llm.asking import Answer
 
@@ -67,7 +68,7 @@ class Candidate:
     @property
     def mean_return(self) -> float:
         assert self.result is not None, "a candidate's mean return is known once it is evaluated"
-        return float(self.result.returns.mean())
+        return finite.mean(self.result.returns)
 
     def to_dict(self) -> dict[str, Any]:
         """The history's ``search`` field: the iteration's first candidate."""
@@ -179,8 +180,8 @@ class HistoryEntry:
             "iteration": self.iteration,
             "kind": self.kept.kind,
             "params": floats(self.kept.params),
-            "mean_return": float(returns.mean()),
-            "std_return": float(returns.std()),
+            "mean_return": finite.mean(returns),
+            "std_return": finite.std(returns),
             "min_return": float(returns.min()),
             "max_return": float(returns.max()),
             "mean_length": float(np.mean([ep.length for ep in result.episodes])),
