@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,13 +31,38 @@ def check_int(name: str, value: Any, low: int, optional: bool = False) -> None:
         raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
-def check_number(name: str, value: float | None, low: float, strict: bool = False, optional: bool = False) -> None:
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number (an int or float, numpy's included; not a bool, not a string)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_number(name: str, value: Any, low: float = -math.inf, strict: bool = False, optional: bool = False) -> None:
     """Raise a ``ValueError`` unless ``value`` is a finite number >= ``low`` (> with ``strict``; or ``None``)."""
     if value is None and optional:
         return
-    if value is None or not math.isfinite(value) or value < low or (strict and value == low):
+    if not is_number(value) or not math.isfinite(value) or value < low or (strict and value == low):
         allowed = f"a finite number {'>' if strict else '>='} {low:g}" if low > -math.inf else "a finite number"
-        raise ValueError(f"{name} must be {allowed}{' or None' if optional else ''}, got {value}")
+        raise ValueError(f"{name} must be {allowed}{' or None' if optional else ''}, got {value!r}")
+
+
+def check_flag(name: str, value: Any) -> None:
+    """Raise a ``ValueError`` unless ``value`` is ``True`` or ``False``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def check_path(name: str, value: Any) -> None:
+    """Raise a ``ValueError`` unless ``value`` is a path (a string or ``os.PathLike``) or ``None``."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a path (str or os.PathLike) or None, got {value!r}")
+
+
+def check_policy(policy: Any, aliases: Mapping[str, type]) -> None:
+    """Raise a ``ValueError`` unless ``policy`` is one of the policy names or a policy class."""
+    if isinstance(policy, str) and policy not in aliases:
+        raise ValueError(f"Unknown policy {policy!r}; R2PO accepts {sorted(aliases)} or a CompactPolicy class")
+    if not isinstance(policy, (str, type)):
+        raise ValueError(f"policy must be one of {sorted(aliases)} or a CompactPolicy class, got {policy!r}")
 
 
 def check_budget(n_eval_episodes: int, warmup_episodes: int, max_episodes: int | None, max_episode_steps: int) -> None:
@@ -48,7 +76,8 @@ def check_budget(n_eval_episodes: int, warmup_episodes: int, max_episodes: int |
 def check_search_space(param_bounds: tuple[float, float], param_decimals: int, step_size: float) -> None:
     """The parameter space of a linear policy, and the step the prompts suggest."""
     check_int("param_decimals", param_decimals, 0)
-    if len(param_bounds) != 2 or not all(math.isfinite(float(b)) for b in param_bounds):
+    pair = isinstance(param_bounds, (tuple, list, np.ndarray)) and len(param_bounds) == 2
+    if not pair or not all(is_number(b) and math.isfinite(b) for b in param_bounds):
         raise ValueError(f"param_bounds must be two finite numbers (low, high), got {param_bounds!r}")
     if not float(param_bounds[0]) < float(param_bounds[1]):
         raise ValueError(f"param_bounds are empty or reversed: {param_bounds}")
@@ -73,9 +102,8 @@ def check_prompts(
     check_int("history_best_k", history_best_k, 0, optional=True)
     check_int("history_recent", history_recent, 0, optional=True)
     check_int("history_excerpts", history_excerpts, 0, optional=True)
-    for name, value in (("target_return", target_return), ("tau_c", tau_c)):
-        if value is not None and not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number or None, got {value}")
+    check_number("target_return", target_return, optional=True)
+    check_number("tau_c", tau_c, optional=True)
 
 
 def check_llm_use(temperature: float, max_llm_retries: int, on_unusable_reply: str, max_iteration_attempts: int) -> None:
@@ -93,9 +121,30 @@ def check_racing(racing_chunk: int, racing_z: float) -> None:
     check_number("racing_z", racing_z, 0.0)
 
 
+FLAGS = (
+    "fold_repeated_steps",
+    "search_sees_task",
+    "critic_selection_hints",
+    "extra_statistics",
+    "skip_unchanged_revisions",
+    "reject_duplicates",
+    "stop_at_target",
+    "racing",
+)
+"""R2PO's on/off options."""
+
+
 def check(model: R2PO, llm_given: bool = True) -> None:
-    """Check the constructor arguments of ``model``, group by group (``llm_given``: also check ``model.llm``)."""
+    """
+    Check the constructor arguments of ``model``, group by group (``llm_given``: also check ``model.llm``); warn when
+    the episode budget cannot pay for one iteration.
+    """
     m = model
+    for name in FLAGS:
+        check_flag(name, getattr(m, name))
+    check_path("checkpoint_dir", m.checkpoint_dir)
+    check_path("prompt_template_dir", m.prompt_template_dir)
+    check_int("seed", m.seed, 0, optional=True)
     check_budget(m.n_eval_episodes, m.warmup_episodes, m.max_episodes, m.max_episode_steps)
     check_search_space(m.param_bounds, m.param_decimals, m.step_size)
     history = (m.history_best_k, m.history_recent, m.history_excerpts)
@@ -107,3 +156,10 @@ def check(model: R2PO, llm_given: bool = True) -> None:
     get_variant(m.variant)
     if m.env is not None:
         check_vec_env(m.env)
+    if m.max_episodes is not None and m.max_episodes < m.warmup_episodes + m.n_eval_episodes:
+        warnings.warn(
+            f"R2PO: max_episodes={m.max_episodes} cannot pay for one iteration after the warm-up "
+            f"(warmup_episodes={m.warmup_episodes} + n_eval_episodes={m.n_eval_episodes}): learn() runs the warm-up only",
+            RuntimeWarning,
+            stacklevel=3,
+        )

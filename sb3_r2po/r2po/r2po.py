@@ -169,6 +169,7 @@ class R2PO(BaseAlgorithm):
         device: th.device | str = "cpu",
         _init_setup_model: bool = True,
     ) -> None:
+        arguments.check_policy(policy, self.policy_aliases)
         super().__init__(
             policy,
             env,
