@@ -40,7 +40,7 @@ from sb3_r2po.common.racing import run_race
 from sb3_r2po.common.rollouts import RolloutResult, VecStep, check_vec_env, env_spec, run_episodes
 from sb3_r2po.llm.asking import Answer
 from sb3_r2po.llm.base import ChatBackend
-from sb3_r2po.llm.resolve import check_llm_spec
+from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.r2po import arguments
 from sb3_r2po.r2po.history import MAX_DRAWS, best_record, draw_new, perturb_best, reached
 from sb3_r2po.r2po.patterns import Start, pattern_for
@@ -185,6 +185,7 @@ class R2PO(BaseAlgorithm):
         )
         # the method
         self.llm, self.variant, self.temperature = llm, variant, temperature
+        self.llm_confirmed = True  # False after a load() whose stored llm string would import a module (see load)
         self.n_eval_episodes, self.warmup_episodes, self.max_episodes = n_eval_episodes, warmup_episodes, max_episodes
         self.max_episode_steps, self.stop_at_target = max_episode_steps, stop_at_target
         self.target_return, self.tau_c, self.step_size = target_return, tau_c, step_size
@@ -238,10 +239,8 @@ class R2PO(BaseAlgorithm):
         check_vec_env(self.env)
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = [*super()._excluded_save_params(), "_llm", "_run", "_progress"]
-        if self.variant_spec.search != "none":  # only critic_only reads the last candidate's episodes again
-            excluded.append("_last_result")
-        return excluded
+        last = [] if self.variant_spec.search == "none" else ["_last_result"]  # only critic_only reads it again
+        return [*super()._excluded_save_params(), "_llm", "_run", "_progress", "llm_confirmed", *last]
 
     def save(
         self,
@@ -252,12 +251,20 @@ class R2PO(BaseAlgorithm):
         """Save (SB3's zip) as of the last history entry (:mod:`~sb3_r2po.r2po.run_state`), from a shallow copy: a save
         from a callback or another thread never disturbs training. An ``llm`` object is never saved: ``load`` needs one."""
         saved = copy.copy(self)  # a new __dict__ sharing the policy, env and history with the model
-        for name, value in self._run.committed().items():
-            setattr(saved, name, value)
+        saved.__dict__.update(self._run.committed())
         saved.history = self._run.saved_history(self.history)
-        if not isinstance(self.llm, str):
-            saved.llm = None
+        saved.llm = self.llm if isinstance(self.llm, str) else None
         BaseAlgorithm.save(saved, path if isinstance(path, io.BufferedIOBase) else Path(path), exclude, include)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls, path: str | Path | io.BufferedIOBase, env: GymEnv | None = None, *args: Any, **kwargs: Any
+    ) -> R2PO:
+        """SB3's ``load``: load only files you trust (SB3's format holds pickled objects). A stored ``llm`` string of the
+        ``package.module:attribute`` form is not imported unless ``llm=`` is given here or :meth:`set_llm` confirms it."""
+        model = super().load(path, env, *args, **kwargs)
+        model.llm_confirmed = "llm" in kwargs or not (isinstance(model.llm, str) and imports_a_module(model.llm))
+        return model
 
     @property
     def episodes_used(self) -> int:
@@ -292,7 +299,7 @@ class R2PO(BaseAlgorithm):
     def set_llm(self, llm: LLMSpec) -> None:
         """Replace the LLM (an ``llm`` string, a ``ChatBackend`` or a callable): it is used from the next ``learn()``."""
         check_llm_spec(llm)
-        self.llm = llm
+        self.llm, self.llm_confirmed = llm, True
         self._llm.backend = None
 
     def best_record(self) -> dict[str, Any] | None:
@@ -328,7 +335,12 @@ class R2PO(BaseAlgorithm):
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
         callback.on_training_start(locals(), globals())
-        self._start_learning()
+        self._stop_requested = False
+        self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
+        self._llm.connect(self._run)
+        self._progress.start()
+        calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
+        self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
         try:
             if self._warmup(callback):
                 while self.num_timesteps < total_timesteps and self.episodes_left >= self.n_eval_episodes:
@@ -344,17 +356,6 @@ class R2PO(BaseAlgorithm):
             raise
         callback.on_training_end()
         return self
-
-    def _start_learning(self) -> None:
-        """What every ``learn()`` call does before the loop: the LLM, the run's transcript, the saved state."""
-        self._stop_requested = False
-        self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
-        self._llm.connect(self._run)
-        self._progress.start()
-        # calls recorded after the last history entry (a crash, or an exception this process caught) are asked
-        # again from here: set them aside, so that a replay of the transcript follows this run
-        calls = self._transcript_calls
-        self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
 
     def _warmup(self, callback: BaseCallback) -> bool:
         """Evaluate the remaining warm-up candidates (one episode each); False if training must stop."""

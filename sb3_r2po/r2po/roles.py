@@ -73,6 +73,11 @@ class LLMRoles:
                     "This model has no llm: it was saved with an llm object, which is never stored. "
                     "Pass one again, e.g. R2PO.load(path, env=env, llm=...), or set model.llm before learn()."
                 )
+            if not model.llm_confirmed:
+                raise ValueError(
+                    f"This model was loaded with llm={model.llm!r}, which imports a module named in the saved file. "
+                    "Load only files you trust; to use it, pass llm=... to R2PO.load() or call model.set_llm(model.llm)."
+                )
             if model.verbose >= 1:
                 name = model.llm if isinstance(model.llm, str) else type(model.llm).__name__
                 print(f"R2PO: preparing the LLM {name}", flush=True)
