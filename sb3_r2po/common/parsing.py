@@ -5,22 +5,49 @@ Accepted, anywhere in the reply (for gpt-oss, in the final channel):
 - ``params[0]: v, params[1]: v, ..., params[n-1]: v`` (``=`` also accepted instead of ``:``);
 - ``params: [v0, v1, ..., v(n-1)]`` (also as JSON, ``{"params": [...]}``, with numbers or quoted numbers).
 
-Markdown emphasis or backticks around ``params[i]`` or a value are ignored.
+``params`` must be a word of its own: ``old_params: [...]`` or ``my_params[0]: v`` are not answers. Markdown
+emphasis or backticks around ``params[i]`` or a value are ignored.
 
 When the reply holds several vectors, the last one wins (models often restate their answer, and an
 echoed prompt comes before the answer). An indexed vector starts at every ``params[0]``; its indices must
 be exactly ``0..n-1`` in order, except that once a complete run ``0..n-1`` is written, later mentions
-separated from it by words (commentary such as ``Note that params[1]: 2.0 matters most``) are ignored. A
-list may end with one trailing comma; an empty slot elsewhere (``[1, , 2]``) is rejected, as dropping it
-would shift the later values. A value is what Python's ``float()`` accepts after mapping the Unicode minus
-sign to ``-`` and dropping one sentence-ending period (``3.0.``). Literal NaN and infinities are rejected;
-a finite-looking literal too large for a float (``1e309``, a 400-digit integer) is out of range like
-``1e308``, and is clipped to the bounds. The vector is then made legal by :meth:`ParameterSpace.project`
-(clip and round, or check the action set).
+separated from it by words (commentary such as ``Note that params[1]: 2.0 matters most``) are ignored. An
+index is written in decimal digits (at most :data:`MAX_INDEX_DIGITS`; spaces, quotes or backticks around them are
+ignored); anything else in the brackets
+(``params[-1]``, ``params[i]``, ``params[1.5]``, a 5000-digit number) is an unreadable index, which makes the
+vector irregular (rejected) like a gap or a repeat. A list may end with one trailing comma; an empty slot
+elsewhere (``[1, , 2]``) is rejected, as dropping it would shift the later values.
+
+A value is what Python's ``float()`` accepts after mapping the Unicode minus sign (and the en dash, the small
+and the fullwidth hyphen-minus) to ``-`` and dropping one sentence-ending period (``3.0.``): so a decimal
+*point* only, and no digit grouping except Python's ``1_000``. Literal NaN and infinities are rejected; a
+finite-looking literal too large for a float (``1e309``, a 400-digit integer) is out of range like ``1e308``,
+and is clipped to the bounds. A value opened by quotes, backticks or emphasis must be closed by them
+(``"0`` is what is left of ``"0,5"`` split at its comma: rejected).
+
+**Decimal commas and thousands separators are rejected, never guessed.** ``0,5`` may mean 0.5 or the two
+values 0 and 5, ``1,000`` one thousand, one, or 1 and 0; reading either way could silently give a different
+vector, so a reply that could be read in more than one way is refused with a reason saying so:
+
+- indexed form: a value directly followed by a comma and a digit (``params[0]: 0,5``, ``params[0]: 1,000``),
+  or by spaces and a digit on the same line (``params[0]: 1 000``);
+- list form: a comma between two digits (``0,5``) in a list that also separates values by a comma and a space
+  (``[0,5, 1,5]``, ``[1,000.5, 2]``), or a value after such a comma that starts with ``0`` and another digit
+  (``[1,000]``, ``[0,05]``). A list written consistently without spaces (``[1,2,3]``, compact JSON) is read
+  value by value.
+
+The vector is then made legal by :meth:`ParameterSpace.project` (clip and round, or check the action set).
 
 A reply without a complete final answer is rejected: harmony output without a final channel
 (:func:`~sb3_r2po.common.replies.final_channel`), which is also what the backends return for a reply cut off at
 the token limit.
+
+Whatever the reply, :func:`parse_params` returns a :class:`ParseResult` (it raises nothing). Its reason is at
+most :data:`MAX_REASON_CHARS` characters (:func:`bound_reason`), quotes the reply's own text at most
+:data:`MAX_QUOTED_CHARS` characters at a time, and escapes control characters (``repr``). Its time grows linearly
+with the reply's length: each regular expression starts only at the word ``params`` and scans forward to the next
+bracket at most, and only the last vector is read in full (about a second for 5 MB of the worst repeated
+fragments; see tests/test_hostile_replies.py).
 """
 
 from __future__ import annotations
@@ -28,6 +55,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,11 +63,28 @@ import numpy as np
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
 from sb3_r2po.common.replies import final_channel
 
-_INDEXED = re.compile(r"params\s*\[\s*(\d+)\s*\][*`\s]*[:=]\s*([^\s,;\]\)]+)", re.I)
-_LISTED = re.compile(r"params[\"'*`]*\s*[:=]\s*\[([^\[\]]*)\]", re.I)
+MAX_REASON_CHARS = 400
+"""The longest failure reason :func:`parse_params` gives, and that :mod:`sb3_r2po.llm.asking` keeps in the history
+or sends back in a re-ask (a longer one is cut by :func:`bound_reason`, with a marker saying how much was cut)."""
+
+MAX_QUOTED_CHARS = 40
+"""A reason quotes at most this much of one piece of the reply (a value, an index)."""
+
+MAX_INDEX_DIGITS = 9
+"""The most digits a ``params[i]`` index may have (a longer index is unreadable, and the vector rejected)."""
+
+_MAX_LISTED_INDICES = 12
+
+_INDEXED = re.compile(r"(?<!\w)params\s*\[([^\[\],;]*)\][*`\s]*[:=]\s*([^\s,;\]\)]+)", re.I)
+_LISTED = re.compile(r"(?<!\w)params[\"'*`]*\s*[:=]\s*\[([^\[\]]*)\]", re.I)
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
 _QUOTES = "\"'`*"
 _WORD = re.compile(r"[^\W\d_]{2,}")
+_GROUPED_AFTER_VALUE = re.compile(r",\d|[^\S\r\n]+\d")  # 0,5 / 1,000 / 1 000 after an indexed value
+_NUMBER_REST = re.compile(r"[\d.,]{0,20}")
+_DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
+_COMMA_SPACE = re.compile(r",[^\S\r\n]")
+_COMMA_LEADING_ZERO = re.compile(r"\d,[^\S\r\n]*[-+]?0\d")
 
 NO_FINAL_ANSWER = "the reply has no complete final answer (no final channel, or the reply was cut off at the token limit)"
 """The reason given for a reply without a final answer."""
@@ -51,7 +96,8 @@ class ParseResult:
     The outcome of :func:`parse_params`.
 
     :param params: The legal vector, or ``None`` when the reply could not be used.
-    :param error: Why the reply could not be used (shown to the LLM on a retry and kept in the history).
+    :param error: Why the reply could not be used (shown to the LLM on a retry and kept in the history); at most
+        :data:`MAX_REASON_CHARS` characters.
     :param notes: Values that were clipped or rounded.
     """
 
@@ -64,6 +110,44 @@ class ParseResult:
         return self.params is not None
 
 
+def bound_reason(reason: str, limit: int = MAX_REASON_CHARS) -> str:
+    """
+    ``reason`` cut to at most ``limit`` characters, ending with a marker that says how many were cut.
+
+    :param reason: A failure reason.
+    :param limit: The most characters of the result (marker included).
+    :return: ``reason`` itself when it is short enough.
+    """
+    if len(reason) <= limit:
+        return reason
+    marker = f" [... {len(reason)} characters, cut]"
+    return (reason[: max(0, limit - len(marker))] + marker)[:limit]
+
+
+def quote(piece: str) -> str:
+    """``piece`` of a reply as a reason quotes it: ``repr`` (control characters escaped), at most
+    :data:`MAX_QUOTED_CHARS` characters of it, then ``...`` and its length when it was longer."""
+    if len(piece) <= MAX_QUOTED_CHARS:
+        return repr(piece)
+    return f"{piece[:MAX_QUOTED_CHARS]!r}... ({len(piece)} characters)"
+
+
+def _check_closed(text: str) -> None:
+    """Raise when ``text`` opens quotes, backticks or emphasis that it does not close (``"0`` of ``"0,5"``)."""
+    if not text or text[0] not in _QUOTES:
+        return
+    if len(text) > 1 and text.endswith(".") and text[-2] in _QUOTES:
+        text = text[:-1]  # a sentence-ending period after the closing quote
+    body = text.lstrip(_QUOTES)
+    opened = text[: len(text) - len(body)]
+    closed = body[len(body.rstrip(_QUOTES)) :]
+    if opened and body and not closed.startswith(opened[::-1]):
+        raise ValueError(
+            f"{quote(text)} opens {opened!r} without closing it (a comma inside a quoted value, such as a decimal "
+            "comma, splits it)"
+        )
+
+
 def to_number(token: str) -> float:
     """
     Convert one value token (quotes, backticks, emphasis and one sentence-ending period are dropped).
@@ -73,44 +157,92 @@ def to_number(token: str) -> float:
 
     :param token: The value as written in the reply.
     :return: The number.
-    :raises ValueError: for anything that is not a number, and for literal NaN and infinities.
+    :raises ValueError: for anything that is not a number, for literal NaN and infinities, and for a value that
+        opens quotes (or backticks, emphasis) without closing them. The message quotes at most
+        :data:`MAX_QUOTED_CHARS` characters of the token.
     """
-    text = token.strip().strip(_QUOTES).translate(_MINUS_SIGNS)
+    text = token.strip()
+    _check_closed(text)
+    text = text.strip(_QUOTES).translate(_MINUS_SIGNS)
     if len(text) > 1 and text.endswith("."):
         text = text[:-1].strip(_QUOTES)
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{quote(token.strip())} is not a number") from None
     if math.isinf(value) and not any(word in text.lower() for word in ("inf", "nan")):
         return math.copysign(sys.float_info.max, value)  # overflow of a finite literal
     if not math.isfinite(value):
-        raise ValueError(f"{token!r} is not a finite number")
+        raise ValueError(f"{quote(token.strip())} is not a finite number")
     return value
 
 
-def _indexed_blocks(text: str) -> list[tuple[int, list[re.Match[str]]]]:
-    """Group ``params[i]: v`` matches into blocks, a new block starting at every index 0."""
-    blocks: list[tuple[int, list[re.Match[str]]]] = []
+def _index(spelling: str) -> int | None:
+    """The index written inside ``params[...]``, or ``None`` when it is not a readable index."""
+    digits = spelling if spelling.isdecimal() else spelling.strip().strip(_QUOTES).strip()
+    if not digits.isdecimal() or len(digits) > MAX_INDEX_DIGITS:
+        return None
+    return int(digits)
+
+
+def _last_indexed_block(text: str) -> list[re.Match[str]]:
+    """The ``params[i]: v`` matches of the last indexed vector (a new one starts at every index 0)."""
+    block: list[re.Match[str]] = []
     for match in _INDEXED.finditer(text):
-        if int(match.group(1)) == 0 or not blocks:
-            blocks.append((match.start(), []))
-        blocks[-1][1].append(match)
-    return blocks
+        if not block or _index(match.group(1)) == 0:
+            block = []
+        block.append(match)
+    return block
+
+
+def _spelled_indices(entries: Sequence[re.Match[str]]) -> str:
+    """The indices of ``entries`` as written, for a reason: the first few, and how many in all."""
+    shown = []
+    for match in entries[:_MAX_LISTED_INDICES]:
+        index = _index(match.group(1))
+        shown.append(str(index) if index is not None else quote(match.group(1)))
+    more = f", ... ({len(entries)} in all)" if len(entries) > _MAX_LISTED_INDICES else ""
+    return "[" + ", ".join(shown) + more + "]"
+
+
+def _grouped_value(text: str, entries: Sequence[re.Match[str]]) -> str | None:
+    """Why a value of an indexed vector is ambiguous (a decimal comma, a digit group), or ``None``."""
+    for match in entries:
+        after = _GROUPED_AFTER_VALUE.match(text, match.end())
+        if after is not None:
+            rest = _NUMBER_REST.match(text, after.end())
+            written = quote(match.group(2) + text[match.end() : rest.end() if rest else after.end()])
+            return (
+                f"params[{_index(match.group(1))}] is written {written}: a decimal comma or a digit group (0,5 or "
+                "1,000 or 1 000) can be read in more than one way; write each number with a decimal point and "
+                "no grouping (0.5, 1000)"
+            )
+    return None
 
 
 def _indexed_vector(text: str, entries: list[re.Match[str]], size: int) -> list[str] | str:
     """The value tokens of one block of ``params[i]: v`` matches, or why the block is not a vector."""
-    indices = [int(m.group(1)) for m in entries]
     run = 0
-    while run < len(indices) and indices[run] == run:
+    while run < len(entries) and _index(entries[run].group(1)) == run:
         run += 1
-    if run < len(indices) and run == size and _WORD.search(text[entries[run - 1].end() : entries[run].start()]):
+    if run < len(entries) and run == size and _WORD.search(text[entries[run - 1].end() : entries[run].start()]):
         entries = entries[:run]  # a complete vector, then commentary mentioning single values
-    elif run < len(indices):
-        return f"the indices must be params[0], params[1], ... in order without gaps or repeats, got {indices}"
-    return [m.group(2) for m in entries]
+    elif run < len(entries):
+        return (
+            "the indices must be params[0], params[1], ... (decimal digits) in order without gaps or repeats, "
+            f"got {_spelled_indices(entries)}"
+        )
+    return _grouped_value(text, entries) or [m.group(2) for m in entries]
 
 
-def _listed_vector(inner: str) -> list[str] | str:
+def _listed_vector(inner: str, size: int) -> list[str] | str:
     """The value tokens of the inside of ``params: [...]``, or why it is not a vector."""
+    if _DIGIT_COMMA_DIGIT.search(inner) and (_COMMA_SPACE.search(inner) or _COMMA_LEADING_ZERO.search(inner)):
+        return (
+            f"expected exactly {size} values, but the list can be read in more than one way: it has a comma between "
+            "digits (a decimal comma 0,5 or a thousands separator 1,000) besides commas between values; write each "
+            "number with a decimal point and no grouping, separated by ', '"
+        )
     tokens = inner.split(",")
     if not tokens[-1].strip():
         tokens.pop()  # one trailing comma, or an empty list
@@ -120,14 +252,48 @@ def _listed_vector(inner: str) -> list[str] | str:
     return tokens
 
 
-def _candidates(text: str, size: int) -> list[tuple[int, list[str] | str]]:
-    """All vectors in the text as (position, value tokens or an error), in order of position."""
-    found: list[tuple[int, list[str] | str]] = []
-    for position, entries in _indexed_blocks(text):
-        found.append((position, _indexed_vector(text, entries, size)))
-    for match in _LISTED.finditer(text):
-        found.append((match.start(), _listed_vector(match.group(1))))
-    return sorted(found, key=lambda item: item[0])
+def _last_vector(text: str, size: int) -> list[str] | str | None:
+    """The value tokens of the last vector in the text (indexed or listed, by position), why it is not a vector,
+    or ``None`` when the text holds none. Only the last one is read: the others cannot change the outcome."""
+    block = _last_indexed_block(text)
+    listed = None
+    for listed in _LISTED.finditer(text):  # noqa: B007  (the last match is wanted)
+        pass
+    if listed is not None and (not block or listed.start() > block[0].start()):
+        return _listed_vector(listed.group(1), size)
+    return _indexed_vector(text, block, size) if block else None
+
+
+def _values(tokens: list[str]) -> list[float] | str:
+    """The numbers of the value tokens, or why one could not be read."""
+    values = []
+    for i, token in enumerate(tokens):
+        try:
+            values.append(to_number(token))
+        except ValueError as exc:
+            return f"a value could not be read as a finite number: params[{i}]: {exc}"
+    return values
+
+
+def _parse(reply: str, space: ParameterSpace) -> ParseResult:
+    if not isinstance(reply, str) or not reply.strip():
+        return ParseResult(None, "the reply was empty")
+    text = final_channel(reply)
+    if text is None:
+        return ParseResult(None, NO_FINAL_ANSWER)
+    last = _last_vector(text, space.size)
+    if last is None:
+        return ParseResult(
+            None, f"no parameter vector found; expected one line with all {space.size} values in the reply format"
+        )
+    values = last if isinstance(last, str) else _values(last)
+    if isinstance(values, str):
+        return ParseResult(None, values)
+    try:
+        projection = space.project(np.array(values, dtype=np.float64))
+    except InvalidParameters as exc:
+        return ParseResult(None, str(exc))
+    return ParseResult(projection.params, None, projection.notes)
 
 
 def parse_params(reply: str, space: ParameterSpace) -> ParseResult:
@@ -136,27 +302,9 @@ def parse_params(reply: str, space: ParameterSpace) -> ParseResult:
 
     :param reply: The raw reply text.
     :param space: The parameter space (count, bounds and precision, or action set).
-    :return: The vector, or the reason it could not be read.
+    :return: The vector, or the reason it could not be read (at most :data:`MAX_REASON_CHARS` characters).
     """
-    if not isinstance(reply, str) or not reply.strip():
-        return ParseResult(None, "the reply was empty")
-    text = final_channel(reply)
-    if text is None:
-        return ParseResult(None, NO_FINAL_ANSWER)
-    found = _candidates(text, space.size)
-    if not found:
-        return ParseResult(
-            None, f"no parameter vector found; expected one line with all {space.size} values in the reply format"
-        )
-    _, last = found[-1]
-    if isinstance(last, str):
-        return ParseResult(None, last)
-    try:
-        values = [to_number(token) for token in last]
-    except ValueError as exc:
-        return ParseResult(None, f"a value could not be read as a finite number: {exc}")
-    try:
-        projection = space.project(np.array(values, dtype=np.float64))
-    except InvalidParameters as exc:
-        return ParseResult(None, str(exc))
-    return ParseResult(projection.params, None, projection.notes)
+    result = _parse(reply, space)
+    if result.error is not None and len(result.error) > MAX_REASON_CHARS:
+        return ParseResult(None, bound_reason(result.error))
+    return result

@@ -37,7 +37,21 @@ _RAW_FINAL_START = re.compile(r"<\|channel\|>\s*final(?![A-Za-z0-9_])")
 _RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
 _FLAT_FINAL_MARK = "assistantfinal"
 _FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis[^\s:;,.!?\-]")
-_TRAILING_SPECIALS = re.compile(r"(?:<\|(?:return|end|call|endoftext)\|>\s*)+$")
+_TRAILING_SPECIALS = ("<|return|>", "<|end|>", "<|call|>", "<|endoftext|>")
+
+
+def _without_trailing_specials(text: str) -> str:
+    """``text`` without the special tokens (and whitespace) at its end: a scan from the end, in linear time (a
+    regular expression anchored at ``$`` would be retried at every position, quadratic on a reply of repeated
+    specials)."""
+    end = len(text.rstrip())
+    while True:
+        while end and text[end - 1].isspace():
+            end -= 1
+        token = next((t for t in _TRAILING_SPECIALS if text.endswith(t, 0, end)), None)
+        if token is None:
+            return text[:end]
+        end -= len(token)
 
 
 def _is_raw(text: str) -> bool:
@@ -62,7 +76,7 @@ def final_channel(text: str) -> str | None:
         return finals[-1].strip() if finals else None
     if _FLAT_FINAL_MARK in text:
         answer = text.rpartition(_FLAT_FINAL_MARK)[2]
-        return _TRAILING_SPECIALS.sub("", answer).strip()
+        return _without_trailing_specials(answer).strip()
     if _FLAT_ANALYSIS.match(text):
         return None
     return text

@@ -1,6 +1,10 @@
 """Ask an LLM for a parameter vector: call, parse, and re-ask with the error stated when the reply is unusable.
 
-The reply is only ever parsed (see :mod:`sb3_r2po.common.parsing`). Backend failures (a server that
+The reply is only ever parsed (see :mod:`sb3_r2po.common.parsing`). Every failure reason, the parser's or an extra
+check's, is cut to :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS` characters
+(:func:`~sb3_r2po.common.parsing.bound_reason`) before it is kept (:attr:`LLMCall.error`, :attr:`Answer.failures`,
+hence the history and the model zip) or sent back in a re-ask; the unusable reply itself is quoted back at most
+:data:`MAX_ECHOED_REPLY_CHARS` characters. Backend failures (a server that
 stays down after its own retries) are not parse failures: they propagate as
 :class:`~sb3_r2po.llm.base.LLMBackendError` so that the caller stops cleanly with its state intact.
 """
@@ -13,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import parse_params
+from sb3_r2po.common.parsing import bound_reason, parse_params
 from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, chat_batch
 
 MAX_ECHOED_REPLY_CHARS = 2000
@@ -28,7 +32,8 @@ class LLMCall:
     :param role: ``"search"`` or ``"critic"``.
     :param messages: The messages sent.
     :param reply: The reply text.
-    :param error: Why the reply could not be used, or ``None``.
+    :param error: Why the reply could not be used (at most :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS`
+        characters), or ``None``.
     """
 
     role: str
@@ -56,7 +61,7 @@ class Answer:
 
     @property
     def failures(self) -> list[str]:
-        """The reasons of the unusable replies."""
+        """The reasons of the unusable replies (each at most :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS` characters)."""
         return [call.error for call in self.calls if call.error is not None]
 
 
@@ -80,7 +85,8 @@ def ask_for_params(
     :param space: The parameter space the reply must fit.
     :param role: ``"search"`` or ``"critic"`` (for the logs).
     :param retry_message: Builds the follow-up user message from a failure reason.
-    :param check: Extra validation of a parsed vector (e.g. "already in the history"); returns an error or ``None``.
+    :param check: Extra validation of a parsed vector (e.g. "already in the history"); returns an error or ``None``
+        (cut like the parser's reasons).
     :param temperature: Sampling temperature passed to the backend.
     :param max_retries: Number of re-asks after the first unusable reply.
     :param first_reply: The reply to the first attempt when it was already asked (see :func:`ask_together`).
@@ -94,6 +100,8 @@ def ask_for_params(
             reply = backend.chat(conversation, temperature=temperature)
         result = parse_params(reply.text, space)
         error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
+        if error is not None:
+            error = bound_reason(str(error))
         answer.calls.append(
             LLMCall(role, conversation, reply.text, error, reply.seconds, reply.prompt_tokens, reply.completion_tokens)
         )
