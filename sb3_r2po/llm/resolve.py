@@ -208,7 +208,8 @@ def as_backend(obj: Any) -> ChatBackend:
         return obj
     if callable(obj):
         return CallableBackend(obj)
-    raise TypeError(f"llm must be a string, a ChatBackend or a callable (messages) -> str, got {type(obj).__name__}")
+    got = f"{type(obj).__name__} {obj!r}"[:200]
+    raise TypeError(f"llm must be a string, a ChatBackend or a callable (messages) -> str, got {got}")
 
 
 def make_backend(llm: str | ChatBackend | Callable[[list[dict[str, str]]], str]) -> ChatBackend:
@@ -252,3 +253,13 @@ def check_llm_spec(llm: Any) -> None:
         _checked_form(llm)
     elif not (isinstance(llm, ChatBackend) or callable(llm)):
         as_backend(llm)
+
+
+IMPORT_FORM = "package.module:attribute"
+"""The name of the form that imports a module named in the string."""
+
+
+def imports_a_module(spec: str) -> bool:
+    """Whether the ``llm`` string ``spec`` has the ``package.module:attribute`` form: building it imports a module."""
+    form = next((form for form in STRING_FORMS if form.matches(spec)), None)
+    return form is not None and form.name == IMPORT_FORM
