@@ -14,23 +14,29 @@ e.g. ``[status(503), hang(1.0), ok("params: [...]")]``. Actions:
 - :func:`close_immediately`: read the request and close the connection without a byte.
 - :func:`die`: close the connection without answering, stop listening (connections are refused), and come back
   on the same port after ``down_for`` seconds: a server that dies mid-run and restarts.
+- :func:`trickle`: answer a few bytes at a time, each gap well under a client's timeout, so that no single read
+  times out: the status line and headers (``"headers"``), the body (``"body"``), the chunks of a
+  ``Transfer-Encoding: chunked`` body (``"chunked"``), a body that never ends (``"endless_body"``) or headers
+  that never end (``"endless_headers"``). :data:`TRICKLES` names one of each.
 
 Every request is logged (:attr:`FaultServer.requests`) with its arrival time, so tests count attempts and
 measure the backoff between them. Bounded in time: each connection has a hard limit (``handler_limit``:
 socket timeouts, and a hang or a downtime never lasts longer), the whole server stops itself after
 ``lifetime`` seconds, and :meth:`FaultServer.stop` (the fixtures always call it) ends hangs at once and joins
-every thread. Responses always say ``Connection: close``, so no client keeps a pooled connection across a
-restart.
+every thread. Responses say ``Connection: close``, so no client keeps a pooled connection across a restart,
+unless ``keep_alive`` is set (then an ``ok`` answer keeps its connection for the next request, unless the client
+said ``Connection: close``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,13 +56,16 @@ class Action:
     What the server does with one chat request (build one with the helper functions of this module).
 
     :param kind: ``"ok"``, ``"status"``, ``"hang"``, ``"malformed_json"``, ``"raw_body"``, ``"drop_mid_response"``,
-        ``"close_immediately"`` or ``"die"``.
+        ``"close_immediately"``, ``"die"`` or ``"trickle"``.
     :param text: The reply text of ``ok``.
     :param code: The HTTP status of ``status``.
     :param retry_after: The ``Retry-After`` header of ``status`` (seconds), if any.
     :param seconds: How long ``hang`` stays silent, or how long ``die`` stays down.
     :param content_type: The ``Content-Type`` of ``malformed_json`` and ``raw_body``.
-    :param data: The body of ``raw_body``.
+    :param data: The body of ``raw_body`` and ``malformed_json``.
+    :param part: What ``trickle`` sends slowly (see :func:`trickle`).
+    :param chunk: Bytes ``trickle`` sends at a time.
+    :param gap: Seconds ``trickle`` waits between two sends.
     """
 
     kind: str
@@ -66,6 +75,9 @@ class Action:
     seconds: float = 0.0
     content_type: str = "application/json"
     data: bytes = b""
+    part: str = ""
+    chunk: int = 1
+    gap: float = 0.0
 
 
 def ok(text: ReplyText = "params: [0, 0, 0, 0, 0, 1, 0, 1, 0, 0]") -> Action:
@@ -73,9 +85,15 @@ def ok(text: ReplyText = "params: [0, 0, 0, 0, 0, 1, 0, 1, 0, 0]") -> Action:
     return Action("ok", text=text)
 
 
-def status(code: int, retry_after: float | None = None) -> Action:
-    """An HTTP ``code`` answer with an OpenAI-style error body (and a ``Retry-After`` header when given)."""
-    return Action("status", code=code, retry_after=retry_after)
+def status(code: int, retry_after: float | None = None, body: bytes = b"") -> Action:
+    """
+    An HTTP ``code`` answer with an OpenAI-style error body (and a ``Retry-After`` header when given).
+
+    :param code: The HTTP status.
+    :param retry_after: The ``Retry-After`` header (seconds), if any.
+    :param body: The JSON body to send instead of the standard error (e.g. one that echoes the request's key).
+    """
+    return Action("status", code=code, retry_after=retry_after, data=body)
 
 
 def hang(seconds: float) -> Action:
@@ -83,9 +101,12 @@ def hang(seconds: float) -> Action:
     return Action("hang", seconds=seconds)
 
 
+_MALFORMED = b'{"id": "chatcmpl-fault", "choices": [{"message": {"content": "par'
+
+
 def malformed_json(content_type: str = "application/json") -> Action:
     """A 200 answer whose body is not valid JSON, labelled ``content_type``."""
-    return Action("malformed_json", content_type=content_type)
+    return Action("malformed_json", content_type=content_type, data=_MALFORMED)
 
 
 def raw_body(data: bytes, content_type: str = "application/json") -> Action:
@@ -106,6 +127,39 @@ def close_immediately() -> Action:
 def die(down_for: float) -> Action:
     """Drop this request, stop listening, and listen again on the same port after ``down_for`` seconds."""
     return Action("die", seconds=down_for)
+
+
+TRICKLE_PARTS = ("headers", "body", "chunked", "endless_body", "endless_headers")
+"""What :func:`trickle` can send slowly."""
+
+
+def trickle(part: str, *, chunk: int = 4, gap: float = 0.05, text: str = "params: [0, 0, 0, 0, 0, 1, 0, 1, 0, 0]") -> Action:
+    """
+    A chat completion sent ``chunk`` bytes at a time, ``gap`` seconds apart (each gap under a client's timeout).
+
+    :param part: ``"headers"`` (the status line and headers slowly, then the body at once), ``"body"`` (the
+        headers at once, then the body slowly), ``"chunked"`` (a ``Transfer-Encoding: chunked`` body of
+        ``chunk``-byte chunks, framing included sent slowly too), ``"endless_body"`` (a chunked body of JSON
+        whitespace that never ends) or ``"endless_headers"`` (header lines that never end). The endless ones stop at
+        the handler limit.
+    :param chunk: Bytes per send.
+    :param gap: Seconds between two sends.
+    :param text: The assistant's content of the completion.
+    """
+    if part not in TRICKLE_PARTS:
+        raise ValueError(f"part must be one of {TRICKLE_PARTS}, got {part!r}")
+    return Action("trickle", text=text, part=part, chunk=max(1, int(chunk)), gap=float(gap))
+
+
+TRICKLES: dict[str, Action] = {
+    "slow_headers": trickle("headers", chunk=2, gap=0.05),
+    "slow_body": trickle("body", chunk=4, gap=0.05),
+    "slow_chunks": trickle("chunked", chunk=4, gap=0.05),
+    "one_byte_body": trickle("body", chunk=1, gap=0.02),
+    "endless_body": trickle("endless_body", chunk=1, gap=0.05),
+    "endless_headers": trickle("endless_headers", chunk=3, gap=0.05),
+}
+"""One trickling server per pattern: each takes seconds in all, though no gap is longer than a twentieth of one."""
 
 
 @dataclass
@@ -152,6 +206,8 @@ class FaultServer:
     :param port: The port (0: a free one, kept across restarts).
     :param handler_limit: Hard limit in seconds of one connection (socket timeouts, hangs, downtimes).
     :param lifetime: Seconds after :meth:`start` at which the server stops itself for good.
+    :param keep_alive: Keep a connection open after an ``ok`` answer (or a model listing) for the next request,
+        unless the request said ``Connection: close`` (by default every answer closes its connection).
     """
 
     def __init__(
@@ -164,6 +220,7 @@ class FaultServer:
         port: int = 0,
         handler_limit: float = 10.0,
         lifetime: float = 120.0,
+        keep_alive: bool = False,
     ) -> None:
         self.script: list[Action] = list(script)
         self.default: Action = default or ok()
@@ -172,6 +229,7 @@ class FaultServer:
         self.port = port
         self.handler_limit = float(handler_limit)
         self.lifetime = float(lifetime)
+        self.keep_alive = keep_alive
         self.requests: list[Request] = []
         self.restarts = 0
         self._n_chat = 0
@@ -304,18 +362,8 @@ class FaultServer:
             self._conns.add(conn)
         try:
             conn.settimeout(self.handler_limit)
-            request = _read_request(conn, deadline)
-            if request is None:
-                return
-            method, path, headers, raw = request
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = None
-            action, index = self._next_action(method, path)
-            with self._lock:
-                self.requests.append(Request(method, path, time.monotonic(), action.kind, headers, body))
-            self._act(conn, action, index, body, deadline)
+            while self._serve_one(conn, deadline):  # more than one request only with keep_alive
+                pass
         except OSError:
             pass  # the client went away
         finally:
@@ -323,6 +371,23 @@ class FaultServer:
                 self._conns.discard(conn)
             with contextlib.suppress(OSError):
                 conn.close()
+
+    def _serve_one(self, conn: socket.socket, deadline: float) -> bool:
+        """Read and answer one request; whether to read another on the same connection."""
+        request = _read_request(conn, deadline)
+        if request is None:
+            return False
+        method, path, headers, raw = request
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        action, index = self._next_action(method, path)
+        with self._lock:
+            self.requests.append(Request(method, path, time.monotonic(), action.kind, headers, body))
+        keep = self.keep_alive and headers.get("connection", "").lower() != "close" and action.kind in ("ok", "models")
+        self._act(conn, action, index, body, deadline, {"Connection": "keep-alive"} if keep else {})
+        return keep
 
     def _next_action(self, method: str, path: str) -> tuple[Action, int]:
         with self._lock:
@@ -334,22 +399,21 @@ class FaultServer:
                 return (self.script.pop(0) if self.script else self.default), index
             return status(404), -1
 
-    def _act(self, conn: socket.socket, action: Action, index: int, body: Any, deadline: float) -> None:
+    def _act(self, conn: socket.socket, action: Action, index: int, body: Any, deadline: float, extra: dict[str, str]) -> None:
         kind = action.kind
         if kind == "models":
-            _send(conn, 200, {"object": "list", "data": [{"id": self.model_id, "object": "model", "owned_by": "tests"}]})
+            listing = {"object": "list", "data": [{"id": self.model_id, "object": "model", "owned_by": "tests"}]}
+            _send(conn, 200, listing, extra)
         elif kind == "ok":
             text = action.text(index, body if isinstance(body, dict) else {}) if callable(action.text) else action.text
-            _send(conn, 200, completion_body(str(text), self.model_id))
+            _send(conn, 200, completion_body(str(text), self.model_id), extra)
         elif kind == "status":
             error = {"error": {"message": f"injected HTTP {action.code}", "type": "fault_injection", "code": action.code}}
             extra = {} if action.retry_after is None else {"Retry-After": f"{action.retry_after:g}"}
-            _send(conn, action.code, error, extra)
+            _send_raw(conn, action.code, action.data or json.dumps(error).encode(), "application/json", extra)
         elif kind == "hang":
             self._down.wait(max(0.0, min(action.seconds, deadline - time.monotonic())))
-        elif kind == "malformed_json":
-            _send_raw(conn, 200, b'{"id": "chatcmpl-fault", "choices": [{"message": {"content": "par', action.content_type)
-        elif kind == "raw_body":
+        elif kind in ("malformed_json", "raw_body"):
             _send_raw(conn, 200, action.data, action.content_type)
         elif kind == "drop_mid_response":
             data = json.dumps(completion_body("params: [0, 0, 0, 0, 0, 1, 0, 1, 0, 0]", self.model_id)).encode()
@@ -360,8 +424,34 @@ class FaultServer:
         elif kind == "die":
             conn.close()
             self.restart(after=action.seconds)
+        elif kind == "trickle":
+            self._trickle(conn, action, completion_body(str(action.text), self.model_id), deadline)
         else:
             raise ValueError(f"unknown action {kind!r}")
+
+    def _trickle(self, conn: socket.socket, action: Action, body: dict[str, Any], deadline: float) -> None:
+        """Send ``body`` as :func:`trickle` says: ``action.chunk`` bytes at a time, ``action.gap`` seconds apart."""
+        data = json.dumps(body).encode()
+        part = action.part
+        if part == "endless_headers":
+            head, tail = _head(200, "application/json", len(data)).removesuffix(b"\r\n"), b""
+            pieces: Iterable[bytes] = itertools.chain([head], itertools.repeat(b"X-Padding: slow\r\n"))
+        elif part in ("chunked", "endless_body"):
+            head = _head(200, "application/json", None, {"Transfer-Encoding": "chunked"})
+            conn.sendall(head)
+            content = itertools.repeat(b" ") if part == "endless_body" else _pieces(data, action.chunk)
+            pieces, tail = (b"%x\r\n%s\r\n" % (len(p), p) for p in content), b"0\r\n\r\n"
+        elif part == "headers":
+            pieces, tail = [_head(200, "application/json", len(data))], data
+        else:  # body
+            conn.sendall(_head(200, "application/json", len(data)))
+            pieces, tail = [data], b""
+        for piece in pieces:
+            for small in _pieces(piece, action.chunk):
+                if self._down.wait(action.gap) or time.monotonic() > deadline:
+                    return
+                conn.sendall(small)
+        conn.sendall(tail)
 
 
 # ---------------------------------------------------------------------------------------------- HTTP
@@ -397,15 +487,22 @@ def _read_request(conn: socket.socket, deadline: float) -> tuple[str, str, dict[
     return parts[0], parts[1], headers, rest[:length]
 
 
-def _head(code: int, content_type: str, length: int, extra: dict[str, str] | None = None) -> bytes:
+def _head(code: int, content_type: str, length: int | None, extra: dict[str, str] | None = None) -> bytes:
+    extra = extra or {}
     lines = [
         f"HTTP/1.1 {code} {_REASONS.get(code, 'Status')}",
         f"Content-Type: {content_type}",
-        f"Content-Length: {length}",
-        "Connection: close",
-        *(f"{k}: {v}" for k, v in (extra or {}).items()),
+        *([] if length is None else [f"Content-Length: {length}"]),
+        *([] if "Connection" in extra else ["Connection: close"]),
+        *(f"{k}: {v}" for k, v in extra.items()),
     ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _pieces(data: bytes, size: int) -> Iterator[bytes]:
+    """``data`` cut into pieces of ``size`` bytes (the last one shorter)."""
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
 
 
 def _send_raw(conn: socket.socket, code: int, data: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:

@@ -274,3 +274,65 @@ def test_a_broken_line_before_the_last_is_an_error_not_skipped(tmp_path: Path) -
         read_records(path)
     with pytest.raises(LLMBackendError, match="line 3 is not JSON"):
         ReplayBackend(path).chat(conv("a"))
+
+
+def test_a_last_line_cut_inside_a_multibyte_character_is_skipped(tmp_path: Path) -> None:
+    """A crash can cut the last record anywhere, also between the bytes of one character: read with a warning."""
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(lambda messages: "réponse 😀", path)
+    rec.chat(conv("first"))
+    rec.chat(conv("naïve € 学 😀"))
+    data = path.read_bytes()
+    cut = data.rindex("😀".encode()) + 2  # two of the emoji's four bytes
+    path.write_bytes(data[:cut])
+    with pytest.warns(RuntimeWarning, match="half-written last line 2"):
+        assert [r["messages"][-1]["content"] for r in read_records(path)] == ["first"]
+    with pytest.warns(RuntimeWarning, match="half-written"):
+        assert ReplayBackend(path).chat(conv("first")).text == "réponse 😀"
+    with pytest.warns(RuntimeWarning, match="cut off a half-written last line"):
+        assert RecordingBackend(lambda messages: "x", path).recorded == 1
+
+
+def test_a_write_that_fails_half_way_is_cut_back_and_the_next_record_starts_on_its_own_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: part of the line is written, then the write fails. The file is cut back to its last whole record
+    before the error reaches the caller, so the next record (the call asked again) is not joined to a torn one."""
+    from sb3_r2po.common import files
+
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(lambda messages: "ok " + messages[-1]["content"], path)
+    rec.chat(conv("a"))
+    before = path.read_bytes()
+    real_write = files._write_all
+
+    def disk_full(fd: int, data: bytes) -> None:
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "_write_all", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        rec.chat(conv("b"))
+    monkeypatch.undo()
+    assert path.read_bytes() == before and rec.recorded == 1
+    rec.chat(conv("b"))
+    assert [r["reply"]["text"] for r in read_records(path)] == ["ok a", "ok b"]
+    assert ReplayBackend(path).chat(conv("b")).text == "ok b"
+
+
+def test_refresh_counts_the_calls_another_writer_added(tmp_path: Path) -> None:
+    """Between two learn() calls another process may append to the transcript (and crash mid-line): refresh() cuts
+    the torn line and counts again, so that the next rewind sets the other writer's calls aside."""
+    path = tmp_path / "calls.jsonl"
+    rec = RecordingBackend(Counter(), path)
+    rec.chat(conv("a"))
+    other = RecordingBackend(Counter(), path)
+    other.chat(conv("b"))
+    with open(path, "ab") as fh:
+        fh.write(b'{"version": 1, "hash": "torn')
+    assert rec.recorded == 1
+    with pytest.warns(RuntimeWarning, match="cut off a half-written last line"):
+        assert rec.refresh() == 2
+    with pytest.warns(RuntimeWarning, match="1 recorded call"):
+        assert rec.rewind(1) == 1
+    assert [r["messages"][-1]["content"] for r in read_records(path)] == ["a"]

@@ -59,7 +59,22 @@ def test_the_other_forms_are_kept() -> None:
     assert type(make_backend("sb3_r2po.llm.example:ExampleLLM")).__name__ == "ExampleLLM"
 
 
-@pytest.mark.parametrize("spec", ["gpt2", "not a model", "http://", "ftp://host/v1", "a/b/c", "org/../x", ""])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "gpt2",
+        "not a model",
+        "http://",
+        "HTTPS://",
+        "ftp://host/v1",
+        "a/b/c",
+        "org/../x",
+        "",
+        "http://host:port/v1",
+        "https://host/v1#bad model",
+        "http://host/v1?x=1",
+    ],
+)
 def test_unknown_strings_list_the_accepted_forms(spec: str) -> None:
     with pytest.raises(ValueError) as info:
         make_backend(spec)
@@ -141,6 +156,20 @@ def test_import_failures_at_build_are_value_errors_naming_the_string(spec: str, 
     assert repr(spec) in message and phrase in message
     for form in STRING_FORMS:
         assert form.name in message
+
+
+@pytest.mark.parametrize(
+    ("spec", "base_url", "model"),
+    [
+        ("HTTP://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1", None),
+        ("Https://llm.example.org/v1/#openai/gpt-oss-20b", "https://llm.example.org/v1", "openai/gpt-oss-20b"),
+        ("http://[::1]:11434/v1#gpt-oss:20b", "http://[::1]:11434/v1", "gpt-oss:20b"),
+    ],
+)
+def test_a_server_url_in_any_letter_case_is_the_url_form(spec: str, base_url: str, model: str | None) -> None:
+    check_llm_spec(spec)
+    backend = make_backend(spec)
+    assert isinstance(backend, OpenAIBackend) and (backend.base_url, backend.model) == (base_url, model)
 
 
 def test_a_url_with_credentials_is_refused_at_the_check() -> None:

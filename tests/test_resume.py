@@ -14,7 +14,7 @@ from helpers import UNTIL_BUDGET
 from sb3_r2po import R2PO, ExampleLLM
 from sb3_r2po.llm.base import LLMBackendError
 from sb3_r2po.llm.recording import read_records
-from sb3_r2po.r2po.run_state import RunState
+from sb3_r2po.r2po.run_state import RunDirectoryInUseError, RunState
 
 SCRIPT = textwrap.dedent(
     """
@@ -184,3 +184,35 @@ def test_an_interrupt_between_a_history_entry_and_its_snapshot_takes_the_entry_b
     monkeypatch.setattr(RunState, "snapshot", snapshot)
     model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert model.history == uninterrupted.history
+
+
+def test_the_run_directory_is_locked_while_learn_runs_and_free_when_it_ends_or_fails(tmp_path, make_r2po) -> None:
+    """learn() holds the run directory's inter-process lock: another run opening it meanwhile is refused; when learn()
+    returns, or raises, the directory is free for the next run (or for this one, resumed elsewhere)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    seen: list[BaseException | None] = []
+
+    class Probe(BaseCallback):
+        def _on_step(self) -> bool:
+            if not seen:
+                state = RunState()
+                try:
+                    state.open(lambda messages: "x", tmp_path / "run", self.model.history)
+                    seen.append(None)
+                except RunDirectoryInUseError as error:
+                    seen.append(error)
+                state.close()
+            return True
+
+    kwargs = dict(llm="example", n_eval_episodes=2, warmup_episodes=2, max_episodes=6, checkpoint_dir=str(tmp_path / "run"))
+    model = make_r2po(seed=1, **kwargs)
+    model.learn(UNTIL_BUDGET, callback=Probe())
+    assert len(seen) == 1 and isinstance(seen[0], RunDirectoryInUseError)
+    assert str(tmp_path / "run") in str(seen[0]) and "another checkpoint_dir" in str(seen[0])
+    free = RunState()
+    free.open(lambda messages: "x", tmp_path / "run", model.history)  # free after learn()
+    free.close()
+    failed = _cut_by_an_outage(make_r2po, tmp_path / "outage", lambda example, messages: "no vector in this reply")
+    free.open(lambda messages: "x", tmp_path / "outage", failed.history)  # free after a learn() that raised
+    free.close()

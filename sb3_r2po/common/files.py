@@ -1,7 +1,16 @@
-"""Crash-safe file writes: a reader (or a run resumed after a crash) sees the old file or the new one, never a torn one."""
+"""
+Crash-safe file writes: a reader (or a run resumed after a crash) sees the old file or the new one, never a torn one.
+
+- :func:`atomic_file` / :func:`atomic_write` replace a whole file (a temporary file renamed over it).
+- :func:`append_line` appends one line to a log (a JSONL transcript): a write that fails half-way (a full disk) is
+  cut back, and a last line a crash left without its newline (:func:`cut_partial_line`) is cut off before the next
+  line is appended, so that every line of the file is whole.
+- :func:`set_aside` renames a damaged file out of the way, keeping it for inspection.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +20,20 @@ from typing import BinaryIO
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # the process's umask, read once at import: reading it means setting it, which is not thread-safe
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: not every platform can open a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -36,9 +59,90 @@ def atomic_file(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _fsync_directory(target.parent)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` through :func:`atomic_file`."""
     with atomic_file(path) as out:
         out.write(data)
+
+
+def cut_partial_line(path: str | os.PathLike[str]) -> bytes:
+    """
+    Cut off the last line of ``path`` when it lacks its newline (a write that a crash or a full disk cut short), so
+    that the next line appended starts on its own line.
+
+    :param path: The file (nothing happens when it does not exist).
+    :return: The bytes cut off (empty: the file was whole).
+    """
+    try:
+        fh = open(path, "rb+")
+    except FileNotFoundError:
+        return b""
+    with fh:
+        if fh.seek(0, os.SEEK_END) == 0:
+            return b""
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":  # the usual case: only the last byte is read
+            return b""
+        fh.seek(0)
+        data = fh.read()
+        keep = data.rfind(b"\n") + 1
+        fh.truncate(keep)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return data[keep:]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a write may write part of it, e.g. when the disk fills up)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def append_line(path: str | os.PathLike[str], line: bytes) -> bytes:
+    """
+    Append ``line`` (which ends with a newline) to ``path`` and sync it to disk. A half-written last line already in
+    the file is cut off first (see :func:`cut_partial_line`); a write that fails (a full disk, an interrupt) is
+    cut back to the file's previous end before its error is raised, so the file never keeps a torn line.
+
+    :param path: The file (created when it does not exist).
+    :param line: The line, with its newline.
+    :return: The bytes of a half-written last line cut off before appending (empty, usually).
+    """
+    if not line.endswith(b"\n"):
+        raise ValueError("append_line needs a line that ends with a newline")
+    cut = cut_partial_line(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # the next append cuts what this could not
+                os.ftruncate(fd, end)
+            raise
+    finally:
+        os.close(fd)
+    return cut
+
+
+def set_aside(path: str | os.PathLike[str], label: str) -> Path:
+    """
+    Rename ``path`` to ``<name>.<label>`` (``<name>.<label>.1``, ``.2``, ... when taken), keeping it out of the way.
+
+    :param path: The file (or folder) to set aside.
+    :param label: What the new name says about it, e.g. ``"damaged"``.
+    :return: The new path.
+    """
+    source = Path(path)
+    target = source.with_name(f"{source.name}.{label}")
+    number = 0
+    while target.exists() or target.is_symlink():
+        number += 1
+        target = source.with_name(f"{source.name}.{label}.{number}")
+    os.replace(source, target)
+    return target

@@ -6,6 +6,15 @@ Design:
 - **The official ``openai`` client**, created lazily on the first call (so constructing, validating and
   pickling the backend touch no network). Its own retries are off; this module retries itself, so the
   policy and the final error are ours.
+- **Timeout = deadline.** ``timeout`` bounds each HTTP request as a whole: connecting, sending, waiting and
+  reading the reply to its last byte, however the server paces it (a server that trickles its reply a few
+  bytes at a time, each gap shorter than the timeout, is cut off too). Every socket operation is also bounded
+  by ``timeout`` (the client's own timeouts); on top, a watchdog timer per request (:class:`RequestDeadline`)
+  shuts the request's connection down when the deadline passes, which ends a blocked read at once. The
+  connection is found with the ``trace`` extension of httpcore (the transport under the ``openai`` client),
+  which reports each new connection's network stream; requests ask for ``Connection: close``, so that every
+  request opens its own connection and the watchdog knows it. A request past its deadline is a timeout like
+  any other: retried, then reported as "timed out after N s".
 - **Retries** with exponential backoff (``backoff`` seconds, doubled per attempt, at most ``backoff_max``,
   honouring a ``Retry-After`` header) on connection errors (refused, dropped mid-response), timeouts, HTTP
   408, 429 and 5xx, and malformed bodies (a 200 that is not JSON or not a chat completion, e.g. ``{}`` or
@@ -16,8 +25,19 @@ Design:
   server lists at ``/models`` (asked once).
 - **API key**: only the *name* of an environment variable (``api_key_env``) is stored; the key is read when
   the client is created, and the client is dropped when the backend is pickled, so a saved R2PO model
-  holds no secret. Without ``api_key_env`` a placeholder key is sent (local servers ignore it). A URL with
-  credentials (``https://user:password@host/v1``) is refused, as the URL is stored, shown and recorded.
+  holds no secret. ``api_key=`` passes the key itself: it is kept apart and never pickled (a backend
+  unpickled without it says so at its first request). Without either, a placeholder key is sent (local
+  servers ignore it).
+- **No secret in any message, log or record.** The URL is stored, shown and recorded (``repr``, errors, the
+  run's transcript), so :func:`parse_server_url` refuses one that carries a credential, whatever its spelling:
+  user information (``https://user:password@host``, ``token@host``, percent-encoded), a query string or
+  parameters (``?api_key=...``, ``&token=...``), a token that looks like an API key in the path or the model
+  name; its messages show the URL masked (:func:`~sb3_r2po.llm.resolve.redact_spec`). The scheme may be in
+  any letter case (``HTTPS://`` is read as ``https://``). Text a server sends back (an error body may echo
+  the key) reaches an error message only with the key in use, any part of it of 8 characters or more, and
+  whatever looks like a credential masked; the underlying exception is chained only when its own text holds
+  nothing to mask. ``repr`` shows the URL, the model and the reasoning effort, never the key or its
+  variable.
 - **Reasoning effort** (``low``/``medium``/``high``) goes where the server looks for it, by
   ``reasoning_effort_via``: ``"field"`` sends the OpenAI ``reasoning_effort`` request field (what vLLM
   reads for gpt-oss, and Ollama); ``"chat_template_kwargs"`` sends ``extra_body={"chat_template_kwargs":
@@ -42,16 +62,22 @@ Design:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
 import numbers
 import os
 import random
+import re
+import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Literal
 
 from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
@@ -65,6 +91,7 @@ from sb3_r2po.llm.harmony import (
     retry_budget,
     without_answer,
 )
+from sb3_r2po.llm.resolve import KEY_LIKE_RE, REDACTED, redact, redact_spec
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
 _RETRY_STATUS = frozenset({408, 429})
@@ -89,10 +116,207 @@ class LLMServerError(LLMBackendError):
         self.retryable = retryable
 
 
+_ACTIVE_DEADLINE: contextvars.ContextVar[RequestDeadline | None] = contextvars.ContextVar("r2po_deadline", default=None)
+_CONNECTED = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")
+"""httpcore ``trace`` events that report a new connection's network stream (``info["return_value"]``)."""
+
+
+class RequestDeadline:
+    """
+    The deadline of one HTTP request: ``seconds`` after the request is handed to the HTTP transport (which then
+    connects, sends, waits and reads), a watchdog timer shuts down every connection the request has opened (a
+    read blocked on a trickling server ends at once) and sets :attr:`expired`; a connection opened later is shut
+    down as soon as it is reported.
+
+    Within the ``with`` block, :func:`attach_deadline` (an httpx ``request`` event hook, run as the request goes
+    to the transport) starts the timer (:meth:`arm`) and sets httpcore's ``trace`` extension to :meth:`trace`,
+    which reports the request's connections (the active deadline is a context variable: each thread, each
+    request, has its own).
+
+    :param seconds: Seconds from handing the request to the transport to the deadline.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = float(seconds)
+        self.expired = False
+        """Whether the deadline passed before the block was left."""
+        self._streams: list[Any] = []
+        self._done = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(self.seconds, self._expire)
+        self._timer.daemon = True
+        self._token: contextvars.Token[RequestDeadline | None] | None = None
+
+    def __enter__(self) -> RequestDeadline:
+        self._token = _ACTIVE_DEADLINE.set(self)
+        return self
+
+    def arm(self) -> None:
+        """Start the watchdog timer (once: a redirected request keeps the deadline of the first)."""
+        with self._lock:
+            if self._done or self._timer.is_alive() or self._timer.finished.is_set():
+                return
+            self._timer.start()
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._done = True
+            self._streams.clear()
+        if self._token is not None:
+            _ACTIVE_DEADLINE.reset(self._token)
+
+    def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's ``trace`` callback: keep each new connection's stream (shut it down if already expired)."""
+        if not event.endswith(_CONNECTED):
+            return
+        stream = info.get("return_value")
+        with self._lock:
+            if self._done:
+                return
+            self._streams.append(stream)
+            expired = self.expired
+        if expired:
+            _shut_down(stream)
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self.expired = True
+            streams = list(self._streams)
+        for stream in streams:
+            _shut_down(stream)
+
+
+def _shut_down(stream: Any) -> None:
+    """Shut a network stream's socket down for reading and writing: a read blocked on it returns at once."""
+    get_extra_info = getattr(stream, "get_extra_info", None)
+    sock = get_extra_info("socket") if callable(get_extra_info) else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):  # already closed (its descriptor is then -1: never another socket's)
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's, also for a TLS socket
+
+
+def attach_deadline(request: Any) -> None:
+    """
+    An httpx ``request`` event hook: a request sent within a :class:`RequestDeadline` block starts its timer and
+    carries its :meth:`~RequestDeadline.trace` as httpcore's ``trace`` extension (after one already there).
+
+    :param request: The httpx request.
+    """
+    deadline = _ACTIVE_DEADLINE.get()
+    if deadline is None:
+        return
+    deadline.arm()
+    previous: Callable[[str, dict[str, Any]], Any] | None = request.extensions.get("trace")
+    if previous is None:
+        request.extensions["trace"] = deadline.trace
+        return
+
+    def both(event: str, info: dict[str, Any]) -> None:
+        previous(event, info)
+        deadline.trace(event, info)
+
+    request.extensions["trace"] = both
+
+
+@dataclass
+class _Failure:
+    """A failed request: the exception, what happened (for the message), and how it is handled."""
+
+    exc: Exception
+    happened: str
+    status_code: int | None = None
+    retryable: bool = True
+    retry_after: float | None = None
+
+
 def split_model_url(url: str) -> tuple[str, str | None]:
     """Split ``"http://host:port/v1#model"`` into ``("http://host:port/v1", "model")`` (model ``None`` if absent)."""
     base, sep, model = url.strip().partition("#")
     return base.rstrip("/"), (model.strip() or None) if sep else None
+
+
+_MODEL_RE = re.compile(r"[A-Za-z0-9._:/@+\-]+")
+"""The characters of a model name after ``#``: letters, digits and ``. _ : / @ + -`` (``org/name``, ``name:tag``)."""
+_PARAMETER_CHARS = frozenset("?&;=")
+_KEY_HINT = (
+    "Put the API key in an environment variable and name it with OpenAIBackend(..., api_key_env='MY_KEY_VARIABLE') "
+    "(or pass OpenAIBackend(..., api_key=...), which is never saved)"
+)
+
+
+_KEY_NOTE = "(an API key goes in api_key_env='MY_KEY_VARIABLE' or api_key=..., never in the URL)"
+
+
+def _refuse(name: str, shown: str, why: str) -> ValueError:
+    return ValueError(f"{name}={shown!r}: {why}")
+
+
+def _check_credentials(name: str, rest: str, shown: str) -> None:
+    """Refuse user information (also percent-encoded), parameters and key-like tokens in ``rest`` (after ``://``)."""
+    decoded = urllib.parse.unquote(rest)
+    if "@" in rest or "@" in decoded:
+        why = "a server URL must not hold credentials (user:password@host): the URL is stored, shown and recorded"
+        raise _refuse(name, shown, f"{why}. {_KEY_HINT}")
+    if _PARAMETER_CHARS.intersection(rest) or _PARAMETER_CHARS.intersection(decoded):
+        why = (
+            "a server URL must not have a query string or parameters (?api_key=..., &token=...): a key there would "
+            "be stored in model.zip and the run's transcript, and the openai client sends none"
+        )
+        raise _refuse(name, shown, f"{why}. {_KEY_HINT}")
+    if KEY_LIKE_RE.search(rest) or KEY_LIKE_RE.search(decoded):
+        raise _refuse(name, shown, f"the URL holds what looks like an API key. {_KEY_HINT}")
+
+
+def _check_host(name: str, head: str, scheme: str) -> None:
+    """Refuse a URL (``head``, no ``#MODEL``) whose host or port cannot be read (messages never show the authority)."""
+    shown = f"{scheme}://{REDACTED}"
+    try:
+        parts = urllib.parse.urlsplit(head)
+        host, _ = parts.hostname, parts.port
+    except ValueError:
+        why = f"the host and port could not be read (HOST[:PORT], IPv6 in brackets) {_KEY_NOTE}"
+        raise _refuse(name, shown, why) from None
+    if not host:
+        raise _refuse(name, shown, "the URL has no host")
+    if "%" in parts.netloc.rpartition("]")[2]:
+        raise _refuse(name, shown, "the host must not be percent-encoded")
+
+
+def parse_server_url(url: str, *, name: str = "base_url") -> tuple[str, str | None]:
+    """
+    Check a server URL, ``"http://host:port/v1"`` with an optional ``"#MODEL"``, and split it into
+    ``(base URL, model or None)``; the scheme, in any letter case, is given back in lower case.
+
+    Refused with a ``ValueError`` whose message never repeats a credential (it shows the URL masked by
+    :func:`~sb3_r2po.llm.resolve.redact_spec`, or only its scheme when the host cannot be read): a scheme other
+    than ``http``/``https``; user information (``user:password@``, ``token@``, also percent-encoded); a query
+    string or parameters (``?``, ``&``, ``;``, ``=``, also percent-encoded); a token that looks like an API key;
+    spaces or control characters; a missing, unreadable or percent-encoded host, a bad port; a model name with
+    characters other than letters, digits and ``. _ : / @ + -``.
+
+    :param url: The URL.
+    :param name: What to call it in messages (``"base_url"``, ``"llm"``).
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"{name} must be a string, got {type(url).__name__}")
+    text = url.strip()
+    shown = redact_spec(text)
+    head, sep, model = text.partition("#")
+    scheme, slashes, rest = head.partition("://")
+    if not slashes or scheme.lower() not in ("http", "https"):
+        raise _refuse(name, shown, "a server URL must start with http:// or https://")
+    _check_credentials(name, rest, shown)
+    if any(c.isspace() or not c.isprintable() for c in head):
+        raise _refuse(name, shown, "a server URL must not contain spaces or control characters")
+    _check_host(name, head, scheme.lower())
+    model = model.strip()
+    if model and (_MODEL_RE.fullmatch(model) is None or KEY_LIKE_RE.search(model)):
+        why = f"the model name after '#' may only hold letters, digits and . _ : / @ + - {_KEY_NOTE}"
+        raise _refuse(name, shown, why)
+    return f"{scheme.lower()}://{rest}".rstrip("/"), (model or None) if sep else None
 
 
 class OpenAIBackend(TransientState):
@@ -103,13 +327,15 @@ class OpenAIBackend(TransientState):
         the model.
     :param model: The model name to request; by default the ``#MODEL`` part of ``base_url``, else the first
         model the server lists.
-    :param timeout: Seconds one request may take (gpt-oss reasoning on a busy server can take minutes); a
-        positive number.
+    :param timeout: Seconds one HTTP request may take, as a deadline: from connecting to the last byte of the reply,
+        however slowly the server sends it (gpt-oss reasoning on a busy server can take minutes); a positive
+        number. Each retry has its own.
     :param max_retries: Further attempts after a failed one (connection errors, timeouts, 408, 429, 5xx).
     :param backoff: Seconds to wait before the first retry; doubled for each next one.
     :param backoff_max: The longest wait between two attempts (``>= 0``).
     :param api_key_env: The *name* of the environment variable holding the API key (read when the client is
         created, never stored); ``None`` sends a placeholder key. Credentials in ``base_url`` are refused.
+    :param api_key: The API key itself (instead of ``api_key_env``): kept out of ``repr``, messages and pickles.
     :param reasoning_effort: ``"low"``, ``"medium"``, ``"high"``, or ``None`` to send none (server default).
     :param reasoning_effort_via: ``"field"``, ``"chat_template_kwargs"`` or ``"both"`` (see the module notes).
     :param max_tokens: Completion budget per request (reasoning included); ``None``: the server's default.
@@ -119,7 +345,7 @@ class OpenAIBackend(TransientState):
     :param extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 1}``).
     """
 
-    _transient = ("_client",)  # the client holds the API key
+    _transient = ("_client", "_given_key", "_used_key")  # the client and these hold the API key
     _locks = ("_lock", "_stats_lock")
 
     def __init__(
@@ -132,6 +358,7 @@ class OpenAIBackend(TransientState):
         backoff: float = 1.0,
         backoff_max: float = 30.0,
         api_key_env: str | None = None,
+        api_key: str | None = None,
         reasoning_effort: str | None = None,
         reasoning_effort_via: ReasoningVia = "both",
         max_tokens: int | None = None,
@@ -139,10 +366,10 @@ class OpenAIBackend(TransientState):
         max_concurrency: int = 8,
         extra_body: dict[str, Any] | None = None,
     ) -> None:
-        url, url_model = split_model_url(base_url)
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
-        check_no_credentials(url)
+        url, url_model = parse_server_url(base_url)
+        _check_key_settings(api_key_env, api_key)
+        if isinstance(model, str) and KEY_LIKE_RE.search(model):
+            raise ValueError("model holds what looks like an API key (not repeated here): a model name is shown and recorded")
         check_reasoning_effort(reasoning_effort)
         if reasoning_effort_via not in ("field", "chat_template_kwargs", "both"):
             raise ValueError(
@@ -169,6 +396,10 @@ class OpenAIBackend(TransientState):
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
         self.api_key_env = api_key_env
+        self.has_api_key = api_key is not None
+        """Whether the key was passed with ``api_key=`` (which is never pickled)."""
+        self._given_key = api_key
+        self._used_key: str | None = None  # the key of the client, for masking it in what a server sends back
         self.reasoning_effort = reasoning_effort
         self.reasoning_effort_via: ReasoningVia = reasoning_effort_via
         self.max_tokens = max_tokens
@@ -188,6 +419,13 @@ class OpenAIBackend(TransientState):
     # ------------------------------------------------------------------ client
 
     def _api_key(self) -> str:
+        if self._given_key is not None:
+            return self._given_key
+        if self.has_api_key:
+            raise LLMBackendError(
+                f"{self.base_url}: the API key passed with api_key= is never pickled or saved, and this backend was "
+                "unpickled: build it again with the key, or name an environment variable holding it with api_key_env"
+            )
         if self.api_key_env is None:
             return "EMPTY"
         key = os.environ.get(self.api_key_env)
@@ -214,68 +452,85 @@ class OpenAIBackend(TransientState):
                 if self._client is None:
                     import openai
 
+                    key = self._api_key()
+                    self._used_key = None if key == "EMPTY" else key
                     self._client = openai.OpenAI(
-                        base_url=self.base_url, api_key=self._api_key(), timeout=self.timeout, max_retries=0
+                        base_url=self.base_url,
+                        api_key=key,
+                        timeout=self.timeout,
+                        max_retries=0,
+                        default_headers={"Connection": "close"},  # a new connection per request: its watchdog knows it
+                        http_client=openai.DefaultHttpxClient(event_hooks={"request": [attach_deadline]}),
                     )
         return self._client
 
-    def _with_retries(self, what: str, request: Any) -> Any:
+    def _with_retries(self, what: str, request: Callable[[], Any]) -> Any:
         """Run ``request()``; retry connection errors, timeouts, 408, 429, 5xx and malformed bodies, with backoff."""
-        import openai
-
         attempts = 0
         delay = self.backoff
-        last: Exception
-        status_code: int | None
         while True:
             attempts += 1
             self._count("requests")
-            retry_after: float | None = None
-            try:
-                return _well_formed(request())
-            except (_MalformedResponse, json.JSONDecodeError, openai.APIResponseValidationError) as exc:
-                # a 200 whose body is not JSON, or not of the expected shape (a truncating proxy, a broken server)
-                detail = str(exc) if isinstance(exc, _MalformedResponse) else f"{type(exc).__name__}: {_short(exc)}"
-                last, happened, status_code = exc, f"malformed response body ({detail})", 200
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                if status not in _RETRY_STATUS and status < 500:
-                    hint = " (does the URL end with /v1?)" if status == 404 else ""
-                    raise LLMServerError(
-                        f"{self.base_url} rejected {what}: HTTP {status}{hint}: {_short(exc)}; "
-                        f"not retried (attempt {attempts})",
-                        url=self.base_url,
-                        attempts=attempts,
-                        status_code=status,
-                        retryable=False,
-                    ) from exc
-                last = exc
-                happened = f"HTTP {status}: {_short(exc)}"
-                status_code = status
-                retry_after = _retry_after(exc)
-            except openai.APITimeoutError as exc:
-                last, happened, status_code = exc, f"timed out after {self.timeout:g} s", None
-            except openai.APIConnectionError as exc:
-                cause = exc.__cause__ or exc
-                last, happened, status_code = exc, f"connection failed ({type(cause).__name__}: {cause})", None
-            except openai.OpenAIError as exc:
-                raise LLMServerError(
-                    f"{self.base_url}: {what} failed: {type(exc).__name__}: {exc}",
-                    url=self.base_url,
-                    attempts=attempts,
-                    retryable=False,
-                ) from exc
-            if attempts > self.max_retries:
-                raise LLMServerError(
-                    f"{self.base_url}: {what} failed after {attempts} attempt(s): {happened}",
-                    url=self.base_url,
-                    attempts=attempts,
-                    status_code=status_code,
-                    retryable=True,
-                ) from last
-            wait = min(self.backoff_max, retry_after if retry_after is not None else delay)
+            response, failure = self._attempt(request)
+            if failure is None:
+                return response
+            if not failure.retryable or attempts > self.max_retries:
+                error = self._error(what, failure, attempts)
+                # the server's exception is chained only when its text holds nothing to mask (an echoed key)
+                raise error from (failure.exc if self._mask(_chain_text(failure.exc)) == _chain_text(failure.exc) else None)
+            wait = min(self.backoff_max, failure.retry_after if failure.retry_after is not None else delay)
             time.sleep(wait + random.uniform(0.0, 0.1 * wait))
             delay = min(self.backoff_max, delay * 2 if delay > 0 else 0.0)
+
+    def _attempt(self, request: Callable[[], Any]) -> tuple[Any, _Failure | None]:
+        """One request within its deadline: ``(response, None)``, or ``(None, what went wrong)``."""
+        import openai
+
+        deadline = RequestDeadline(self.timeout)
+        try:
+            with deadline:
+                return _well_formed(request()), None
+        except (_MalformedResponse, json.JSONDecodeError, openai.APIResponseValidationError) as exc:
+            # a 200 whose body is not JSON, or not of the expected shape (a truncating proxy, a broken server)
+            detail = str(exc) if isinstance(exc, _MalformedResponse) else f"{type(exc).__name__}: {_text(exc)}"
+            return None, _Failure(exc, f"malformed response body ({self._detail(detail)})", 200)
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            retryable = status in _RETRY_STATUS or status >= 500
+            hint = " (does the URL end with /v1?)" if status == 404 else ""
+            happened = f"HTTP {status}{hint}: {self._detail(_text(exc))}"
+            return None, _Failure(exc, happened, status, retryable, _retry_after(exc))
+        except openai.APIConnectionError as exc:  # timeouts included (openai.APITimeoutError)
+            if deadline.expired or isinstance(exc, openai.APITimeoutError):  # the watchdog ended the request
+                return None, _Failure(exc, f"timed out after {self.timeout:g} s")
+            cause = exc.__cause__ or exc
+            return None, _Failure(exc, f"connection failed ({type(cause).__name__}: {self._detail(str(cause))})")
+        except openai.OpenAIError as exc:
+            return None, _Failure(exc, f"{type(exc).__name__}: {self._detail(str(exc))}", retryable=False)
+
+    def _error(self, what: str, failure: _Failure, attempts: int) -> LLMServerError:
+        """The error after the last attempt, with the key and whatever looks like a credential masked."""
+        if failure.retryable:
+            message = f"{self.base_url}: {what} failed after {attempts} attempt(s): {failure.happened}"
+        elif failure.status_code is not None:
+            message = f"{self.base_url} rejected {what}: {failure.happened}; not retried (attempt {attempts})"
+        else:
+            message = f"{self.base_url}: {what} failed: {failure.happened}"
+        return LLMServerError(
+            self._mask(message),
+            url=self.base_url,
+            attempts=attempts,
+            status_code=failure.status_code,
+            retryable=failure.retryable,
+        )
+
+    def _mask(self, text: str) -> str:
+        """``text`` (which may hold what a server sent back) with the key in use and any credential masked."""
+        return redact(_without_key(text, self._used_key or self._given_key))
+
+    def _detail(self, text: str, limit: int = 300) -> str:
+        """What a server or the client said, masked, then cut to ``limit`` characters (a key is never cut in two)."""
+        return _clip(self._mask(text[: 16 * limit]), limit)
 
     def resolved_model(self) -> str:
         """The model name requests use (asks the server's ``/models`` once when none was given)."""
@@ -405,7 +660,7 @@ class _MalformedResponse(ValueError):
 def _well_formed(response: Any) -> Any:
     """``response`` if it has the shape the backend reads (a model listing, or a chat completion), else raise."""
     if isinstance(response, (str, bytes)):  # a 200 whose Content-Type is not JSON: the client hands back the text
-        raise _MalformedResponse(f"not JSON: {str(response)[:100]!r}")
+        raise _MalformedResponse(f"not JSON: {str(response)[:_EXCERPT]!r}")  # cut (after masking) by the backend
     if not hasattr(response, "choices"):
         if hasattr(response, "data"):  # a model listing
             return response
@@ -437,7 +692,7 @@ def _body_error(response: Any) -> str:
         text = f"{message} (code {code})" if code is not None else str(message)
     else:
         text = str(error)
-    return "; the server said: " + (text if len(text) <= 300 else text[:300] + "...")
+    return "; the server said: " + text[:_EXCERPT]
 
 
 def _is_number(value: Any) -> bool:
@@ -445,28 +700,83 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_key_settings(api_key_env: str | None, api_key: str | None) -> None:
+    """Refuse a bad ``api_key_env`` or ``api_key`` without repeating either (each may be the key itself)."""
+    if api_key_env is not None and api_key is not None:
+        raise ValueError("pass either api_key_env (the name of an environment variable) or api_key, not both")
+    if api_key_env is not None and not (isinstance(api_key_env, str) and _ENV_NAME_RE.fullmatch(api_key_env)):
+        raise ValueError(
+            "api_key_env must be the *name* of an environment variable (letters, digits and _, not starting with a "
+            "digit), e.g. api_key_env='OPENAI_API_KEY', not the key itself (the value given is not repeated here)"
+        )
+    if api_key is not None and not (isinstance(api_key, str) and api_key.strip()):
+        raise ValueError(f"api_key must be a non-empty string, got {type(api_key).__name__} (not repeated here)")
+
+
 def check_no_credentials(url: str) -> None:
     """
-    Raise ``ValueError`` for a URL with a user name or password in it (the message does not repeat them).
+    Raise ``ValueError`` for a URL that carries a credential: user information (``user:password@``, also
+    percent-encoded), a query string or parameters, a key-like token (the message does not repeat them).
 
     :param url: A server URL (without the ``#MODEL`` part).
     """
-    netloc = urllib.parse.urlsplit(url).netloc
-    if "@" in netloc:
-        host = netloc.rpartition("@")[2]
-        raise ValueError(
-            f"base_url must not hold credentials (user:password@{host}): the URL is stored, shown and recorded. "
-            "Put the API key in an environment variable and name it with api_key_env='MY_KEY_VARIABLE'"
-        )
+    _check_credentials("base_url", url.strip().partition("://")[2], redact_spec(url.strip()))
 
 
 def _add(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
 
 
-def _short(exc: Exception, limit: int = 300) -> str:
-    text = str(getattr(exc, "message", None) or exc)
+_EXCERPT = 2000
+"""Characters of a body kept in a malformed-body message before the backend masks it and cuts it short."""
+
+
+def _text(exc: Exception) -> str:
+    return str(getattr(exc, "message", None) or exc)
+
+
+def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _chain_text(exc: BaseException) -> str:
+    """The text of ``exc`` and of every exception chained to it (as a traceback would print them)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        body = getattr(current, "body", None)
+        if body is not None:
+            parts.append(repr(body))
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+_KEY_PIECE = 8
+"""A run of at least this many characters of the key (or the whole key, when shorter) is masked."""
+
+
+def _without_key(text: str, key: str | None) -> str:
+    """
+    ``text`` with every word that holds the key, or ``_KEY_PIECE`` characters of it in a row (a server that echoes
+    a shortened key), replaced by ``***``.
+    """
+    if not key:
+        return text
+    size = min(_KEY_PIECE, len(key))
+    pieces = {key[i : i + size] for i in range(len(key) - size + 1)}
+
+    def mask(match: re.Match[str]) -> str:
+        word = match.group(0)
+        has_piece = any(word[i : i + size] in pieces for i in range(len(word) - size + 1))
+        return REDACTED if has_piece else word
+
+    return re.sub(r"[^\s\"'`,;()<>\[\]{}]+", mask, text)
 
 
 def _retry_after(exc: Any) -> float | None:

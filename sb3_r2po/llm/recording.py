@@ -5,9 +5,15 @@ auditable. Design:
 
 - :class:`RecordingBackend` wraps any backend. After each reply it appends one JSON line: the request hash,
   the messages, the request settings, a description of the backend, the reply text, token usage and
-  latency. Each line is written, flushed and fsynced before the reply is returned, so a crash loses at
-  most the call in flight (a half-written last line is skipped, with a warning, on replay, and cut off, with a
-  warning, when a recording appends to the file again).
+  latency. Each line is written and fsynced before the reply is returned, so a crash loses at most the call in
+  flight. A record is whole when its newline is on disk: a write that fails half-way (a full disk) is cut back
+  before its error is raised, and a half-written last line (a crash) is cut off, with a warning, before the next
+  record is appended (:func:`~sb3_r2po.common.files.append_line`), so a record never joins a torn one.
+- **Reading** (:func:`read_records`, replay) is by bytes: a last line cut anywhere (inside a multi-byte character
+  too), or a tail of NUL bytes, is skipped with a warning; CRLF line ends and a UTF-8 byte order mark are read as
+  usual; a line that a failed write of an older version joined to the next record keeps that record (with a
+  warning). Any other damaged line (one with lines after it, or a last line that is whole JSON but no record) is an
+  error naming the line: skipping a record inside the file would change a replay.
 - **Resuming** a checkpointed run repeats the calls made after its last checkpoint. :meth:`RecordingBackend.rewind`
   appends a marker line ``{"rewind": N}``: readers (:func:`read_records`, replay) then keep only the first N
   calls before it, so a replay follows the resumed run. The calls set aside stay in the file.
@@ -28,6 +34,7 @@ auditable. Design:
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import threading
@@ -38,6 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sb3_r2po.common.files import append_line, cut_partial_line
 from sb3_r2po.llm.base import (
     BatchResult,
     ChatBackend,
@@ -50,17 +58,18 @@ from sb3_r2po.llm.base import (
 from sb3_r2po.llm.identity import canonical_messages
 from sb3_r2po.llm.identity import request_hash as request_hash  # importable from here, as they were
 from sb3_r2po.llm.identity import request_settings as request_settings
-from sb3_r2po.llm.resolve import StringForm, make_backend, reserved_prefix
+from sb3_r2po.llm.resolve import StringForm, make_backend, redact, reserved_prefix
 
 RECORD_VERSION = 1
 
 
 def _describe(backend: Any) -> dict[str, Any]:
-    info: dict[str, Any] = {"class": type(backend).__name__, "repr": repr(backend)}
+    """What a record says of the backend: its class, ``repr`` and settings, whatever looks like a credential masked."""
+    info: dict[str, Any] = {"class": type(backend).__name__, "repr": redact(repr(backend))}
     for name in ("model", "reasoning_effort", "max_new_tokens", "max_tokens", "base_url"):
         value = getattr(backend, name, None)
         if isinstance(value, (str, int, float, bool)):
-            info[name] = value
+            info[name] = redact(value) if isinstance(value, str) else value
     return info
 
 
@@ -78,32 +87,31 @@ class RecordingBackend(TransientState):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._cut_partial_line()
-        self.recorded = len(read_records(self.path)) if self.path.is_file() else 0
+        self.recorded = 0
         """Calls in the file as readers see them (rewound calls not counted), this backend's included."""
+        self.refresh()
 
-    def _cut_partial_line(self) -> None:
-        """Cut off a half-written last line (a crash mid-write), so that the next record starts on its own line."""
-        if not self.path.is_file():
-            return
-        with open(self.path, "rb+") as fh:
-            if fh.seek(0, os.SEEK_END) == 0:
-                return
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) == b"\n":  # the usual case: only the last byte is read
-                return
-            fh.seek(0)
-            data = fh.read()
-            keep = data.rfind(b"\n") + 1
-            fh.truncate(keep)
-            fh.flush()
-            os.fsync(fh.fileno())
-        warnings.warn(
-            f"{self.path}: cut off a half-written last line ({len(data) - keep} bytes, starting "
-            f"{data[keep : keep + 60]!r}): the call it was recording never returned",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    def refresh(self) -> int:
+        """
+        Read the file again: cut off a half-written last line (a crash mid-write; with a warning), so that the next
+        record starts on its own line, and count the calls it holds (:attr:`recorded`).
+
+        :return: The calls recorded in the file.
+        :raises LLMBackendError: when a line inside the file is damaged (see :func:`read_records`).
+        """
+        with self._lock:
+            self._warn_cut(cut_partial_line(self.path))
+            self.recorded = len(read_records(self.path)) if self.path.is_file() else 0
+            return self.recorded
+
+    def _warn_cut(self, cut: bytes) -> None:
+        if cut:
+            warnings.warn(
+                f"{self.path}: cut off a half-written last line ({len(cut)} bytes, starting {cut[:60]!r}): "
+                "the call it was recording never returned",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def rewind(self, calls: int) -> int:
         """
@@ -180,11 +188,9 @@ class RecordingBackend(TransientState):
             self.recorded += 1
 
     def _append(self, line: dict[str, Any]) -> None:
-        data = json.dumps(line, ensure_ascii=False) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        data = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
+        with self._lock:  # a failed write is cut back; a torn line left by a crash is cut off first
+            self._warn_cut(append_line(self.path, data))
 
     def __repr__(self) -> str:
         return f"RecordingBackend({self.inner!r}, {str(self.path)!r})"
@@ -203,33 +209,107 @@ class ReplayMissError(LLMBackendError):
         self.request_hash = request_hash
 
 
+RECORD_START = b'{"version": '
+"""How every line :class:`RecordingBackend` writes begins (a key's quotes inside a string value are escaped)."""
+
+
+def _problem(record: Any, count: int) -> str | None:
+    """Why a parsed line is neither a recorded call nor a rewind marker (``None``: it is one)."""
+    if not isinstance(record, dict):
+        return "not a recorded LLM call (not a JSON object)"
+    if "rewind" in record and "hash" not in record:
+        rewind = record["rewind"]
+        if isinstance(rewind, bool) or not isinstance(rewind, int) or not 0 <= rewind <= count:
+            return f"a rewind marker with an invalid call count ({rewind!r}; {count} calls precede it)"
+        return None
+    if not isinstance(record.get("hash"), str) or not isinstance(record.get("reply"), dict):
+        return "not a recorded LLM call (no request hash or no reply)"
+    return None
+
+
+def _parse(raw: bytes) -> tuple[Any, str | None]:
+    """The JSON value of a line, or why it has none (``"not UTF-8 text"``, ``"not JSON"``)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError:
+        return None, "not JSON"
+
+
+def _salvage(raw: bytes, count: int) -> tuple[dict[str, Any], int] | None:
+    """A whole record appended to a half-written one on the same line (by a version that did not cut torn lines):
+    the record and the length of the torn part before it; ``None`` when the line is not that."""
+    start = raw.rfind(RECORD_START)
+    while start > 0:
+        record, problem = _parse(raw[start:])
+        if problem is None and _problem(record, count) is None:
+            return record, start
+        start = raw.rfind(RECORD_START, 0, start)
+    return None
+
+
+def _numbered_lines(data: bytes) -> list[tuple[int, bytes]]:
+    """The non-blank lines of ``data`` and their numbers (1-based); only a newline ends a line, as in the writer."""
+    if data.startswith(codecs.BOM_UTF8):  # an editor's byte order mark
+        data = data[len(codecs.BOM_UTF8) :]
+    # str.splitlines() would also split at U+2028, U+0085, ... inside a reply: split the bytes at b"\n" only
+    return [(number, line) for number, line in enumerate(data.split(b"\n"), start=1) if line.strip()]
+
+
+def _damaged(path: str | os.PathLike[str], number: int, problem: str, after: int) -> LLMBackendError:
+    return LLMBackendError(
+        f"{path}: line {number} is {problem}, and {after} line(s) follow it: the recording is damaged (a crash "
+        "only cuts its last line short), and leaving the line out would change a replay. Restore the file from a "
+        f"copy; to keep only the calls before the damage, keep its first {number - 1} line(s) "
+        f"(e.g. head -n {number - 1} FILE > FIXED), or move it aside to start a new recording"
+    )
+
+
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
-    The records of a recording, in order (a half-written last line is skipped with a warning; calls set aside by
-    a ``rewind`` marker, see :meth:`RecordingBackend.rewind`, are left out).
+    The records of a recording, in order; calls set aside by a ``rewind`` marker (see
+    :meth:`RecordingBackend.rewind`) are left out.
+
+    A last line cut short (a crash: cut anywhere, inside a multi-byte character too, or NUL bytes) is skipped with a
+    warning, and so is the torn part of a line that holds a whole record after it; any other damaged line raises.
 
     :param path: The JSONL file written by :class:`RecordingBackend`.
+    :raises LLMBackendError: naming the line, when a line inside the file (or a last line that is whole JSON) is not
+        a record.
     """
     records: list[dict[str, Any]] = []
-    # only "\n" ends a record: str.splitlines() would also split at U+2028, U+0085, ... inside a reply
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                warnings.warn(f"{path}: skipping a half-written last line {number}", RuntimeWarning, stacklevel=2)
+    lines = _numbered_lines(Path(path).read_bytes())
+    for index, (number, raw) in enumerate(lines):
+        record, problem = _parse(raw)
+        if problem is None:
+            problem = _problem(record, len(records))
+            if problem is not None:  # whole JSON, but not a record: not a crash's doing, wherever it is
+                raise _damaged(path, number, problem, len(lines) - index - 1)
+        else:
+            salvaged = _salvage(raw, len(records))
+            if salvaged is None and index < len(lines) - 1:
+                raise _damaged(path, number, problem, len(lines) - index - 1)
+            if salvaged is None:
+                warnings.warn(
+                    f"{path}: skipping a half-written last line {number} ({len(raw)} bytes, {problem}): "
+                    "the call it was recording never returned",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 continue
-            raise LLMBackendError(f"{path}: line {number} is not JSON") from None
-        if isinstance(record, dict) and isinstance(record.get("rewind"), int):
+            record, torn = salvaged
+            warnings.warn(
+                f"{path}: line {number} starts with a half-written record ({torn} bytes, skipped) that a failed "
+                "write left, followed by a whole one (kept)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if "hash" not in record:  # a rewind marker
             del records[record["rewind"] :]
             continue
-        if not isinstance(record, dict) or "hash" not in record or "reply" not in record:
-            raise LLMBackendError(f"{path}: line {number} is not a recorded LLM call")
         records.append(record)
     return records
 

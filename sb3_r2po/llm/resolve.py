@@ -21,8 +21,22 @@ a ``ValueError`` saying so, not an attempt to import a module named ``example``.
 string that cannot be imported (``mistral:latest``, an Ollama model name without its server URL) is a
 ``ValueError`` naming the string and listing the accepted forms: when its top-level package does not exist,
 already at the check; otherwise (a missing submodule or attribute, a failing import) when the backend is
-built. A URL with credentials (``https://user:password@host/v1``) is refused at the check (name an
-environment variable holding the key with ``OpenAIBackend(..., api_key_env=...)`` instead).
+built.
+
+**Secrets.** An ``llm`` string is stored as given: in ``model.zip``, in the run's ``history.json`` and
+``llm_calls.jsonl``, in messages and logs. So a string that carries a credential is **refused at the check**
+(at ``R2PO(...)`` construction, ``set_llm`` and ``load(..., llm=...)``), never stored redacted: a stored
+string must be the one that runs, and a redacted one would not. Refused, with a ``ValueError`` that tells the
+user to put the key in an environment variable named with ``OpenAIBackend(..., api_key_env=...)`` (or to
+pass ``OpenAIBackend(..., api_key=...)``, which is never pickled): user information in the URL
+(``https://user:password@host/v1``, ``https://token@host/v1``, also percent-encoded), a query string or
+parameters (``?api_key=...``, ``&token=...``, ``;key=...``), and a token that looks like an API key
+(``sk-...``, ``hf_...``) in the path or the model name. Any string starting with ``http://`` or
+``https://``, in any letter case, is taken for a server URL and checked in full
+(:func:`~sb3_r2po.llm.openai_backend.parse_server_url`). No error message repeats a credential: every
+message that shows an ``llm`` string shows :func:`redact_spec` of it (user information, query strings,
+``name=value`` assignments of secret-sounding names and key-like tokens masked as ``***``), whatever the
+form the string was taken for, or none.
 
 The ``replay:PATH`` form is defined in :mod:`sb3_r2po.llm.recording` and registered into :data:`STRING_FORMS` by
 the :mod:`sb3_r2po.llm` package, which always runs before this module can be used: a replay's fallback is an
@@ -35,6 +49,7 @@ import importlib
 import importlib.util
 import os
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +70,84 @@ class StringForm:
     :func:`check_llm_spec` and :func:`make_backend` run it before building."""
 
 
+REDACTED = "***"
+"""What stands in for a credential in messages, logs and transcripts."""
+
+_SECRET_NAME = (
+    r"(?:[a-z0-9]+[_.\-])*(?:api[_.\-]?key|apikey|key|token|secret|password|passwd|pwd|pass|auth|authorization"
+    r"|signature|sig|credentials?|session)"
+)
+_VALUE_END = r"\s&#;,\"'<>(){}\[\]"
+_SCHEME = r"\b[a-z][a-z0-9+.\-]*://"
+_ASSIGNMENT_RE = re.compile(rf"(?i)(?<![a-z0-9])({_SECRET_NAME}\s*(?:=|%3d)\s*)(\"[^\"]*\"|'[^']*'|[^{_VALUE_END}]+)")
+_QUOTED_RE = re.compile(rf"(?i)([\"']{_SECRET_NAME}[\"']\s*:\s*[\"'])[^\"']*")
+_URL_AUTH_RE = re.compile(rf"(?i)({_SCHEME})\S*@")
+_URL_ENCODED_AUTH_RE = re.compile(rf"(?i)({_SCHEME})[^\s/]*%40")
+_URL_BAD_PORT_RE = re.compile(rf"(?i)({_SCHEME})[^\s/?#@\[\]:]*:(?=\d*[^\d:/?#{_VALUE_END}])[^:/?#{_VALUE_END}]+")
+_URL_QUERY_RE = re.compile(rf"(?i)({_SCHEME}(?:(?!%3f)[^\s?])*)(?:\?|%3f)\S*")
+_USERINFO_RE = re.compile(r"[^\s:/@'\"]+:[^\s@/'\"]+@")
+_SCHEME_RE = re.compile(r"(?i)\s*([a-z][a-z0-9+.\-]*://)(.*)", re.DOTALL)
+_AUTH_HEADER_RE = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=\-]{6,}")
+KEY_LIKE_RE = re.compile(r"\b(?:sk|hf|gsk|xai|ghp|gho|ghs|ghu|github_pat|glpat)[-_][A-Za-z0-9_\-]{16,}|\bAKIA[0-9A-Z]{16}\b")
+"""A token that looks like an API key: OpenAI's and Anthropic's ``sk-...``, Stripe's ``sk_live_...``, Hugging Face's
+``hf_...``, Groq's, xAI's, GitHub's, GitLab's, AWS's access key ids."""
+
+
+def _masked_value(match: re.Match[str]) -> str:
+    value = match.group(2)
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{match.group(1)}{quote}{REDACTED}{quote}"
+
+
+def redact(text: str) -> str:
+    """
+    ``text`` with what looks like a credential masked as :data:`REDACTED`: the user information of URLs
+    (``scheme://user:password@``, also percent-encoded, and ``user:password@host`` without a scheme), a URL's
+    authority whose port is not a number (``scheme://user:password``), query strings, ``Bearer``/``Basic``
+    credentials, ``name=value`` and ``"name": "value"`` of secret-sounding names (``api_key``, ``token``,
+    ``password``, ...) and tokens that look like API keys. Meant for text of unknown origin (an error a server
+    sent, a backend's ``repr``).
+
+    :param text: Any text.
+    """
+    text = _URL_AUTH_RE.sub(rf"\1{REDACTED}@", text)
+    text = _URL_ENCODED_AUTH_RE.sub(rf"\1{REDACTED}%40", text)
+    text = _URL_BAD_PORT_RE.sub(rf"\1{REDACTED}", text)
+    text = _URL_QUERY_RE.sub(rf"\1?{REDACTED}", text)
+    text = _USERINFO_RE.sub(f"{REDACTED}@", text)
+    text = _AUTH_HEADER_RE.sub(rf"\1\2{REDACTED}", text)
+    text = _ASSIGNMENT_RE.sub(_masked_value, text)
+    text = _QUOTED_RE.sub(rf"\1{REDACTED}", text)
+    return KEY_LIKE_RE.sub(REDACTED, text)
+
+
+def redact_spec(spec: str) -> str:
+    """
+    An ``llm`` string (or a server URL) as messages may show it: as :func:`redact` of it percent-decoded, with also
+    everything after its ``scheme://`` (if any) up to its last ``@`` masked (user information; a password may hold
+    spaces, ``/`` or ``#``), everything from its first ``?`` (a query string), and an authority whose port is not
+    a number (``scheme://user:password``).
+
+    :param spec: The string.
+    """
+    match = _SCHEME_RE.fullmatch(spec)
+    scheme, rest = ("", spec) if match is None else match.groups()  # "user:password@host" without a scheme too
+    rest = urllib.parse.unquote(rest)  # shown decoded: a percent-encoded credential is masked like a plain one
+    if "@" in rest:
+        rest = f"{REDACTED}@{rest.rpartition('@')[2]}"
+    rest, query, _ = rest.partition("?")
+    authority = re.match(r"[^/#]*", rest)
+    port = "" if authority is None else authority.group(0).rpartition("]")[2].rpartition(":")[2]
+    if scheme and authority and ":" in authority.group(0).rpartition("]")[2] and not port.isdigit() and port:
+        rest = REDACTED + rest[authority.end() :]
+    return redact(scheme + rest + (f"?{REDACTED}" if query else ""))
+
+
+def shown(spec: str) -> str:
+    """``repr`` of :func:`redact_spec` of ``spec``: how an error message names an ``llm`` string."""
+    return repr(redact_spec(spec))
+
+
 def reserved_prefix(prefix: str, *, ignore_case: bool = False) -> Callable[[str], bool]:
     """A matcher for ``prefix`` alone or followed by ``:`` and an argument (a reserved prefix, see the module notes)."""
     pattern = re.compile(rf"{prefix}(:|$)", re.IGNORECASE if ignore_case else 0)
@@ -64,7 +157,7 @@ def reserved_prefix(prefix: str, *, ignore_case: bool = False) -> Callable[[str]
 def _check_example(spec: str) -> None:
     _, sep, seed = spec.partition(":")
     if sep and re.fullmatch(r"\d+", seed.strip()) is None:
-        raise ValueError(f"llm={spec!r}: the seed after 'example:' must be an integer >= 0, e.g. 'example:0'")
+        raise ValueError(f"llm={shown(spec)}: the seed after 'example:' must be an integer >= 0, e.g. 'example:0'")
 
 
 def _build_example(spec: str) -> ChatBackend:
@@ -80,7 +173,7 @@ def _check_embedded(spec: str) -> None:
     _, sep, size = spec.partition(":")
     if sep and size.lower() not in MODELS:
         sizes = ", ".join(repr(f"embedded:{known}") for known in MODELS)
-        raise ValueError(f"llm={spec!r}: unknown embedded model size {size!r}; use 'embedded' or one of {sizes}")
+        raise ValueError(f"llm={shown(spec)}: unknown embedded model size {shown(size)}; use 'embedded' or one of {sizes}")
 
 
 def _build_embedded(spec: str) -> ChatBackend:
@@ -95,9 +188,9 @@ _IMPORT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w.]*$")
 def _import_failure(spec: str, what: str) -> ValueError:
     hint = ""
     if "." not in spec.partition(":")[0]:
-        hint = f" (an Ollama model is named after its server's URL, e.g. 'http://127.0.0.1:11434/v1#{spec}')"
+        hint = f" (an Ollama model is named after its server's URL, e.g. 'http://127.0.0.1:11434/v1#{redact_spec(spec)}')"
     return ValueError(
-        f"llm={spec!r} has the form package.module:attribute, but {what}{hint}. Accepted forms:\n{_accepted_forms()}"
+        f"llm={shown(spec)} has the form package.module:attribute, but {what}{hint}. Accepted forms:\n{_accepted_forms()}"
     )
 
 
@@ -129,7 +222,8 @@ def _build_import(spec: str) -> ChatBackend:
     return as_backend(obj)
 
 
-_URL_RE = re.compile(r"^https?://[^\s/#]+(/[^\s#]*)?(#[^\s#]+)?$")
+_URL_RE = re.compile(r"https?://", re.IGNORECASE)
+"""The start of a server URL: a string that starts so is the URL form (checked in full by its check)."""
 _HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
 _PATH_RE = re.compile(r"^(/|\./|\.\./|~/|~$|\.$)")
 
@@ -139,9 +233,12 @@ def _is_model_id_or_dir(spec: str) -> bool:
 
 
 def _check_openai(spec: str) -> None:
-    from sb3_r2po.llm.openai_backend import check_no_credentials, split_model_url
+    from sb3_r2po.llm.openai_backend import parse_server_url
 
-    check_no_credentials(split_model_url(spec)[0])
+    try:
+        parse_server_url(spec, name="llm")
+    except ValueError as exc:
+        raise ValueError(f"{exc}. Accepted forms:\n{_accepted_forms()}") from None
 
 
 def _build_openai(spec: str) -> ChatBackend:
@@ -208,8 +305,10 @@ def as_backend(obj: Any) -> ChatBackend:
         return obj
     if callable(obj):
         return CallableBackend(obj)
-    got = f"{type(obj).__name__} {obj!r}"[:200]
-    raise TypeError(f"llm must be a string, a ChatBackend or a callable (messages) -> str, got {got}")
+    raise TypeError(
+        "llm must be a string, a ChatBackend or a callable (messages) -> str, got "
+        + redact(f"{type(obj).__name__} {obj!r}")[:200]
+    )
 
 
 def make_backend(llm: str | ChatBackend | Callable[[list[dict[str, str]]], str]) -> ChatBackend:
@@ -239,7 +338,7 @@ def _checked_form(llm: str) -> StringForm:
             if form.check is not None:
                 form.check(spec)
             return form
-    raise ValueError(f"llm={llm!r} matches no accepted form. Accepted forms:\n{_accepted_forms()}")
+    raise ValueError(f"llm={shown(llm)} matches no accepted form. Accepted forms:\n{_accepted_forms()}")
 
 
 def check_llm_spec(llm: Any) -> None:

@@ -10,10 +10,9 @@ One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs 
     kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision
     history.append(kept)                              # 7. only the kept candidate enters the history
 
-Every variant runs this loop; its LLM steps come from a search pattern (:mod:`~sb3_r2po.r2po.patterns`) chosen from
-its data (:mod:`sb3_r2po.variants`). Components: :mod:`~sb3_r2po.r2po.roles` (the LLM), :mod:`~sb3_r2po.r2po.prompting`,
-:mod:`~sb3_r2po.r2po.run_state` (crash consistency), :mod:`~sb3_r2po.r2po.records`, :mod:`~sb3_r2po.r2po.reporting`.
-Not to be confused with "R²PO, Residual Rollout Policy Optimization" (arXiv 2601.11960), an unrelated method.
+Every variant runs this loop, with the LLM steps of its search pattern (:mod:`~sb3_r2po.r2po.patterns`); the other
+concerns are components of ``sb3_r2po.r2po`` (roles, prompting, run_state, records, reporting). Not to be confused with
+"R²PO, Residual Rollout Policy Optimization" (arXiv 2601.11960), an unrelated method.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
 from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, HistoryEntry, Revision, Role
 from sb3_r2po.r2po.reporting import Progress, record_metrics
 from sb3_r2po.r2po.roles import LLMRoles, new_llm_stats
-from sb3_r2po.r2po.run_state import COMMITTED_STATE, RunState
+from sb3_r2po.r2po.run_state import COMMITTED_STATE, RunState, check_model_file, loaded_checkpoint_dir
 from sb3_r2po.variants import Variant, get_variant
 
 SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
@@ -187,22 +186,19 @@ class R2PO(BaseAlgorithm):
         self.llm, self.variant, self.temperature = llm, variant, temperature
         self.llm_confirmed = True  # False after a load() whose stored llm string would import a module (see load)
         self.n_eval_episodes, self.warmup_episodes, self.max_episodes = n_eval_episodes, warmup_episodes, max_episodes
-        self.max_episode_steps, self.stop_at_target = max_episode_steps, stop_at_target
-        self.target_return, self.tau_c, self.step_size = target_return, tau_c, step_size
-        self.param_bounds, self.param_decimals = param_bounds, param_decimals
-        # what the prompts show, and how a reply is written
+        self.max_episode_steps, self.stop_at_target, self.step_size = max_episode_steps, stop_at_target, step_size
+        self.target_return, self.tau_c, self.param_bounds = target_return, tau_c, param_bounds
+        self.param_decimals: int = param_decimals
+        # what the prompts show, how a reply is written; unusable replies, duplicates, racing and the run directory
         self.max_trajectory_steps, self.trajectory_digits = max_trajectory_steps, trajectory_digits
         self.fold_repeated_steps, self.history_excerpts = fold_repeated_steps, history_excerpts
         self.history_best_k, self.history_recent = history_best_k, history_recent
         self.reply_style: ReplyStyle = reply_style
         self.search_sees_task, self.critic_selection_hints = search_sees_task, critic_selection_hints
         self.extra_statistics, self.prompt_template_dir = extra_statistics, prompt_template_dir
-        # unusable replies and duplicates
         self.max_llm_retries, self.on_unusable_reply = max_llm_retries, on_unusable_reply
         self.max_iteration_attempts, self.reject_duplicates = max_iteration_attempts, reject_duplicates
-        self.skip_unchanged_revisions = skip_unchanged_revisions
-        # the run directory, and racing
-        self.checkpoint_dir = checkpoint_dir
+        self.skip_unchanged_revisions, self.checkpoint_dir = skip_unchanged_revisions, checkpoint_dir
         self.racing, self.racing_chunk, self.racing_z = racing, racing_chunk, racing_z
         arguments.check(self, llm_given=_init_setup_model)  # load() builds with defaults first, then sets the saved llm
         self.param_bounds = (float(param_bounds[0]), float(param_bounds[1]))
@@ -260,9 +256,12 @@ class R2PO(BaseAlgorithm):
     def load(  # type: ignore[override]
         cls, path: str | Path | io.BufferedIOBase, env: GymEnv | None = None, *args: Any, **kwargs: Any
     ) -> R2PO:
-        """SB3's ``load``: load only files you trust (SB3's format holds pickled objects). A stored ``llm`` string of the
-        ``package.module:attribute`` form is not imported unless ``llm=`` is given here or :meth:`set_llm` confirms it."""
-        model = super().load(path, env, *args, **kwargs)
+        """SB3's ``load`` (only of files you trust: they hold pickles); a stored ``package.module:attribute`` llm string
+        is not imported unless ``llm=`` is given or :meth:`set_llm` confirms it; a run directory continues where it is."""
+        if kwargs.get("llm") is not None:  # checked before it is stored (a credential in a URL is refused)
+            check_llm_spec(kwargs["llm"])
+        model = super().load(check_model_file(path) if isinstance(path, (str, Path)) else path, env, *args, **kwargs)
+        model.checkpoint_dir = loaded_checkpoint_dir(path, model.checkpoint_dir)  # a copied or moved run writes there
         model.llm_confirmed = "llm" in kwargs or not (isinstance(model.llm, str) and imports_a_module(model.llm))
         return model
 
@@ -279,9 +278,8 @@ class R2PO(BaseAlgorithm):
     @property
     def target(self) -> float | None:
         """The target mean return shown to the LLM: ``target_return``, else the env's ``reward_threshold``."""
-        if self.target_return is not None:
-            return float(self.target_return)
-        return None if self.reward_threshold is None else float(self.reward_threshold)
+        target = self.target_return if self.target_return is not None else self.reward_threshold
+        return None if target is None else float(target)
 
     @property
     def revision_threshold(self) -> float | None:
@@ -337,7 +335,8 @@ class R2PO(BaseAlgorithm):
         callback.on_training_start(locals(), globals())
         self._stop_requested = False
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
-        self._llm.connect(self._run)
+        self._llm.connect(self._run)  # the first learn(): the backend, the run directory's lock and transcript
+        self._run.acquire(self.history)  # a later learn(): the lock again; it is released when learn() ends
         self._progress.start()
         calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
         self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
@@ -354,6 +353,8 @@ class R2PO(BaseAlgorithm):
         except BaseException:
             self._roll_back()
             raise
+        finally:
+            self._run.close()
         callback.on_training_end()
         return self
 
