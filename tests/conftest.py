@@ -4,12 +4,15 @@ episode budget (``model.learn(UNTIL_BUDGET)``)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from fault_server import Action, FaultServer
+
     from sb3_r2po import R2PO
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,3 +59,45 @@ def make_r2po() -> Callable[..., R2PO]:
     ``R2PO(...)`` directly.
     """
     return _build_r2po
+
+
+@pytest.fixture
+def time_limit(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail (rather than hang) a test that runs longer than its module's ``TEST_LIMIT_S`` (60 s by default)."""
+    limit = int(getattr(request.module, "TEST_LIMIT_S", 60))
+
+    def expired(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"test ran longer than {limit} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(limit)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., FaultServer]]:
+    """
+    Start fault servers on loopback (``serve(script, default=...)``, see tests/fault_server.py); every one is stopped
+    after the test. Their per-connection limit is the module's ``HANDLER_LIMIT_S`` (5 s by default), their lifetime
+    its ``TEST_LIMIT_S`` (60 s by default).
+    """
+    from fault_server import FaultServer
+
+    servers: list[FaultServer] = []
+    handler_limit = float(getattr(request.module, "HANDLER_LIMIT_S", 5.0))
+    lifetime = float(getattr(request.module, "TEST_LIMIT_S", 60))
+
+    def start(script: list[Action] | tuple[Action, ...] = (), **kwargs: Any) -> FaultServer:
+        kwargs.setdefault("handler_limit", handler_limit)
+        kwargs.setdefault("lifetime", lifetime)
+        server = FaultServer(script, **kwargs)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()

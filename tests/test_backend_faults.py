@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import signal
 import time
 import uuid
 import zipfile
@@ -61,37 +60,10 @@ W, K = 2, 2
 # ---------------------------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(autouse=True)
-def _time_limit() -> Iterator[None]:
-    """Fail (rather than hang) a test that runs longer than ``TEST_LIMIT_S``."""
+pytestmark = pytest.mark.usefixtures("time_limit")  # conftest.py: the alarm of TEST_LIMIT_S; serve() starts servers
 
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"test ran longer than {TEST_LIMIT_S} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(TEST_LIMIT_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., FaultServer]]:
-    """Start fault servers (``serve(script, default=...)``); every one is stopped after the test."""
-    servers: list[FaultServer] = []
-
-    def start(script: list[Action] | tuple[Action, ...] = (), **kwargs: Any) -> FaultServer:
-        kwargs.setdefault("handler_limit", 5.0)
-        kwargs.setdefault("lifetime", TEST_LIMIT_S)
-        server = FaultServer(script, **kwargs)
-        servers.append(server)
-        return server.start()
-
-    yield start
-    for server in servers:
-        server.stop()
+HANDLER_LIMIT_S = 5.0
+"""Default per-connection limit of this module's fault servers (``serve``, in conftest.py)."""
 
 
 def backend(url: str, **kwargs: Any) -> OpenAIBackend:

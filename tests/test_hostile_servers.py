@@ -12,11 +12,10 @@ runs under an alarm.
 
 from __future__ import annotations
 
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -52,34 +51,10 @@ SLOW_BUT_IN_TIME: dict[str, Action] = {
 """Trickles that end well within ``2 * TIMEOUT``: replies, not timeouts."""
 
 
-@pytest.fixture(autouse=True)
-def _time_limit() -> Iterator[None]:
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"test ran longer than {TEST_LIMIT_S} s")
+pytestmark = pytest.mark.usefixtures("time_limit")  # conftest.py: the alarm of TEST_LIMIT_S; serve() starts servers
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(TEST_LIMIT_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., FaultServer]]:
-    servers: list[FaultServer] = []
-
-    def start(script: list[Action] | tuple[Action, ...] = (), **kwargs: Any) -> FaultServer:
-        kwargs.setdefault("handler_limit", 12.0)
-        kwargs.setdefault("lifetime", TEST_LIMIT_S)
-        server = FaultServer(script, **kwargs)
-        servers.append(server)
-        return server.start()
-
-    yield start
-    for server in servers:
-        server.stop()
+HANDLER_LIMIT_S = 12.0
+"""Default per-connection limit of this module's fault servers (``serve``, in conftest.py)."""
 
 
 def backend(url: str, **kwargs: Any) -> OpenAIBackend:

@@ -8,28 +8,28 @@ deviation of values within ``[-M, M]`` is at most ``M``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 
 def mean(values: Sequence[float] | np.ndarray) -> float:
     """The mean of ``values`` (finite when every value is)."""
-    x = np.asarray(values, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        plain = float(x.mean())
-    if np.isfinite(plain) or not np.isfinite(x).all():
-        return plain
-    scale = float(np.abs(x).max())
-    return scale * float(np.mean(x / scale))
+    return _finite(np.mean, values)
 
 
 def std(values: Sequence[float] | np.ndarray) -> float:
     """The (population) standard deviation of ``values`` (finite when every value is)."""
+    return _finite(np.std, values)
+
+
+def _finite(statistic: Callable[[np.ndarray], Any], values: Sequence[float] | np.ndarray) -> float:
+    """``statistic(values)``, computed on the values scaled by their largest magnitude when the plain one overflows."""
     x = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        plain = float(x.std())
+        plain = float(statistic(x))
     if np.isfinite(plain) or not np.isfinite(x).all():
         return plain
     scale = float(np.abs(x).max())
-    return scale * float(np.std(x / scale))
+    return scale * float(statistic(x / scale))
