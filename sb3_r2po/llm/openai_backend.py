@@ -91,7 +91,7 @@ from sb3_r2po.llm.harmony import (
     retry_budget,
     without_answer,
 )
-from sb3_r2po.llm.resolve import KEY_LIKE_RE, REDACTED, redact, redact_spec
+from sb3_r2po.llm.redaction import KEY_LIKE_RE, REDACTED, redact, redact_spec
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
 _RETRY_STATUS = frozenset({408, 429})

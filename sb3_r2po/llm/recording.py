@@ -58,7 +58,8 @@ from sb3_r2po.llm.base import (
 from sb3_r2po.llm.identity import canonical_messages
 from sb3_r2po.llm.identity import request_hash as request_hash  # importable from here, as they were
 from sb3_r2po.llm.identity import request_settings as request_settings
-from sb3_r2po.llm.resolve import StringForm, make_backend, redact, reserved_prefix
+from sb3_r2po.llm.redaction import redact
+from sb3_r2po.llm.resolve import StringForm, make_backend, reserved_prefix
 
 RECORD_VERSION = 1
 
