@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -216,3 +217,14 @@ def test_the_run_directory_is_locked_while_learn_runs_and_free_when_it_ends_or_f
     failed = _cut_by_an_outage(make_r2po, tmp_path / "outage", lambda example, messages: "no vector in this reply")
     free.open(lambda messages: "x", tmp_path / "outage", failed.history)  # free after a learn() that raised
     free.close()
+
+
+def test_an_explicit_checkpoint_dir_given_to_load_wins(tmp_path, make_r2po) -> None:
+    """A copied run directory continues in the copy, unless load() is told another directory."""
+    make_r2po(checkpoint_dir=str(tmp_path / "a"), max_episodes=4).learn(UNTIL_BUDGET)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with pytest.warns(RuntimeWarning, match="not the one its run was started in"):
+        copied = R2PO.load(tmp_path / "b" / "model.zip", env=gym.make("CartPole-v1"))
+    assert copied.checkpoint_dir == str(tmp_path / "b")
+    told = R2PO.load(tmp_path / "b" / "model.zip", env=gym.make("CartPole-v1"), checkpoint_dir=str(tmp_path / "c"))
+    assert told.checkpoint_dir == str(tmp_path / "c")

@@ -189,7 +189,6 @@ class R2PO(BaseAlgorithm):
         self.max_episode_steps, self.stop_at_target, self.step_size = max_episode_steps, stop_at_target, step_size
         self.target_return, self.tau_c, self.param_bounds = target_return, tau_c, param_bounds
         self.param_decimals: int = param_decimals
-        # what the prompts show, how a reply is written; unusable replies, duplicates, racing and the run directory
         self.max_trajectory_steps, self.trajectory_digits = max_trajectory_steps, trajectory_digits
         self.fold_repeated_steps, self.history_excerpts = fold_repeated_steps, history_excerpts
         self.history_best_k, self.history_recent = history_best_k, history_recent
@@ -261,7 +260,8 @@ class R2PO(BaseAlgorithm):
         if kwargs.get("llm") is not None:  # checked before it is stored (a credential in a URL is refused)
             check_llm_spec(kwargs["llm"])
         model = super().load(check_model_file(path) if isinstance(path, (str, Path)) else path, env, *args, **kwargs)
-        model.checkpoint_dir = loaded_checkpoint_dir(path, model.checkpoint_dir)  # a copied or moved run writes there
+        if "checkpoint_dir" not in kwargs:  # a run directory copied or moved since continues where it is now
+            model.checkpoint_dir = loaded_checkpoint_dir(path, model.checkpoint_dir)
         model.llm_confirmed = "llm" in kwargs or not (isinstance(model.llm, str) and imports_a_module(model.llm))
         return model
 
@@ -335,12 +335,12 @@ class R2PO(BaseAlgorithm):
         callback.on_training_start(locals(), globals())
         self._stop_requested = False
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
-        self._llm.connect(self._run)  # the first learn(): the backend, the run directory's lock and transcript
-        self._run.acquire(self.history)  # a later learn(): the lock again; it is released when learn() ends
-        self._progress.start()
-        calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
-        self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
         try:
+            self._llm.connect(self._run)  # the first learn(): the backend, the run directory's lock and transcript
+            self._run.acquire(self.history)  # a later learn(): the lock again; it is released when learn() ends
+            self._progress.start()
+            calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
+            self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
             if self._warmup(callback):
                 while self.num_timesteps < total_timesteps and self.episodes_left >= self.n_eval_episodes:
                     self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
