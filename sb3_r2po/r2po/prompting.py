@@ -56,7 +56,8 @@ class PromptView:
         if model.max_episodes is not None:
             per_iteration = spec.candidates_per_iteration * model.n_eval_episodes
             planned = model.iteration + max(1, math.ceil(model.episodes_left / max(1, per_iteration)))
-        lines = self._history_lines(critic)
+        shown_entries = shown_history(model.history, model.history_best_k, model.history_recent)
+        lines = self._history_lines(shown_entries, critic)
         lines += [HistoryLine(self.format(p), finite.mean(res.returns), len(res.episodes)) for p, res in shown]
         return PromptContext(
             task=describe_task(model.env_id, model.observation_space, model.action_space),
@@ -74,16 +75,12 @@ class PromptView:
             selection_hints=model.critic_selection_hints,
             extra_statistics=model.extra_statistics,
             keep_best=spec.keep_best,
-            history_omitted=len(model.history) - len(self.shown_history()),
+            history_omitted=len(model.history) - len(shown_entries),
         )
 
-    def shown_history(self) -> list[dict[str, Any]]:
-        """The history as prompts show it (see :func:`~sb3_r2po.r2po.history.shown_history`)."""
-        return shown_history(self.model.history, self.model.history_best_k, self.model.history_recent)
-
-    def _history_lines(self, critic: bool) -> list[HistoryLine]:
+    def _history_lines(self, shown: list[dict[str, Any]], critic: bool) -> list[HistoryLine]:
+        """The lines of ``shown``, the entries of the history the prompt shows."""
         model, spec = self.model, self.model.variant_spec
-        shown = self.shown_history()
         n, position = len(model.history), {id(r): i for i, r in enumerate(model.history)}
         excerpts = self.excerpted_entries() if critic and spec.critic is not None and spec.critic.excerpts else 0
         trajectories = not critic and spec.search_trajectories and model.policy.parameter_space.is_discrete
