@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run HERE before a device session: fetches into .whl/ the wheels the GPU machine's image lacks (it has torch,
-# transformers, tokenizers, pytest, ... but no gymnasium or stable-baselines3 and no network), at the versions
-# installed here; transformers too, so that the GPU runs the version the CPU tests ran. .whl/ is git-ignored and
-# travels with the command:  run(command="bash benchmarks/gpu_session.sh", carry=[".whl"])
+# For a GPU machine without network whose image lacks packages (torch, transformers, tokenizers, pytest, ... but no
+# gymnasium or stable-baselines3): run this on a machine that has them; it fetches into .whl/ their wheels at the
+# versions installed here, transformers too, so that the GPU runs the version the CPU tests ran. .whl/ is
+# git-ignored; carry it to the GPU machine with the checkout and run bash benchmarks/gpu_transformers_paths.sh there
+# (for a lent device: run(command="bash benchmarks/gpu_transformers_paths.sh", carry=[".whl"]))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .whl && mkdir .whl
