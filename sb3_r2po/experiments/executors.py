@@ -1,0 +1,179 @@
+"""
+Executors: how a grid of runs (:class:`~sb3_r2po.experiments.runs.RunSpec`) is carried out.
+
+- :class:`SerialExecutor`: one run after another, in this process;
+- :class:`LockstepExecutor`: the runs of an R2PO method that differ only in their seed train together in threads,
+  their LLM calls sent as batches (:func:`sb3_r2po.lockstep.learn_in_lockstep`); baselines one after another;
+- ``ray``: one Ray task per run (:class:`sb3_r2po.experiments.ray_executor.RayExecutor`, imported only when asked for).
+
+Every executor skips the runs its store already holds, saves each result as its run ends, and returns the results in
+the order of the specs. The results do not depend on the executor (with a deterministic LLM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from sb3_r2po.experiments.runs import PreparedRun, RunResult, RunSpec, finish_run, prepare_run
+from sb3_r2po.experiments.store import ResultsStore
+
+EXECUTORS = ("serial", "lockstep", "ray")
+"""The names :func:`make_executor` accepts."""
+
+Report = Callable[[RunResult], None]
+"""Called with every result as it is saved (the command line prints a line)."""
+
+
+class Executor(Protocol):
+    """Runs a grid into a store."""
+
+    def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
+        """Run the specs the store has no result for; return every spec's result, in the order of ``specs``."""
+        ...
+
+
+def _gather(specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
+    """Every spec's result, read from the store, in order."""
+    results = []
+    for spec in specs:
+        result = store.result(spec)
+        if result is None:
+            raise RuntimeError(f"run {spec.run_id} has no result in {store.root}")
+        results.append(result)
+    return results
+
+
+def _pending(specs: Sequence[RunSpec], store: ResultsStore) -> list[RunSpec]:
+    """The distinct specs the store has no result for, in order."""
+    return [spec for spec in dict.fromkeys(specs) if store.result(spec) is None]
+
+
+class SerialExecutor:
+    """
+    One run after another, in this process.
+
+    :param llm: An already-built backend answering every R2PO run, in turn (``None``: each run's llm string).
+    :param device: Torch device of the models.
+    :param progress: Per-episode progress bars.
+    :param on_result: Called with each result as it is saved.
+    """
+
+    def __init__(
+        self, llm: Any | None = None, device: str = "cpu", progress: bool = False, on_result: Report | None = None
+    ) -> None:
+        self.llm, self.device, self.progress, self.on_result = llm, device, progress, on_result
+
+    def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
+        """Run the specs the store has no result for, one after another; return all results in order."""
+        for spec in _pending(specs, store):
+            run = prepare_run(spec, store.run_dir(spec), self.llm, self.device, self.progress)
+            try:
+                run.learn()
+            finally:
+                result = finish_run(run)
+            self._save(result, store)
+        return _gather(specs, store)
+
+    def _save(self, result: RunResult, store: ResultsStore) -> None:
+        store.save(result)
+        if self.on_result is not None:
+            self.on_result(result)
+
+
+def lockstep_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
+    """
+    The groups that train together: R2PO runs equal but for their seed (in order of first appearance), and every
+    other run alone.
+    """
+    groups: dict[Any, list[RunSpec]] = {}
+    for index, spec in enumerate(specs):
+        key = (spec.env_id, spec.method, spec.budget, spec.llm, spec.settings) if spec.is_r2po else index
+        groups.setdefault(key, []).append(spec)
+    return list(groups.values())
+
+
+class LockstepExecutor(SerialExecutor):
+    """
+    The R2PO runs that differ only in their seed train together, each in its own thread, their LLM calls sent as
+    batches by one backend (:func:`sb3_r2po.lockstep.learn_in_lockstep`; a GPU model or a server answers a batch in
+    about the time of one call); every other run alone. A resumed run continues from its checkpoint in the group.
+    Each run's ``wall_time_s`` is the group's.
+
+    :param max_batch: The largest batch sent to the LLM at once (``None``: all waiting calls).
+    """
+
+    def __init__(
+        self,
+        llm: Any | None = None,
+        device: str = "cpu",
+        progress: bool = False,
+        on_result: Report | None = None,
+        max_batch: int | None = None,
+    ) -> None:
+        super().__init__(llm, device, progress, on_result)
+        self.max_batch = max_batch
+
+    def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
+        """Run the specs the store has no result for, seeds of one R2PO method together; return all results in order."""
+        for group in lockstep_groups(_pending(specs, store)):
+            if len(group) == 1:
+                SerialExecutor.run(self, group, store)
+                continue
+            self._together(group, store)
+        return _gather(specs, store)
+
+    def _together(self, group: list[RunSpec], store: ResultsStore) -> None:
+        from sb3_r2po.lockstep import learn_in_lockstep
+
+        runs: list[PreparedRun] = [prepare_run(s, store.run_dir(s), self.llm, self.device, self.progress) for s in group]
+        try:
+            learn_in_lockstep(
+                [r.model for r in runs],
+                max(r.steps_left for r in runs),
+                callbacks=[r.callback for r in runs],
+                max_batch=self.max_batch,
+                reset_num_timesteps=not any(r.resumed for r in runs),
+            )
+        finally:
+            results = [finish_run(r) for r in runs]
+        for result in results:
+            self._save(result, store)
+
+
+def _ray_executor(address: str | None, options: dict[str, Any]) -> Executor:
+    """A :class:`~sb3_r2po.experiments.ray_executor.RayExecutor` given the options its signature accepts."""
+    import inspect
+
+    from sb3_r2po.experiments.ray_executor import RayExecutor
+
+    accepted = inspect.signature(RayExecutor).parameters
+    given = {key: value for key, value in options.items() if key in accepted}
+    name = next((n for n in ("address", "ray_address") if n in accepted), None)
+    if name is not None:
+        given[name] = address
+    elif address is not None:
+        raise ValueError("this RayExecutor takes no address")
+    executor: Executor = RayExecutor(**given)
+    return executor
+
+
+def make_executor(name: str, ray_address: str | None = None, **options: Any) -> Executor:
+    """
+    The executor called ``name`` (:data:`EXECUTORS`).
+
+    :param name: ``serial``, ``lockstep`` or ``ray``.
+    :param ray_address: The Ray cluster to connect to (``ray`` only; ``None``: start a local Ray).
+    :param options: Keyword arguments of the executor (``llm``, ``device``, ``progress``, ``on_result``; ``max_batch``
+        for ``lockstep``).
+    :raises ValueError: for another name, or a ``ray_address`` given to a local executor.
+    """
+    if name == "ray":
+        return _ray_executor(ray_address, options)
+    if ray_address is not None:
+        raise ValueError(f"ray_address is for the ray executor, not {name!r}")
+    if name == "serial":
+        return SerialExecutor(**options)
+    if name == "lockstep":
+        return LockstepExecutor(**options)
+    raise ValueError(f"unknown executor {name!r}: choose from {', '.join(EXECUTORS)}")

@@ -1,0 +1,131 @@
+"""
+Grids of runs: the product of envs, methods and seeds (:func:`grid`), and the named grids (:data:`GRIDS`): ``paper``,
+the R2PO paper's ten environments (R2PO_METHOD.md section 5), five seeds, R2PO with every variant (its baselines and
+ablations) and the SB3 algorithms of the paper's comparison, each at the paper's budget; with the published numbers
+(section 6) that :func:`sb3_r2po.experiments.report.paper_table` prints beside ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sb3_r2po.experiments.configs import R2PO_METHODS, r2po_entry
+from sb3_r2po.experiments.runs import RunSpec
+
+PAPER_ENVS: tuple[str, ...] = (
+    "CartPole-v1",
+    "InvertedPendulum-v5",
+    "InvertedDoublePendulum-v5",
+    "MountainCar-v0",
+    "MountainCarContinuous-v0",
+    "Swimmer-v5",
+    "R2PO/Pong-v0",
+    "FrozenLake-v1",
+    "R2PO/Maze3x3-v0",
+    "R2PO/Nim-v0",
+)
+"""The paper's ten environments."""
+
+PAPER_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+"""Seeds of the ``paper`` grid."""
+
+PAPER_BUDGET = 4000
+"""Training episodes of a baseline run in the ``paper`` grid; an R2PO method gets 4000 after its own warm-up (the
+``max_episodes`` of its entry in ``zoo_configs/r2po.yml``)."""
+
+PAPER_BASELINES: dict[str, tuple[str, ...]] = {
+    "discrete": ("ppo", "a2c", "dqn", "trpo"),
+    "continuous": ("ppo", "a2c", "sac", "trpo"),
+}
+"""The SB3 algorithms of the paper's comparison, by action space (DQN acts in Discrete spaces, SAC in Box spaces)."""
+
+CONTINUOUS_ACTIONS = ("InvertedPendulum-v5", "InvertedDoublePendulum-v5", "MountainCarContinuous-v0", "Swimmer-v5")
+"""The paper's envs with Box actions."""
+
+_PUBLISHED_ROWS = (  # env, ProPS, ProPS+, best SB3 (algorithm, mean, std), R2PO, R2PO's best iteration
+    ("R2PO/Nim-v0", (-0.59, 0.21), (-0.25, 0.07), ("a2c", 0.01, 0.32), (0.61, 0.03), 1.0),
+    ("R2PO/Pong-v0", (0.74, 0.63), (1.22, 0.58), ("ppo", 1.02, 0.74), (2.51, 0.21), 3.0),
+    ("Swimmer-v5", (89.22, 48.68), (162.05, 66.07), ("trpo", 44.60, 7.30), (260.35, 36.05), 294.6),
+    ("MountainCarContinuous-v0", (-23.45, 41.65), (17.90, 37.48), ("sac", 82.33, 2.57), (81.61, 5.18), 98.75),
+    ("MountainCar-v0", (-199.31, 2.18), (-195.81, 3.73), ("dqn", -199.99, 0.02), (-147.84, 7.11), -111.0),
+    ("InvertedDoublePendulum-v5", (79.44, 16.50), (86.71, 17.70), ("trpo", 86.04, 0.33), (158.51, 68.41), None),
+    ("InvertedPendulum-v5", (234.14, 169.76), (309.52, 247.92), ("trpo", 24.35, 0.13), (756.08, 154.50), 1000.0),
+    ("FrozenLake-v1", (0.05, 0.05), (0.37, 0.06), ("trpo", 0.02, 0.02), (0.62, 0.07), 0.93),
+    ("CartPole-v1", (258.09, 138.58), (253.06, 133.35), ("trpo", 216.92, 63.34), (474.67, 16.90), 500.0),
+    ("R2PO/Maze3x3-v0", (-1.03, 0.18), (0.76, 0.05), ("a2c", 0.83, 0.13), (0.83, 0.06), 0.97),
+)
+
+PUBLISHED: dict[str, dict[str, Any]] = {
+    env_id: {"props": props, "props_plus": plus, "sb3": (sb3[0], sb3[1:]), "r2po": r2po, "best": best}
+    for env_id, props, plus, sb3, r2po, best in _PUBLISHED_ROWS
+}
+"""The paper's published results (R2PO_METHOD.md section 6; 10 runs each): per env, the mean return across training
+(mean +- std over runs) of ProPS, ProPS+, the best SB3 algorithm (the paper's protocol charged 20 evaluation episodes
+after every training episode) and R2PO, and R2PO's best iteration (``None``: not published)."""
+
+
+def paper_methods(env_id: str) -> tuple[str, ...]:
+    """R2PO, its variants and the paper's SB3 algorithms for ``env_id``'s action space."""
+    kind = "continuous" if env_id in CONTINUOUS_ACTIONS else "discrete"
+    return (*R2PO_METHODS, *PAPER_BASELINES[kind])
+
+
+def paper_budget(env_id: str, method: str) -> int:
+    """The paper's budget of a run: 4000 episodes, plus its own warm-up for an R2PO method (its file's max_episodes)."""
+    if method in R2PO_METHODS:
+        return int(r2po_entry(env_id, method).get("max_episodes", PAPER_BUDGET))
+    return PAPER_BUDGET
+
+
+def grid(
+    envs: Sequence[str],
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    budget: int,
+    llm: str | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[RunSpec]:
+    """
+    Every env x method x seed (in that order of nesting: env, then method, then seed), at one budget.
+
+    :param settings: R2PO keyword overrides, for the R2PO methods (baselines get none).
+    """
+    specs = []
+    for env_id in envs:
+        for method in methods:
+            own = dict(settings or {}) if method in R2PO_METHODS else {}
+            specs += [RunSpec(env_id, method, seed, budget, llm, tuple(own.items())) for seed in seeds]
+    return specs
+
+
+def paper_grid(
+    llm: str | None,
+    envs: Sequence[str] | None = None,
+    methods: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    budget: int | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[RunSpec]:
+    """
+    The ``paper`` grid, or the part of it the arguments select.
+
+    :param llm: R2PO's llm string.
+    :param envs: A subset of :data:`PAPER_ENVS` (``None``: all ten).
+    :param methods: The methods (``None``: :func:`paper_methods` of each env; given: those of them the env runs).
+    :param seeds: The seeds (``None``: :data:`PAPER_SEEDS`).
+    :param budget: One budget for every run (``None``: :func:`paper_budget`).
+    :param settings: R2PO keyword overrides.
+    """
+    specs = []
+    for env_id in envs or PAPER_ENVS:
+        own = paper_methods(env_id)
+        chosen = own if methods is None else [m for m in methods if m in own]
+        for method in chosen:
+            runs = budget if budget is not None else paper_budget(env_id, method)
+            specs += grid([env_id], [method], seeds or PAPER_SEEDS, runs, llm, settings)
+    return specs
+
+
+GRIDS = ("paper",)
+"""The named grids (``--grid``)."""
