@@ -6,18 +6,36 @@ Measures one training run: total wall time, time inside the env's ``step``/``res
 time inside the LLM (``model.llm_stats["seconds"]``). The rest is framework overhead: prompt rendering,
 parsing, evidence, policy forward passes, bookkeeping, logging, checkpoints. It is printed per iteration,
 and as a share of an iteration: measured with the given ``--llm``, and, for ``--llm example`` (which answers
-in microseconds), also against a reference LLM latency (``--reference-call-seconds``, default 6 s: the low
-end of what the embedded 1.5B model took per R2PO call on this 2-core machine, as quoted in issue 3).
+in microseconds), also against a reference LLM latency (``--reference-call-seconds``, default 6 s).
+
+    python benchmarks/overhead.py --versus-plain-loop [--repeats 3] [--baseline-tree DIR]
+
+Compares ``learn()`` (no timing wrapper) with a plain gymnasium loop that steps the same policies for the same
+steps: every evaluation of the run is replayed in a ``gym.make`` env, with the same reset seeds, the same
+parameter vectors and the same number of episodes, computing each action with a one-line numpy forward pass.
+It prints the ratio of the two wall times. Each round runs ``learn()`` and the loop once in a fresh process,
+per source tree; the table takes the best time of each over ``--repeats`` alternating rounds (the least
+disturbed by other load). ``--baseline-tree DIR`` adds a second source tree (a ``git worktree`` of another
+commit, imported through ``PYTHONPATH``) to the same rounds, side by side.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from sb3_r2po import R2PO
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class TimedEnv(gym.Wrapper):
@@ -40,6 +58,117 @@ class TimedEnv(gym.Wrapper):
             TimedEnv.seconds += time.perf_counter() - start
 
 
+Evaluation = tuple[np.ndarray, list[Any]]
+"""One evaluation of a run: its parameter vector and the ``seed`` argument of each of its episodes' resets."""
+
+
+def record_evaluations(model: R2PO, env: gym.Env) -> list[Evaluation]:
+    """Make ``model`` record its evaluations: the vector of each ``policy.actor`` call, the seeds of ``env``'s resets
+    after it (instance attributes shadowing the methods: nothing is added to the step path)."""
+    evaluations: list[Evaluation] = []
+    actor, reset = model.policy.actor, env.reset
+
+    def recording_actor(params: np.ndarray) -> Any:
+        evaluations.append((np.array(params, dtype=np.float64), []))
+        return actor(params)
+
+    def recording_reset(**kwargs: Any) -> Any:
+        if evaluations:  # learn() also resets the env once before its first evaluation
+            evaluations[-1][1].append(kwargs.get("seed"))
+        return reset(**kwargs)
+
+    model.policy.actor = recording_actor  # type: ignore[method-assign]
+    env.reset = recording_reset  # type: ignore[method-assign]
+    return evaluations
+
+
+def plain_loop(env_id: str, model: R2PO, evaluations: list[Evaluation]) -> int:
+    """Replay ``evaluations`` in a plain ``gym.make`` loop, the linear policy as one numpy line; the steps taken."""
+    env = gym.make(env_id)
+    space, cap = env.action_space, model.episode_cap
+    obs_dim = int(np.prod(env.observation_space.shape))
+    act_dim = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space.shape))
+    steps = 0
+    for params, seeds in evaluations:
+        w, b = params[: obs_dim * act_dim].reshape(obs_dim, act_dim), params[obs_dim * act_dim :]
+        for seed in seeds[:-1]:  # the last reset is the auto-reset after the evaluation's last episode
+            obs, _ = env.reset(seed=seed)
+            for _ in range(cap):
+                y = np.asarray(obs, dtype=np.float64).reshape(1, -1) @ w + b
+                if isinstance(space, gym.spaces.Discrete):
+                    action: Any = int(np.argmax(y)) + int(space.start)
+                else:
+                    action = (
+                        np.clip(y[0], space.low.reshape(-1), space.high.reshape(-1)).astype(space.dtype).reshape(space.shape)
+                    )
+                obs, _, terminated, truncated, _ = env.step(action)
+                steps += 1
+                if terminated or truncated:
+                    break
+    env.close()
+    return steps
+
+
+def one_round(args: argparse.Namespace) -> dict[str, Any]:
+    """``learn()`` once, then its evaluations in the plain loop; both wall times."""
+    import sb3_r2po
+
+    env = gym.make(args.env)
+    warmup = 20
+    model = R2PO(
+        "MlpLinear",
+        env,
+        llm=args.llm,
+        n_eval_episodes=args.k,
+        warmup_episodes=warmup,
+        seed=0,
+        max_episodes=warmup + 2 * args.k * args.iterations,
+    )
+    evaluations = record_evaluations(model, env)
+    start = time.perf_counter()
+    model.learn(total_timesteps=10**12)
+    learn_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    plain_steps = plain_loop(args.env, model, evaluations)
+    plain_seconds = time.perf_counter() - start
+    return {
+        "module": str(Path(sb3_r2po.__file__).parent),
+        "learn": learn_seconds,
+        "plain": plain_seconds,
+        "steps": int(model.num_timesteps),
+        "plain_steps": plain_steps,
+        "iterations": int(model.iteration),
+        "episodes": int(model.episodes_used),
+    }
+
+
+def versus_plain_loop(args: argparse.Namespace) -> None:
+    """Alternate rounds over the source trees in fresh processes; print the best times and their ratio per tree."""
+    trees = [ROOT] + ([Path(args.baseline_tree).resolve()] if args.baseline_tree else [])
+    child = [sys.executable, __file__, "--round", "--env", args.env, "--llm", args.llm, "--k", str(args.k)]
+    child += ["--iterations", str(args.iterations)]
+    rounds: dict[Path, list[dict[str, Any]]] = {tree: [] for tree in trees}
+    for _ in range(args.repeats):
+        for tree in trees:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            out = subprocess.run(child, env=env, check=True, capture_output=True, text=True).stdout
+            rounds[tree].append(json.loads(out.strip().splitlines()[-1]))
+    print(
+        f"{args.env}, llm={args.llm}, K={args.k}, {args.iterations} iterations; learn() against a plain gymnasium loop "
+        f"stepping the same policies for the same steps; best of {args.repeats} alternating rounds"
+    )
+    print("| source tree | commit | steps (learn / loop) | learn() s | plain loop s | ratio |")
+    print("|---|---|---|---|---|---|")
+    for tree, results in rounds.items():
+        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "sb3_r2po"], capture_output=True, text=True)
+        label = commit.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+        learn, plain = min(r["learn"] for r in results), min(r["plain"] for r in results)
+        steps = f"{results[0]['steps']} / {results[0]['plain_steps']}"
+        assert all(r["module"].startswith(str(tree)) for r in results), f"{tree}: imported {results[0]['module']}"
+        print(f"| {tree} | {label} | {steps} | {learn:.3f} | {plain:.3f} | {learn / plain:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="example")
@@ -48,7 +177,17 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--reference-call-seconds", type=float, default=6.0)
     parser.add_argument("--checkpoint-dir", default=None, help="also write a checkpoint after every iteration")
+    parser.add_argument("--versus-plain-loop", action="store_true", help="learn() against a plain gymnasium loop")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of --versus-plain-loop")
+    parser.add_argument("--baseline-tree", default=None, help="a second source tree for --versus-plain-loop")
+    parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)  # one round, as JSON (internal)
     args = parser.parse_args()
+    if args.round:
+        print(json.dumps(one_round(args)))
+        return
+    if args.versus_plain_loop:
+        versus_plain_loop(args)
+        return
 
     env = TimedEnv(gym.make(args.env))
     warmup = 20
