@@ -28,17 +28,17 @@ variant                       Search prompt                 Critic prompt and ev
 Budget per iteration (K = ``n_eval_episodes``); ``max_episodes`` gives every variant the same episode
 budget, so a one-call variant runs twice as many iterations:
 
-============================  =========  ==========================  ===========================
-variant                       LLM calls  episodes                    selection
-============================  =========  ==========================  ===========================
-``r2po``                      2          2K                          keep-best, ties to revision
-``props`` / ``props_plus``    1          K                           none (every proposal kept)
-``pure_search``               2          2K                          best of two proposals
-``actor_second_pass``         2          2K                          best of two proposals
-``critic_only``               1          K                           none (every revision kept)
-``rep_traj`` / ``three_traj`` 2          2K                          keep-best, ties to revision
-``always_critic``             2          2K                          none (revision always kept)
-============================  =========  ==========================  ===========================
+==============================  =========  ==========================  ===========================
+variant                         LLM calls  episodes                    selection
+==============================  =========  ==========================  ===========================
+``r2po``                        2          2K                          keep-best, ties to revision
+``props`` / ``props_plus``      1          K                           none (every proposal kept)
+``pure_search``                 2          2K                          best of two proposals
+``actor_second_pass``           2          2K                          best of two proposals
+``critic_only``                 1          K                           none (every revision kept)
+``rep_traj`` / ``three_traj``   2          2K                          keep-best, ties to revision
+``always_critic``               2          2K                          none (revision always kept)
+==============================  =========  ==========================  ===========================
 
 (With ``skip_unchanged_revisions=True``, ours, an iteration whose revision equals its candidate spends K episodes.)
 """

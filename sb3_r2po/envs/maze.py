@@ -135,6 +135,14 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
         return np.int64(self.cell_to_state(self.position)), {}
 
     def step(self, action: int | np.integer) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
+        """
+        Move one cell, unless a wall or the border blocks the move.
+
+        :param action: 0 (N), 1 (S), 2 (E) or 3 (W).
+        :return: The state ``y * 3 + x``, the reward (``goal_reward`` at the goal, else ``step_penalty``), terminated
+            (at the goal), truncated (never: the time limit is the registered env's), and an info dict (``blocked``).
+        :raises ValueError: for an action outside 0..3.
+        """
         if not self.action_space.contains(action):
             raise ValueError(f"Invalid action {action!r}: expected 0 (N), 1 (S), 2 (E) or 3 (W)")
         new_position = self.next_cell(self.position, int(action))

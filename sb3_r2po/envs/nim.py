@@ -83,6 +83,14 @@ class NimEnv(gym.Env[np.int64, np.int64]):
         return self._obs(), {}
 
     def step(self, action: int | np.integer) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
+        """
+        The agent takes ``action + 1`` sticks, then the opponent moves.
+
+        :param action: 0, 1 or 2 (take 1, 2 or 3 sticks).
+        :return: The sticks left, the reward (+1 when the opponent must take the last stick, -1 when the agent takes
+            it or moves illegally, else 0), terminated, truncated (never), and an info dict with the moves.
+        :raises ValueError: for an action outside 0..2.
+        """
         if not self.action_space.contains(action):
             raise ValueError(f"Invalid action {action!r}: expected an integer in 0..2")
         move = self.action_to_move(int(action))

@@ -137,6 +137,14 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         self.velocity[1] = self.ball_speed * (2 * where - 1)
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """
+        Move the agent's paddle, then the opponent's, then the ball.
+
+        :param action: 0 (up), 1 (down) or 2 (stay).
+        :return: The observation, the reward (1 when the agent's paddle returns the ball), terminated (the ball left
+            the court), truncated (after ``max_steps`` steps), and an info dict (``returned``, ``missed_by``).
+        :raises ValueError: for an action outside 0..2.
+        """
         if not self.action_space.contains(action):
             raise ValueError(f"Invalid action {action!r}: expected 0 (up), 1 (down) or 2 (stay)")
         action = int(action)

