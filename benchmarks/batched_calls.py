@@ -108,7 +108,7 @@ def open_backend(name: str, workdir: Path) -> Iterator[ChatBackend]:
 
 def sequential(backend: ChatBackend, convs: list[list[Message]]) -> float:
     """One call after another, from a worker thread like the batched way (torch's CPU threading differs between
-    the main thread and others: measured on the main thread, N = 1 came out 1.5x slower than the same call batched)."""
+    the main thread and others, which would skew the comparison; docs/scaling.md gives the figure)."""
     seconds: list[float] = []
 
     def ask_all() -> None:

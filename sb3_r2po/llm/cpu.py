@@ -101,8 +101,8 @@ def adaptive_threads(max_threads: int) -> int:
     """
     Threads for the next call: ``max_threads`` on an idle machine, one fewer for each other running task,
     at least one. llama.cpp's threads meet at hundreds of barriers per token, so when the cores are
-    oversubscribed every barrier waits for a descheduled thread: on 2 cores with other work running,
-    2 threads generated 1-3 tokens/s where 1 thread kept its share of about 11.
+    oversubscribed every barrier waits for a descheduled thread, and fewer threads generate faster (the thread
+    measurements of docs/embedded.md).
     """
     busy = busy_cpus()
     if busy is None:
