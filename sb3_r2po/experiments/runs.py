@@ -234,7 +234,7 @@ class RunResult:
         }
         if self.spec.is_r2po:
             record.update(iterations=self.iterations, llm_calls=self.llm_calls, llm_stats=self.llm_stats)
-            record["history"] = self.history
+            record.update(history=self.history, iteration_returns=self.iteration_returns)
         record["run_id"] = self.spec.run_id
         return record
 
