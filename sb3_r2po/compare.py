@@ -1,5 +1,7 @@
 """Compare R2PO with Stable-Baselines3 baselines over envs and seeds, at a matched budget of TRAINING episodes.
 
+Usage::
+
     python -m sb3_r2po.compare --llm example --env CartPole-v1 --methods r2po ppo ars --seeds 0 1 2 \\
         --budget 300 --out comparison
     python -m sb3_r2po.compare --grid paper --llm http://HOST:PORT/v1 --executor ray --out results
