@@ -1,3 +1,4 @@
+import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -5,17 +6,20 @@ from typing import Any, ClassVar
 
 import pytest
 
+if importlib.util.find_spec("rl_zoo3") is None:  # ablate builds its runs through RL Zoo's ExperimentManager
+    pytest.skip("rl_zoo3 is not installed", allow_module_level=True)
+
 import sb3_r2po
 from sb3_r2po import R2PO
-from sb3_r2po.ablate import main, make_env, report, resolve_llm, run_one, run_settings
-from sb3_r2po.compare import r2po_entry
+from sb3_r2po.ablate import literal_policy_kwargs, main, report, resolve_llm, run_one, run_settings
 from sb3_r2po.diagnostics import points_at_worst, salience_summary
+from sb3_r2po.experiments.configs import r2po_entry
 from sb3_r2po.llm.example import ExampleLLM
 from sb3_r2po.llm.recording import RecordingBackend, read_records
 from sb3_r2po.r2po.policies import LinearPolicy, TabularPolicy
 
 
-def test_ablation_report(tmp_path) -> None:
+def test_ablation_report(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "ablation.md"
     args = [
         "--llm",
@@ -44,9 +48,15 @@ def test_ablation_report(tmp_path) -> None:
     assert "python -m sb3_r2po.ablate --llm example:0" in text
     runs = json.loads((tmp_path / "ablation.md.runs.json").read_text())
     assert len(runs) == 4 and all(r["episodes"] == 25 for r in runs)
-    # the same command gives the same table (the example LLM is deterministic given the seed)
+    assert capsys.readouterr().err.count(" seed ") == 4
+    # the same command gives the same table, from the results store: nothing runs again
     main(args)
-    assert out.read_text() == text
+    assert out.read_text() == text and capsys.readouterr().err.count(" seed ") == 0
+    assert len(list((tmp_path / "ablation.md.store" / "runs").iterdir())) == 4
+    # from an empty store too (the example LLM is deterministic given the seed)
+    main([*args, "--store", str(tmp_path / "other")])
+    table = lambda text: text.split("## Reproduce")[0]  # noqa: E731  (the command differs)
+    assert table(out.read_text()) == table(text) and capsys.readouterr().err.count(" seed ") == 4
 
 
 @pytest.mark.parametrize(
@@ -131,10 +141,11 @@ def test_command_line_options_override_only_when_given(monkeypatch: pytest.Monke
     assert model.env.get_attr("spec")[0].kwargs["is_slippery"] is True
     model = _model(monkeypatch, "FrozenLake-v1", max_episodes=1, env_kwargs={"is_slippery": False})
     assert model.env.get_attr("spec")[0].kwargs["is_slippery"] is False
-    # keys of the zoo's step-horizon training are dropped; the zoo's env wrappers are refused, not ignored
+    # keys of the zoo's step-horizon training are dropped; the zoo applies its env wrappers, and R2PO refuses those
+    # that change observations or rewards (not silently ignored)
     assert "n_timesteps" not in run_settings("CartPole-v1", "r2po")
-    with pytest.raises(ValueError, match="normalize"):
-        run_settings("CartPole-v1", "r2po", {"normalize": True})
+    with pytest.raises(ValueError, match="R2PO cannot train through VecNormalize"):
+        run_one("CartPole-v1", "r2po", 0, "example:0", {"normalize": True, "max_episodes": 1})
 
 
 def test_the_report_holds_each_envs_settings(tmp_path: Path) -> None:
@@ -234,17 +245,15 @@ def test_report_tables_group_runs_by_env_and_variant() -> None:
     assert "| r2po | 3 | 1 | 33.3 % |" in text and "| props | 0 | 0 | - |" in text  # pooled per variant
 
 
-def test_make_env_caps_an_env_without_a_time_limit(tmp_path: Path) -> None:
+def test_an_env_without_a_time_limit_is_capped() -> None:
     import gymnasium as gym
     from helpers import EndlessEnv
 
     gym.register("R2POTest/Endless-v0", entry_point=EndlessEnv)
     try:
-        env = make_env("R2POTest/Endless-v0", {"max_episode_steps": 7}, seed=0)
-        env.reset()
-        dones = [bool(env.step([0])[2][0]) for _ in range(20)]
-        assert dones.index(True) == 6
-        env.close()
+        settings = {"max_episode_steps": 7, "max_episodes": 2, "warmup_episodes": 2}
+        run = run_one("R2POTest/Endless-v0", "r2po", 0, "example:0", settings)
+        assert [r["mean_length"] for r in run["history"]] == [7.0, 7.0] and run["episodes"] == 2
     finally:
         del gym.registry["R2POTest/Endless-v0"]
 
@@ -252,6 +261,24 @@ def test_make_env_caps_an_env_without_a_time_limit(tmp_path: Path) -> None:
 def test_policy_kwargs_string_and_record_option(tmp_path: Path) -> None:
     settings = run_settings("CartPole-v1", "r2po", {"policy_kwargs": "dict(bias=False)"})
     assert settings["policy_kwargs"] == {"bias": False}
+    assert literal_policy_kwargs("{'net': dict(sizes=[1, 2], on=True)}") == {"net": {"sizes": [1, 2], "on": True}}
+    hostile = "dict(bias=__import__('os').remove('x'))"
+    assert literal_policy_kwargs(hostile) == hostile  # never executed: a non-literal is the zoo's to read
     backend = resolve_llm("example:0", record=str(tmp_path / "calls.jsonl"))
     assert isinstance(backend, RecordingBackend)
     assert not isinstance(resolve_llm("example:0"), RecordingBackend)
+
+
+def test_no_runner_evaluates_text() -> None:
+    """compare, ablate and the experiment layer parse what they read; none calls eval() or exec()."""
+    import ast
+
+    root = Path(sb3_r2po.__file__).parent
+    paths = [root / "compare.py", root / "ablate.py", *sorted((root / "experiments").glob("*.py"))]
+    calls = [
+        f"{path.name}:{node.lineno}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec")
+    ]
+    assert not calls

@@ -85,7 +85,8 @@ class RunSpec:
     :param method: ``r2po``, a variant name (``props``, ``rep_traj``, ...) or a baseline (``ppo``, ``ars``, ...).
     :param seed: The seed of the model and the env.
     :param budget: Training episodes.
-    :param llm: The llm string (R2PO methods only; ``None`` for a baseline, whatever is given).
+    :param llm: The llm string (R2PO methods only; ``None`` for a baseline, whatever is given). When a built backend
+        answers the run (:func:`run_one`'s ``llm``), the string names it.
     :param settings: R2PO keyword overrides on top of ``zoo_configs/r2po.yml`` (JSON-able values), as ``(key, value)``
         pairs sorted by key; a mapping is accepted and sorted.
     """
@@ -285,8 +286,11 @@ def _jsonable(value: Any) -> Any:
         return str(value)
 
 
-def _manager(spec: RunSpec, algo: str, conf: Path, run_dir: Path | None, device: str, log_folder: str) -> Any:
-    """The zoo's ``ExperimentManager`` of ``spec`` (R2PO's overrides as the zoo's ``--hyperparams``)."""
+def _manager(
+    spec: RunSpec, algo: str, conf: Path, run_dir: Path | None, device: str, log_folder: str, backend: bool
+) -> tuple[Any, int]:
+    """The zoo's ``ExperimentManager`` of ``spec`` (R2PO's overrides as the zoo's ``--hyperparams``; ``llm=None`` when
+    a ``backend`` object will answer) and the episode cap."""
     from rl_zoo3.exp_manager import ExperimentManager
 
     settings = spec.settings_dict
@@ -297,10 +301,13 @@ def _manager(spec: RunSpec, algo: str, conf: Path, run_dir: Path | None, device:
         if spec.llm is None:
             raise ValueError(f"method {spec.method!r} needs an llm string")
         custom = {**r2po_overrides(spec.method, spec.env_id, spec.llm, spec.budget, None, None), **settings}
+        if backend:  # the object answers (set_llm); the spec's llm names it in the record
+            custom["llm"] = None
         if run_dir is not None:
             custom["checkpoint_dir"] = str(run_dir / CHECKPOINT)
     cap, add_cap = episode_cap(spec.env_id, variant)  # an R2PO variant may have its own (the reference's Maze variants)
     if add_cap:  # an env without a time limit: every method gets the same cap (merged with the file's env_kwargs)
+        cap = int(settings.get("max_episode_steps", cap))  # R2PO's own cap, when the spec sets it
         entry = r2po_entry(spec.env_id, variant) if algo == ALGO_NAME else zoo_entry(conf, spec.env_id)
         own = settings.get("env_kwargs") or entry.get("env_kwargs") or {}  # the spec's replace the file's, as in the zoo
         env_kwargs = {**own, "max_episode_steps": cap}
@@ -343,7 +350,7 @@ def prepare_run(
         directory.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     log_folder = tempfile.TemporaryDirectory(prefix="sb3_r2po_run_")
-    manager, cap = _manager(spec, algo, conf, directory, device, log_folder.name)
+    manager, cap = _manager(spec, algo, conf, directory, device, log_folder.name, llm is not None)
     with contextlib.redirect_stdout(io.StringIO()):  # the zoo prints the hyperparameters and paths
         setup = manager.setup_experiment()
     assert setup is not None
@@ -371,6 +378,8 @@ def prepare_run(
     )  # fmt: skip
     callback = EpisodeBudget(spec.budget, algo in IGNORE_STOP, bar, returns, lengths, log)
     hyperparams = {key: _jsonable(value) for key, value in saved_hyperparams.items() if key != "checkpoint_dir"}
+    if algo == ALGO_NAME:
+        hyperparams["llm"] = spec.llm
     return PreparedRun(spec, algo, model, horizon, callback, bar, _canonical(hyperparams), conf, log_folder, start, resumed,
                        directory)  # fmt: skip
 
@@ -423,7 +432,7 @@ def finish_run(run: PreparedRun) -> RunResult:
         result.llm_stats = {key: float(value) for key, value in model.llm_stats.items()}
         result.history = [{key: record[key] for key in HISTORY_KEYS} for record in history]
         result.iteration_returns = [float(r["mean_return"]) for r in history if r["kind"] != "warmup"]
-        if run.run_dir is not None:
+        if run.run_dir is not None and (run.run_dir / CHECKPOINT / "history.json").exists():  # none without an entry
             result.history_file = f"{CHECKPOINT}/history.json"
     return result
 
