@@ -1,17 +1,16 @@
 """Training episodes until CartPole is solved: R2PO (embedded model, task description on) vs ARS vs PPO, 3 seeds.
 
-"Solved" is the 20-episode rolling mean of training returns first reaching 475 (``sb3_r2po.compare.summarize``).
-Every method is charged only for its training episodes. The baselines use RL Zoo's tuned hyperparameters through
-``sb3_r2po.compare`` (the same ``ExperimentManager`` path as ``python -m sb3_r2po.zoo train``) and get their own
-budget, large enough to solve the task; R2PO gets the budget an LLM on this CPU can pay for (about 13-25 s per call
-with the 0.5B model). A run that does not get there within its budget says so: the table never extrapolates.
+"Solved" is the 20-episode rolling mean of training returns first reaching 475 (``sb3_r2po.experiments.stats``).
+Every method is charged only for its training episodes. Every run is built through the experiment layer
+(:func:`sb3_r2po.experiments.run_one`: RL Zoo's tuned hyperparameters through the zoo's ``ExperimentManager``, the
+same path as ``python -m sb3_r2po.zoo train`` and ``python -m sb3_r2po.compare``). The baselines get their own budget,
+large enough to solve the task; R2PO gets the budget its LLM can pay for. A run that does not get there within its
+budget says so: the table never extrapolates.
 
 A column gives every method's rolling mean after R2PO's budget (the methods side by side at a matched
 budget). R2PO's rows add a figure of its own: the training episodes after which a kept candidate's K-episode mean first
-reached 475 (the paper's "best iteration" view: the policy R2PO keeps, not the episodes it spent exploring).
-
-The reference column is the issue's measurement (RL Zoo 2.9 tuned hyperparameters, seeds 0-2): ARS 92, 110 and
-not within its 5e4-step budget (460 at the end); PPO 177, 186, 168.
+reached 475 (the paper's "best iteration" view: the policy R2PO keeps, not the episodes it spent exploring). The
+reference column is :data:`REFERENCE` (docs/performance.md has the measurements with their dates and commands).
 
 Usage (one command)::
 
@@ -20,8 +19,9 @@ Usage (one command)::
 ``--prompts lean`` (or ``full``, ``tight``) gives R2PO a prompt preset (:func:`sb3_r2po.prompts.prompt_preset`);
 without it R2PO keeps the prompt settings of ``zoo_configs/r2po.yml`` (R2PO's defaults).
 
-``--json PATH`` keeps the measurements: every run is written to it as soon as it ends (atomically), so a cut
-command loses at most the run in progress. The same command again reads the file, reruns nothing that is there
+``--json PATH`` keeps the measurements: every run is written to it as soon as it ends (atomically). The runs execute
+into a results store (``--store``, default ``PATH.store``; :class:`sb3_r2po.experiments.ResultsStore`), so an R2PO run
+cut in the middle resumes from its checkpoint. The same command again reads the file, reruns nothing that is there
 and continues with the missing (method, seed) runs; a file written with other settings is refused, never
 overwritten.
 
@@ -34,19 +34,23 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from sb3_r2po.common.files import atomic_write
-from sb3_r2po.compare import rolling_mean, run_seeds, summarize
+from sb3_r2po.experiments import ResultsStore, RunResult, RunSpec, SerialExecutor
+from sb3_r2po.experiments.stats import rolling_mean, summarize
+from sb3_r2po.prompts import prompt_preset
 
 ENV_ID = "CartPole-v1"
 THRESHOLD = 475.0
 WINDOW = 20
 REFERENCE = {"ars": "92, 110, not reached (460 at 5e4 steps)", "ppo": "177, 186, 168"}
+"""Episodes to 475 per seed (0-2) with RL Zoo 2.9's tuned hyperparameters, the reference column (docs/performance.md)."""
 KEPT = ("method", "seed", "returns", "episodes_run", "wall_time_s", "iterations", "llm_calls", "llm_stats", "history")
-"""What the JSON keeps of a run of :func:`sb3_r2po.compare.run_seeds` (its hyperparameters are in ``settings``)."""
+"""What the JSON keeps of a run (:meth:`sb3_r2po.experiments.RunResult.record`; its hyperparameters are in ``settings``)."""
 
 
 def r2po_runs_from(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -109,54 +113,57 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--baseline-budget", type=int, default=400)
     parser.add_argument("--r2po-runs", default=None, help="reuse the R2PO runs of this compare runs.json")
     parser.add_argument("--json", default=None, help="write every run here as it ends; rerun to continue a cut command")
+    parser.add_argument("--store", default=None, help="the results store of the runs (default: the --json path + .store)")
     return parser.parse_args()
 
 
 def plan_runs(
     args: argparse.Namespace, runs: list[dict[str, Any]], json_path: Path | None, r2po_settings: dict[str, Any]
-) -> tuple[list[tuple[str, int, dict[str, Any]]], list[dict[str, Any]] | None, str]:
+) -> tuple[list[RunSpec], list[dict[str, Any]] | None, str]:
     """
-    The (method, budget, ``run_seeds`` keywords) to run, the R2PO runs reused from ``--r2po-runs`` (``None``: R2PO is
-    in the plan) and where the R2PO runs come from, in words. ``--r2po-runs`` is read and checked here, before anything
-    runs.
+    The runs to run, the R2PO runs reused from ``--r2po-runs`` (``None``: R2PO is in the plan) and where the R2PO runs
+    come from, in words. ``--r2po-runs`` is read and checked here, before anything runs.
     """
-    plan: list[tuple[str, int, dict[str, Any]]] = [("ars", args.baseline_budget, {}), ("ppo", args.baseline_budget, {})]
+    plan = [RunSpec(ENV_ID, method, seed, args.baseline_budget) for method in ("ars", "ppo") for seed in args.seeds]
     if args.r2po_runs:
         return plan, r2po_runs_from(Path(args.r2po_runs), r2po_settings), f"reused from {args.r2po_runs}"
     source = "run now" if not runs else f"run by this command, continued from {json_path}"
-    r2po_kwargs = {
-        "llm": args.llm,
-        "n_eval_episodes": args.n_eval_episodes,
-        "warmup_episodes": args.warmup_episodes,
-        "prompts": args.prompts,
-    }
-    plan.append(("r2po", args.r2po_budget, r2po_kwargs))
+    settings: dict[str, Any] = dict(prompt_preset(args.prompts)) if args.prompts else {}
+    settings.update(n_eval_episodes=args.n_eval_episodes, warmup_episodes=args.warmup_episodes)
+    plan += [RunSpec(ENV_ID, "r2po", seed, args.r2po_budget, args.llm, tuple(settings.items())) for seed in args.seeds]
     return plan, None, source
 
 
 def run_missing(
-    plan: list[tuple[str, int, dict[str, Any]]],
-    seeds: list[int],
+    plan: list[RunSpec],
     runs: list[dict[str, Any]],
     json_path: Path | None,
     settings: dict[str, Any],
     source: str,
+    store: ResultsStore,
 ) -> None:
     """Run every (method, seed) of ``plan`` not in ``runs`` yet, adding each to ``runs`` (and to ``json_path``) as it ends."""
-    for method, budget, kwargs in plan:
-        for seed in seeds:
-            if any(r["method"] == method and r["seed"] == seed for r in runs):
-                continue
-            (run,) = run_seeds(method, ENV_ID, [seed], budget, **kwargs)
-            runs.append({key: run[key] for key in KEPT if key in run})
-            summary = summarize(run["returns"], WINDOW, THRESHOLD)
-            print(
-                f"{method} seed {seed}: to {THRESHOLD:g} {summary['to_threshold']}, best {summary['best']:.1f}, "
-                f"{run['wall_time_s']:.0f} s",
-                flush=True,
-            )
-            if json_path is not None:
-                write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source})
+
+    def kept(spec: RunSpec) -> bool:
+        return any(r["method"] == spec.method and r["seed"] == spec.seed for r in runs)
+
+    def keep(result: RunResult) -> None:
+        record = result.record()
+        runs.append({key: record[key] for key in KEPT if key in record})
+        summary = summarize(result.returns, WINDOW, THRESHOLD)
+        print(
+            f"{result.spec.method} seed {result.spec.seed}: to {THRESHOLD:g} {summary['to_threshold']}, "
+            f"best {summary['best']:.1f}, {result.wall_time_s:.0f} s",
+            flush=True,
+        )
+        runs.sort(key=lambda r: [(s.method, s.seed) for s in plan].index((r["method"], r["seed"])))
+        if json_path is not None:
+            write_progress(json_path, {"settings": settings, "runs": runs, "r2po_source": source})
+
+    missing = [spec for spec in plan if not kept(spec)]
+    for result in SerialExecutor(on_result=keep).run(missing, store):
+        if not kept(result.spec):  # finished in the store by an earlier command
+            keep(result)
 
 
 def method_row(method: str, method_runs: list[dict[str, Any]], budget: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -230,7 +237,9 @@ def main() -> None:
         print(f"{json_path}: {len(runs)} run(s) already there, continuing with the missing ones")
 
     plan, reused, source = plan_runs(args, runs, json_path, r2po_settings)  # checked before anything runs
-    run_missing(plan, args.seeds, runs, json_path, settings, source)
+    with tempfile.TemporaryDirectory(prefix="sample_efficiency_") as temporary:
+        default = Path(temporary) if json_path is None else json_path.with_name(json_path.name + ".store")
+        run_missing(plan, runs, json_path, settings, source, ResultsStore(args.store or default))
     r2po = reused if reused is not None else [r for r in runs if r["method"] == "r2po"]
     wall = time.perf_counter() - start
 

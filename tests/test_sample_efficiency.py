@@ -48,7 +48,8 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     cut = {**data, "runs": data["runs"][:1]}  # as if the command had been stopped during PPO's run
     del cut["rows"]
     path.write_text(json.dumps(cut))
-    again = run(*ARGS, "--json", str(path))
+    store = tmp_path / "store"  # an empty store: the runs missing from the file run again
+    again = run(*ARGS, "--json", str(path), "--store", str(store))
     assert "1 run(s) already there" in again.stdout
     assert [line.split(":")[0] for line in again.stdout.splitlines() if " seed " in line and ": to " in line] == [
         "ppo seed 0",
@@ -59,6 +60,12 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     # the stand-in LLM and the seeds make the runs run again equal the first command's
     assert [r["returns"] for r in continued["runs"]] == [r["returns"] for r in data["runs"]]
     assert continued["rows"][0]["best"] == data["rows"][0]["best"]
+    assert len(list((store / "runs").iterdir())) == 2  # the two runs this command ran
+    # cut again: the runs the store finished are read back, not run again (their lines say so, as from the file)
+    path.write_text(json.dumps(cut))
+    third = run(*ARGS, "--json", str(path), "--store", str(store))
+    assert json.loads(path.read_text())["runs"] == continued["runs"]
+    assert "ppo seed 0: to 475" in third.stdout and len(list((store / "runs").iterdir())) == 2
 
 
 @pytest.mark.slow
