@@ -14,7 +14,10 @@
   (20 trajectory steps with folding; 2 digits; the 8 best and 4 most recent history entries; list-style vectors),
   so each sub-setting's effect on results is measured alone.
 
-For each setting the seeds train together (``sb3_r2po.lockstep.learn_in_lockstep``, one loaded model). Printed per
+Every run is built through the experiment layer (:func:`sb3_r2po.experiments.run_one`: ``zoo_configs/r2po.yml``'s
+CartPole entry through RL Zoo's ``ExperimentManager``, with ``target_return`` and ``tau_c`` left to R2PO's defaults,
+the env's 475 and the rule's 451.25, as these measurements were defined) and, for each setting, the seeds train
+together (:class:`sb3_r2po.experiments.LockstepExecutor`, one loaded model). Printed per
 setting, mean +- std over seeds: the best K-episode mean, the mean return of the iterations' kept candidates,
 prompt tokens per call, LLM seconds per call and unusable replies. Token counts are the backend's own (the embedded
 model's tokenizer).
@@ -25,7 +28,9 @@ Usage::
     python benchmarks/prompt_settings.py --llm example --episodes 200     # the pipeline only: not an LLM
     python benchmarks/prompt_settings.py --settings lean-list --reuse runs.json --json runs.json  # add one setting
 
-``--reuse FILE`` takes the rows of settings already in FILE (an earlier ``--json`` output of this script with the same
+The runs execute into a results store (``--store``, default ``<json>.store``): the same command again reruns nothing
+that finished, and a run cut in the middle resumes from its checkpoint. ``--reuse FILE`` takes the rows of settings
+already in FILE (an earlier ``--json`` output of this script with the same
 LLM, seeds and budget: checked) instead of training them again; the table marks them ``(reused)``.
 """
 
@@ -35,6 +40,7 @@ import argparse
 import inspect
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,8 +48,9 @@ from typing import Any
 import numpy as np
 
 from sb3_r2po import R2PO
-from sb3_r2po.lockstep import learn_in_lockstep
+from sb3_r2po.experiments import LockstepExecutor, ResultsStore, RunResult, RunSpec
 from sb3_r2po.prompts import prompt_preset
+from sb3_r2po.r2po.history import best_record
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "full": prompt_preset("full"),
@@ -55,6 +62,9 @@ SETTINGS["trajectory-only"] = {**SETTINGS["full"], "max_trajectory_steps": 20, "
 SETTINGS["digits-only"] = {**SETTINGS["full"], "trajectory_digits": 2}
 SETTINGS["history-only"] = {**SETTINGS["full"], "history_best_k": 8, "history_recent": 4}
 SETTINGS["list-only"] = {**SETTINGS["full"], "reply_style": "list"}
+
+DEFINED_BY_R2PO = {"target_return": None, "tau_c": None}
+"""Settings of the CartPole entry of ``zoo_configs/r2po.yml`` that these runs leave to R2PO's defaults."""
 
 
 def same_prompts(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -69,7 +79,25 @@ def mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} +- {statistics.pstdev(values):.1f}"
 
 
-def main() -> None:
+def per_seed(result: RunResult) -> dict[str, Any]:
+    """One seed's figures of a setting's row."""
+    stats = result.llm_stats or {}
+    iterations = result.iteration_returns or []
+    best = best_record(result.history or [])
+    calls = stats.get("calls", 0)
+    return {
+        "seed": result.spec.seed,
+        "best": float("nan") if best is None else best["mean_return"],
+        "mean_iterations": float(np.mean(iterations)) if iterations else float("nan"),
+        "iterations": len(iterations),
+        "calls": calls,
+        "unusable": stats.get("parse_failures", 0),
+        "prompt_tokens_per_call": stats.get("prompt_tokens", 0) / max(1, calls),
+        "seconds_per_call": stats.get("seconds", 0.0) / max(1, calls),
+    }
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="embedded")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -79,52 +107,34 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--reuse", default=None, help="JSON of an earlier run whose rows are shown instead of retrained")
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    run_args = {"llm": args.llm, "seeds": args.seeds, "episodes": args.episodes, "k": args.k, "warmup": args.warmup}
+    parser.add_argument("--store", default=None, help="the results store of the runs (default: the --json path + .store)")
+    return parser.parse_args()
+
+
+def reused_rows(path: str | None, run_args: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The rows of ``path`` (an earlier ``--json``) whose setting and run arguments are this command's."""
     reused = {}
-    if args.reuse and Path(args.reuse).exists():
-        for row in json.loads(Path(args.reuse).read_text()):
+    if path and Path(path).exists():
+        for row in json.loads(Path(path).read_text()):
             known = row["setting"] in SETTINGS and same_prompts(row["settings"], SETTINGS[row["setting"]])
             if known and row.get("args") == run_args:
                 reused[row["setting"]] = {**row, "args": run_args, "reused": True}
+    return reused
 
-    rows = [reused[name] for name in reused if name not in args.settings]
-    for name in args.settings:
-        settings = SETTINGS[name]
-        models = [
-            R2PO(
-                "MlpLinear",
-                "CartPole-v1",
-                llm=args.llm,
-                n_eval_episodes=args.k,
-                warmup_episodes=args.warmup,
-                max_episodes=args.episodes,
-                seed=seed,
-                **settings,
-            )
-            for seed in args.seeds
-        ]
-        start = time.perf_counter()
-        learn_in_lockstep(models, 10**9)
-        wall = time.perf_counter() - start
-        per_seed = []
-        for model in models:
-            stats = model.llm_stats
-            iterations = [r["mean_return"] for r in model.history if r["kind"] != "warmup"]
-            per_seed.append(
-                {
-                    "seed": model.seed,
-                    "best": model.best_record()["mean_return"],
-                    "mean_iterations": float(np.mean(iterations)) if iterations else float("nan"),
-                    "iterations": len(iterations),
-                    "calls": stats["calls"],
-                    "unusable": stats["parse_failures"],
-                    "prompt_tokens_per_call": stats["prompt_tokens"] / max(1, stats["calls"]),
-                    "seconds_per_call": stats["seconds"] / max(1, stats["calls"]),
-                }
-            )
-        rows.append({"setting": name, "settings": settings, "args": run_args, "wall_s": wall, "runs": per_seed})
 
+def run_setting(name: str, args: argparse.Namespace, store: ResultsStore) -> dict[str, Any]:
+    """The row of one setting: its seeds trained together into ``store``."""
+    settings = {**DEFINED_BY_R2PO, "n_eval_episodes": args.k, "warmup_episodes": args.warmup, **SETTINGS[name]}
+    specs = [RunSpec("CartPole-v1", "r2po", seed, args.episodes, args.llm, tuple(settings.items())) for seed in args.seeds]
+    start = time.perf_counter()
+    results = LockstepExecutor().run(specs, store)
+    wall = time.perf_counter() - start
+    run_args = {"llm": args.llm, "seeds": args.seeds, "episodes": args.episodes, "k": args.k, "warmup": args.warmup}
+    runs = [per_seed(result) for result in results]
+    return {"setting": name, "settings": SETTINGS[name], "args": run_args, "wall_s": wall, "runs": runs}
+
+
+def print_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     budget = f"{args.episodes} episodes (K={args.k}, warm-up {args.warmup})"
     print(f"\nR2PO on CartPole-v1, llm={args.llm}, {budget}, seeds {args.seeds}:\n")
     print(
@@ -144,6 +154,18 @@ def main() -> None:
             f"| {col('best')} | {col('mean_iterations')} | {col('iterations')} "
             f"| {col('prompt_tokens_per_call')} | {col('seconds_per_call')} | {unusable} | {row['wall_s']:.0f} |"
         )
+
+
+def main() -> None:
+    args = parse_args()
+    run_args = {"llm": args.llm, "seeds": args.seeds, "episodes": args.episodes, "k": args.k, "warmup": args.warmup}
+    reused = reused_rows(args.reuse, run_args)
+    rows = [reused[name] for name in reused if name not in args.settings]
+    with tempfile.TemporaryDirectory(prefix="prompt_settings_") as temporary:
+        default = Path(temporary) if args.json is None else Path(args.json + ".store")
+        store = ResultsStore(args.store or default)
+        rows += [run_setting(name, args, store) for name in args.settings]
+    print_table(args, rows)
     if args.json:
         Path(args.json).write_text(json.dumps([{k: v for k, v in r.items() if k != "reused"} for r in rows], indent=1))
 
