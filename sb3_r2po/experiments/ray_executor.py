@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sb3_r2po.experiments.executors import Report
 from sb3_r2po.experiments.runs import RunResult, RunSpec, run_one
 from sb3_r2po.experiments.store import ResultsStore
 
@@ -126,6 +127,8 @@ class RayExecutor:
     :param cluster_cpus: CPUs of the local Ray (``address=None`` only; ``None``: this machine's).
     :param device: Torch device of the models in the workers.
     :param on_result: Called with each result as it is saved.
+    :param runtime_env: Ray's ``runtime_env`` for the job (e.g. ``{"env_vars": {...}}``, ``{"pip": [...]}``; ``None``:
+        the workers' own environment, which must have ``sb3_r2po`` installed).
     """
 
     def __init__(
@@ -136,7 +139,8 @@ class RayExecutor:
         num_gpus: float = 0,
         cluster_cpus: int | None = None,
         device: str = "cpu",
-        on_result: Any | None = None,
+        on_result: Report | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
@@ -145,7 +149,7 @@ class RayExecutor:
         if cluster_cpus is not None and address is not None:
             raise ValueError("cluster_cpus is the size of a local Ray; a cluster at an address has its own")
         self.address, self.max_retries, self.num_cpus, self.num_gpus = address, int(max_retries), float(num_cpus), num_gpus
-        self.cluster_cpus, self.device, self.on_result = cluster_cpus, device, on_result
+        self.cluster_cpus, self.device, self.on_result, self.runtime_env = cluster_cpus, device, on_result, runtime_env
         self.started = False
         """Whether this executor started (or connected) Ray, so that :meth:`shutdown` disconnects it."""
 
@@ -162,10 +166,10 @@ class RayExecutor:
         if ray.is_initialized():
             return
         if self.address is not None:
-            ray.init(address=self.address)
+            ray.init(address=self.address, runtime_env=self.runtime_env)
             self.started = True
             return
-        ray.init(num_cpus=self.cluster_cpus, include_dashboard=False)
+        ray.init(num_cpus=self.cluster_cpus, include_dashboard=False, runtime_env=self.runtime_env)
         self.started = True
         node = ray.util.get_node_ip_address()
         if not _is_loopback(node):
