@@ -84,15 +84,15 @@ def per_seed(result: RunResult) -> dict[str, Any]:
     stats = result.llm_stats or {}
     iterations = result.iteration_returns or []
     best = best_record(result.history or [])
-    calls = stats.get("calls", 0)
+    calls = int(stats.get("calls", 0))
     return {
         "seed": result.spec.seed,
         "best": float("nan") if best is None else best["mean_return"],
         "mean_iterations": float(np.mean(iterations)) if iterations else float("nan"),
         "iterations": len(iterations),
         "calls": calls,
-        "unusable": stats.get("parse_failures", 0),
-        "prompt_tokens_per_call": stats.get("prompt_tokens", 0) / max(1, calls),
+        "unusable": int(stats.get("parse_failures", 0)),
+        "prompt_tokens_per_call": int(stats.get("prompt_tokens", 0)) / max(1, calls),
         "seconds_per_call": stats.get("seconds", 0.0) / max(1, calls),
     }
 
