@@ -97,14 +97,14 @@ def test_curves_png(comparison: Path) -> None:
     assert len(data) > 20_000  # lines and shading, not an empty canvas
 
 
-@pytest.mark.parametrize("lockstep", [False, True])
-def test_r2po_numbers_are_deterministic(comparison: Path, tmp_path: Path, lockstep: bool) -> None:
+@pytest.mark.parametrize("flags", [[], ["--lockstep"], ["--executor", "lockstep"]])
+def test_r2po_numbers_are_deterministic(comparison: Path, tmp_path: Path, flags: list[str]) -> None:
     """The same command's R2PO runs again give the same episodes (the example stand-in is deterministic), also
-    when the seeds train together with their LLM calls batched."""
-    flags = ["--lockstep"] if lockstep else []
+    when the seeds train together with their LLM calls batched (``--lockstep``, the same as ``--executor lockstep``)."""
     main(["--llm", "example:0", "--methods", "r2po", *TINY, "--out", str(tmp_path), "--no-progress", *flags])
     result = _runs(tmp_path)
-    assert result["settings"]["lockstep"] is lockstep
+    assert result["settings"]["lockstep"] is bool(flags)
+    assert result["settings"]["executor"] == ("lockstep" if flags else "serial")
     again = {r["seed"]: r["returns"] for r in result["runs"]}
     first = {r["seed"]: r["returns"] for r in _runs(comparison)["runs"] if r["method"] == "r2po"}
     assert again == first
@@ -213,3 +213,67 @@ def test_a_baseline_run_that_ends_short_of_its_budget_is_reported() -> None:
     with pytest.warns(RuntimeWarning, match="ars seed 0 ended after 0 of 3 training episodes"):
         result = finish_run(run)
     assert result["returns"] == []
+
+
+# ---------------------------------------------------------------------------------------------- grids, store, executors
+
+SMALL_R2PO = ["--n-eval-episodes", "3", "--warmup-episodes", "4", "--no-progress"]
+"""R2PO runs of 4 warm-up episodes, then evaluations of K = 3."""
+
+
+def test_several_envs_write_a_section_and_curves_each(tmp_path: Path) -> None:
+    main(["--llm", "example:0", "--envs", "CartPole-v1", "R2PO/Maze3x3-v0", "--methods", "r2po", "props", "--seeds", "0",
+          "--budget", "10", *SMALL_R2PO, "--out", str(tmp_path)])  # fmt: skip
+    result = _runs(tmp_path)
+    assert result["settings"]["envs"] == ["CartPole-v1", "R2PO/Maze3x3-v0"] and result["settings"]["env"] is None
+    assert result["settings"]["per_env"]["R2PO/Maze3x3-v0"]["variant_episode_caps"] == {"props": 100}
+    assert [(r["env"], r["method"]) for r in result["runs"]] == [
+        ("CartPole-v1", "r2po"), ("CartPole-v1", "props"), ("R2PO/Maze3x3-v0", "r2po"), ("R2PO/Maze3x3-v0", "props"),
+    ]  # fmt: skip
+    text = (tmp_path / "results.md").read_text()
+    assert "# CartPole-v1: r2po, props at 10" in text and "# R2PO/Maze3x3-v0: r2po, props at 10" in text
+    assert "![learning curves](curves_R2PO_Maze3x3-v0.png)" in text and text.count("## Reproduce") == 1
+    assert (tmp_path / "curves_CartPole-v1.png").read_bytes()[:4] == b"\x89PNG"
+    paper = (tmp_path / "paper.md").read_text()
+    assert "| R2PO/Maze3x3-v0 | props | 1 |" in paper and "| -1.03 +- 0.18 |" in paper  # ProPS' published mean
+
+
+def test_a_cut_command_continues_from_its_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--llm", "example:0", "--methods", "r2po", "props", "--seeds", "0", "1", "--budget", "10", *SMALL_R2PO]
+    main([*args, "--out", str(tmp_path)])
+    first = _runs(tmp_path)
+    cut = next(p for p in sorted((tmp_path / "runs").iterdir()) if "-props-s1-" in p.name)
+    (cut / "result.json").unlink()  # as if the command had been stopped during this run
+    capsys.readouterr()
+    main([*args, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "3 of 4 runs already there" in err and err.count(" seed ") == 1 and "props seed 1" in err
+    again = _runs(tmp_path)
+    assert again["runs"][:3] == first["runs"][:3]  # read back as written (wall times included): not run again
+    assert again["runs"][3]["returns"] == first["runs"][3]["returns"]
+
+
+def test_the_paper_grid_narrowed(tmp_path: Path) -> None:
+    main(["--grid", "paper", "--llm", "example:0", "--envs", "CartPole-v1", "--methods", "r2po", "trpo", "sac",
+          "--seeds", "0", "--budget", "10", *SMALL_R2PO, "--out", str(tmp_path)])  # fmt: skip
+    result = _runs(tmp_path)
+    assert result["settings"]["grid"] == "paper"
+    assert [(r["method"], r["seed"], len(r["returns"])) for r in result["runs"]] == [("r2po", 0, 10), ("trpo", 0, 10)]
+    paper = (tmp_path / "paper.md").read_text()
+    r2po = next(line for line in paper.splitlines() if line.startswith("| CartPole-v1 | r2po |"))
+    assert "| 474.67 +- 16.90 |" in r2po and "| 500 |" in r2po
+    trpo = next(line for line in paper.splitlines() if line.startswith("| CartPole-v1 | trpo |"))
+    assert "216.92 +- 63.34 (best SB3)" in trpo
+    figures = result["runs"][0]["iteration_returns"]
+    assert f"| {np.mean(figures):.2f} +- 0.00 | 474.67" in r2po  # R2PO's mean: over its iterations, as the paper's
+
+
+def test_executor_options() -> None:
+    with pytest.raises(SystemExit):
+        main(["--llm", "example", "--methods", "r2po", "--lockstep", "--executor", "serial"])
+    with pytest.raises(SystemExit):
+        main(["--llm", "example", "--methods", "r2po", "--ray-address", "127.0.0.1:6379"])
+    with pytest.raises(SystemExit):
+        main(["--llm", "example", "--methods", "r2po", "--executor", "threads"])
+    with pytest.raises(SystemExit):
+        main(["--grid", "paper", "--envs", "CartPole-v1"])  # R2PO methods without --llm
