@@ -9,14 +9,19 @@ sub-environment with nothing left to do simply waits. Any other VecEnv (``Subpro
 goes through the VecEnv API; there, idle sub-environments must keep stepping in lock-step with the others;
 those steps are discarded and never shown to the LLM, but they are real environment interactions and the
 step hook counts them.
+
+A running episode is recorded as plain Python values (a flat observation as a list of floats, copied from the
+env's array) and turned into float64 arrays once, when it ends. Every step is checked for non-finite values
+as it happens, so an episode is cut at the same step whatever the recording.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecCheckNan, VecEnv, VecEnvWrapper, VecMonitor, VecVideoRecorder
@@ -37,7 +42,8 @@ OVERFLOW_RISK = sys.float_info.max / 2**32
 @dataclass
 class Episode:
     """
-    One recorded episode.
+    One recorded episode. :func:`run_episodes` gives float64 arrays (one row per observation or action); lists of
+    arrays and of floats work as well.
 
     :param observations: ``T + 1`` observations, the last one being the observation after the final step.
     :param actions: ``T`` actions.
@@ -46,15 +52,15 @@ class Episode:
     :param index: The order in which the episode was started within its evaluation (0-based).
     """
 
-    observations: list[np.ndarray] = field(default_factory=list)
-    actions: list[np.ndarray] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
+    observations: np.ndarray | list[Any] = field(default_factory=list)
+    actions: np.ndarray | list[Any] = field(default_factory=list)
+    rewards: np.ndarray | list[float] = field(default_factory=list)
     end: EndReason = "running"
     index: int = 0
 
     @property
     def total_return(self) -> float:
-        return float(np.sum(self.rewards)) if self.rewards else 0.0
+        return float(np.sum(self.rewards)) if len(self.rewards) else 0.0
 
     @property
     def length(self) -> int:
@@ -75,11 +81,16 @@ class RolloutResult:
     :param stopped: True when the step hook asked to stop before all episodes finished (the result is incomplete).
     :param stop_requested: True when the step hook asked to stop, also in the step that finished the last episode
         (then the result is complete, and only what comes after it must not run).
+    :param n_steps: Environment steps taken (the sum of the step hook's ``n_steps``).
+    :param successes: The ``info["is_success"]`` of each finished episode's last step that reports one, in the order
+        the episodes finished (what SB3's success rate counts).
     """
 
     episodes: list[Episode]
     stopped: bool = False
     stop_requested: bool = False
+    n_steps: int = 0
+    successes: list[Any] = field(default_factory=list)
 
     @property
     def returns(self) -> np.ndarray:
@@ -112,16 +123,6 @@ StepHook = Callable[[VecStep], object]
 once, as ``callback.on_step()`` does in SB3's algorithms."""
 
 
-class _Step(NamedTuple):
-    """What one sub-environment did in one vector step."""
-
-    next_obs: np.ndarray  # observation after the action (the terminal observation when the episode ended)
-    reward: float
-    end: EndReason | None  # None while the episode runs
-    continue_obs: np.ndarray  # observation to act on next (the reset observation when the episode ended)
-    info: dict
-
-
 def check_vec_env(env: VecEnv) -> None:
     """
     Raise a ``ValueError`` when ``env`` is wrapped in a VecEnv wrapper that changes observations or rewards.
@@ -143,63 +144,126 @@ def check_vec_env(env: VecEnv) -> None:
         wrapper = wrapper.venv
 
 
-class _VecStepper:
-    """Any VecEnv, through the VecEnv API (auto-reset). Idle sub-environments step along."""
-
-    def __init__(self, env: VecEnv) -> None:
-        self.env = env
-
-    def reset(self) -> list[np.ndarray]:
-        return list(self.env.reset())
-
-    def step(self, actions: np.ndarray, obs: list[np.ndarray], active: list[bool]) -> tuple[list[_Step], int]:
-        new_obs, rewards, dones, infos = self.env.step(actions)
-        assert isinstance(new_obs, np.ndarray)  # Box and Discrete observations (the policies' spaces)
-        steps = []
-        for i in range(len(obs)):
-            if dones[i]:
-                end = "truncated" if infos[i].get("TimeLimit.truncated", False) else "terminated"
-                steps.append(
-                    _Step(infos[i].get("terminal_observation", new_obs[i]), float(rewards[i]), end, new_obs[i], infos[i])
-                )
-            else:
-                steps.append(_Step(new_obs[i], float(rewards[i]), None, new_obs[i], infos[i]))
-        return steps, len(obs)
-
-    def reset_one(self, index: int) -> np.ndarray:
-        # past the pass-through wrappers (check_vec_env): a VecMonitor does not see the cut, and counts the cut
-        # episode and the next one as one in its own statistics (R2PO's episodes are unaffected)
-        result = self.env.env_method("reset", indices=[index])[0]
-        return result[0] if isinstance(result, tuple) else result
+def _row(x: Any) -> tuple[Any, bool]:
+    """A copy of the observation or action ``x`` to record, and whether it is finite. A flat array becomes a list of
+    Python numbers (exact: every float and integer dtype converts to float64 exactly; cheaper than an array copy);
+    anything else a float64 array."""
+    try:
+        row = x.tolist()
+        total = sum(row)  # a TypeError for a scalar or a nested list (an array with another shape)
+    except (AttributeError, TypeError):
+        array = np.array(x, dtype=np.float64)
+        return array, bool(np.isfinite(array).all())
+    # a NaN or infinity makes the sum non-finite; finite values whose sum overflows are checked one by one
+    return row, math.isfinite(total) or all(map(math.isfinite, row))
 
 
-class _DirectStepper(_VecStepper):
-    """A plain DummyVecEnv: its sub-environments are stepped directly, which skips the VecEnv's buffer copies and
-    lets idle sub-environments wait instead of stepping. Resets follow DummyVecEnv's rules (seeded first reset
-    through the VecEnv, unseeded resets after that)."""
+def _stack(rows: list[Any]) -> np.ndarray | list[Any]:
+    """The recorded rows as one float64 array (a list of float64 arrays where their shapes differ)."""
+    try:
+        return np.array(rows, dtype=np.float64)
+    except ValueError:
+        return [np.array(row, dtype=np.float64) for row in rows]
 
-    def __init__(self, env: DummyVecEnv) -> None:
-        super().__init__(env)
-        self.envs = env.envs
 
-    def step(self, actions: np.ndarray, obs: list[np.ndarray], active: list[bool]) -> tuple[list[_Step], int]:
-        steps = []
-        for i, env in enumerate(self.envs):
-            if not active[i]:
-                steps.append(_Step(obs[i], 0.0, None, obs[i], {}))
-                continue
-            next_obs, reward, terminated, truncated, info = env.step(actions[i])
-            if terminated or truncated:
-                reset_obs, _ = env.reset()
-                # what DummyVecEnv's auto-reset would put in the info, so callbacks see the same keys either way
-                info = {**info, "terminal_observation": next_obs, "TimeLimit.truncated": bool(truncated and not terminated)}
-                steps.append(_Step(next_obs, float(reward), "terminated" if terminated else "truncated", reset_obs, info))
-            else:
-                steps.append(_Step(next_obs, float(reward), None, next_obs, info))
-        return steps, sum(active)
+def _overflows(rewards: list[float], reward: float) -> bool:
+    """Whether adding the finite ``reward`` makes the sum of ``rewards`` overflow."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return not np.isfinite(np.sum([*rewards, reward]))
 
-    def reset_one(self, index: int) -> np.ndarray:
-        return self.envs[index].reset()[0]
+
+class _Track:
+    """The running episode of one sub-environment, recorded as Python values (see :func:`_row`)."""
+
+    __slots__ = ("actions", "index", "observations", "rewards")
+
+    def __init__(self, index: int, observation: Any) -> None:
+        self.index = index
+        self.observations: list[Any] = [_row(observation)[0]]
+        self.actions: list[Any] = []
+        self.rewards: list[float] = []
+
+    def add(self, action: Any, observation: Any, reward: float, env_end: EndReason | None, cap: int) -> EndReason | None:
+        """Append one step; how the episode ended with it (``env_end``, the cap or a non-finite value), else ``None``."""
+        self.actions.append(action)
+        row, finite = _row(observation)
+        # one comparison in the common case; NaN fails it, and so does a reward large enough to risk an overflow
+        usable = -OVERFLOW_RISK <= reward <= OVERFLOW_RISK or (math.isfinite(reward) and not _overflows(self.rewards, reward))
+        if not (usable and finite):
+            # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
+            self.rewards.append(reward if usable else 0.0)
+            self.observations.append(self.observations[-1])
+            return "non-finite"
+        self.rewards.append(reward)
+        self.observations.append(row)
+        if env_end is not None:
+            return env_end
+        return "capped" if len(self.rewards) >= cap else None
+
+    def episode(self, end: EndReason) -> Episode:
+        rewards = np.array(self.rewards, dtype=np.float64)
+        return Episode(_stack(self.observations), _stack(self.actions), rewards, end, self.index)
+
+
+class _Evaluation:
+    """The bookkeeping of one :func:`run_episodes` call: which sub-environment runs which episode, the finished ones."""
+
+    def __init__(self, n_episodes: int, cap: int) -> None:
+        self.n_episodes, self.cap = n_episodes, cap
+        self.started, self.n_steps = 0, 0
+        self.tracks: list[_Track | None] = []
+        self.finished: list[Episode] = []
+        self.successes: list[Any] = []
+
+    def start(self, observations: list[Any]) -> None:
+        """The first episodes, from the env's reset observations."""
+        self.tracks = [None] * len(observations)
+        for i, observation in enumerate(observations):
+            self.begin(i, observation)
+
+    @property
+    def running(self) -> bool:
+        return len(self.finished) < self.started
+
+    def begin(self, i: int, observation: Any) -> None:
+        """Start the next episode on sub-environment ``i``, which idles once ``n_episodes`` have been started."""
+        if self.started < self.n_episodes:
+            self.tracks[i] = _Track(self.started, observation)
+            self.started += 1
+        else:
+            self.tracks[i] = None
+
+    def restart(self, dones: list[bool], observations: list[Any]) -> None:
+        """Start the next episodes where episodes ended (in the order of the sub-environments)."""
+        for i, done in enumerate(dones):
+            if done:
+                self.begin(i, observations[i])
+
+    def end(self, track: _Track, end: EndReason, info: dict) -> None:
+        self.finished.append(track.episode(end))
+        success = info.get("is_success")
+        if success is not None:
+            self.successes.append(success)
+
+    def result(self, stop_requested: bool = False) -> RolloutResult:
+        done = sorted(self.finished, key=lambda ep: ep.index)
+        stopped = stop_requested and len(done) < self.n_episodes
+        return RolloutResult(done, stopped, stop_requested, self.n_steps, self.successes)
+
+
+def _batch(observations: list[Any]) -> np.ndarray:
+    """The observations of all sub-environments as one array, first axis = sub-environment."""
+    if len(observations) == 1 and type(observations[0]) is np.ndarray:
+        return observations[0][None]  # what np.asarray(observations) builds, as a view
+    return np.asarray(observations)
+
+
+def _report(
+    on_step: StepHook, obs: list[Any], actions: Any, rewards: list[float], infos: list[Any], dones: list[bool], n_steps: int
+) -> object:
+    """Call the step hook with this vector step (an idle sub-environment's info: an empty dict)."""
+    infos = [{} if info is None else info for info in infos]
+    return on_step(VecStep(np.asarray(obs), np.asarray(actions), np.array(rewards), np.array(dones), infos, n_steps))
 
 
 def run_episodes(
@@ -219,75 +283,99 @@ def run_episodes(
     :param on_step: Hook called after every vector step (see :data:`StepHook`).
     :return: The finished episodes; fewer than ``n_episodes`` only when ``on_step`` asked to stop.
     """
-    stepper = _DirectStepper(env) if type(env) is DummyVecEnv else _VecStepper(env)
-    n_envs = env.num_envs
-    obs = stepper.reset()
-    running: list[Episode | None] = [None] * n_envs
-    finished: list[Episode] = []
-    started = 0
-    for i in range(n_envs):
-        if started < n_episodes:
-            running[i] = Episode(observations=[_copy(obs[i])], index=started)
-            started += 1
+    run = _Evaluation(n_episodes, max_episode_steps)
+    if type(env) is DummyVecEnv:
+        return _run_direct(env, act, run, on_step)
+    return _run_vec_env(env, act, run, on_step)
 
-    while started > len(finished):
-        active = [ep is not None for ep in running]
-        actions = act(np.asarray(obs))
-        steps, n_steps = stepper.step(actions, obs, active)
-        dones = np.zeros(n_envs, dtype=bool)
-        for i, ep in enumerate(running):
-            step = steps[i]
-            obs[i] = step.continue_obs
-            if ep is None or not _advance(ep, step, actions[i], max_episode_steps):
+
+def _run_direct(
+    env: DummyVecEnv, act: Callable[[np.ndarray], np.ndarray], run: _Evaluation, on_step: StepHook | None
+) -> RolloutResult:
+    """A plain DummyVecEnv: its sub-environments are stepped directly, which skips the VecEnv's buffer copies and
+    lets idle sub-environments wait instead of stepping. Resets follow DummyVecEnv's rules (seeded first reset
+    through the VecEnv, unseeded resets after that)."""
+    envs = env.envs
+    obs = list(env.reset())
+    run.start(obs)
+    while run.running:
+        actions = act(_batch(obs))
+        rows = np.asarray(actions).tolist()
+        rewards, infos, dones, cut = [0.0] * len(envs), [None] * len(envs), [False] * len(envs), []
+        n_steps = 0
+        for i, track in enumerate(run.tracks):
+            if track is not None:
+                n_steps += 1
+                obs[i], rewards[i], infos[i], end, env_ended = _step_direct(envs[i], actions[i], rows[i], track, run.cap)
+                if end is not None:
+                    dones[i] = True
+                    run.end(track, end, infos[i])
+                    if not env_ended:
+                        cut.append(i)
+        run.n_steps += n_steps
+        for i in cut:  # the cap or a non-finite value ended the episode, not the env: reset it for the next one
+            obs[i] = envs[i].reset()[0]
+        run.restart(dones, obs)
+        if on_step is not None and not _report(on_step, obs, actions, rewards, infos, dones, n_steps):
+            return run.result(stop_requested=True)
+    return run.result()
+
+
+def _step_direct(env: Any, action: Any, row: Any, track: _Track, cap: int) -> tuple[Any, float, dict, EndReason | None, bool]:
+    """Step one sub-environment of a DummyVecEnv, resetting it when the env ends the episode, and record the step:
+    the observation to act on next, the reward, the info, how the episode ended (``None``: it runs on), and whether
+    the env ended it."""
+    next_obs, reward, terminated, truncated, info = env.step(action)
+    reward = float(reward)
+    if not (terminated or truncated):
+        return next_obs, reward, info, track.add(row, next_obs, reward, None, cap), False
+    reset_obs = env.reset()[0]
+    # what DummyVecEnv's auto-reset would put in the info, so callbacks see the same keys either way
+    info = {**info, "terminal_observation": next_obs, "TimeLimit.truncated": bool(truncated and not terminated)}
+    return reset_obs, reward, info, track.add(row, next_obs, reward, "terminated" if terminated else "truncated", cap), True
+
+
+def _run_vec_env(
+    env: VecEnv, act: Callable[[np.ndarray], np.ndarray], run: _Evaluation, on_step: StepHook | None
+) -> RolloutResult:
+    """Any VecEnv, through the VecEnv API (auto-reset). Idle sub-environments step along."""
+    obs = list(env.reset())
+    run.start(obs)
+    while run.running:
+        actions = act(_batch(obs))
+        rows = np.asarray(actions).tolist()
+        new_obs, vec_rewards, vec_dones, infos = env.step(actions)
+        assert isinstance(new_obs, np.ndarray)  # Box and Discrete observations (the policies' spaces)
+        rewards, dones, cut = [float(r) for r in vec_rewards], [False] * len(obs), []
+        for i, track in enumerate(run.tracks):
+            obs[i] = new_obs[i]
+            if track is None:
                 continue
-            if ep.end in ("non-finite", "capped") and step.end is None:  # the env did not end it: start the next one
-                obs[i] = stepper.reset_one(i)
-            dones[i] = True
-            finished.append(ep)
-            if started < n_episodes:
-                running[i] = Episode(observations=[_copy(obs[i])], index=started)
-                started += 1
-            else:
-                running[i] = None
-        if on_step is not None:
-            infos = [step.info for step in steps]
-            rewards = np.array([step.reward for step in steps])
-            if not on_step(VecStep(np.asarray(obs), np.asarray(actions), rewards, dones, infos, n_steps)):
-                done = sorted(finished, key=lambda ep: ep.index)
-                return RolloutResult(done, stopped=len(done) < n_episodes, stop_requested=True)
-    return RolloutResult(sorted(finished, key=lambda ep: ep.index))
+            next_obs, env_end = new_obs[i], None
+            if vec_dones[i]:
+                next_obs = infos[i].get("terminal_observation", new_obs[i])
+                env_end = "truncated" if infos[i].get("TimeLimit.truncated", False) else "terminated"
+            end = track.add(rows[i], next_obs, rewards[i], env_end, run.cap)
+            if end is not None:
+                dones[i] = True
+                run.end(track, end, infos[i])
+                if env_end is None:
+                    cut.append(i)
+        run.n_steps += len(obs)
+        for i in cut:
+            obs[i] = _reset_one(env, i)
+        run.restart(dones, obs)
+        if on_step is not None and not _report(on_step, obs, actions, rewards, list(infos), dones, len(obs)):
+            return run.result(stop_requested=True)
+    return run.result()
 
 
-def _advance(ep: Episode, step: _Step, action: np.ndarray, max_episode_steps: int) -> bool:
-    """Append one step to ``ep``; whether the episode ended with it (its ``end`` is then set)."""
-    ep.actions.append(_copy(action))
-    next_obs = _copy(step.next_obs)
-    usable = bool(np.isfinite(step.reward)) and not _overflows(ep, step.reward)
-    if not (usable and np.isfinite(next_obs).all()):
-        # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
-        ep.rewards.append(step.reward if usable else 0.0)
-        ep.observations.append(ep.observations[-1])
-        ep.end = "non-finite"
-        return True
-    ep.rewards.append(step.reward)
-    ep.observations.append(next_obs)
-    if step.end is not None:
-        ep.end = step.end
-    elif ep.length >= max_episode_steps:
-        ep.end = "capped"
-    return ep.end != "running"
-
-
-def _overflows(ep: Episode, reward: float) -> bool:
-    """Whether adding ``reward`` makes the episode's return overflow (each reward finite, their sum not)."""
-    if abs(reward) <= OVERFLOW_RISK:  # 2**32 such rewards cannot overflow: the common case costs one comparison
-        return False
-    with np.errstate(over="ignore", invalid="ignore"):
-        return not np.isfinite(np.sum([*ep.rewards, reward]))
-
-
-def _copy(x: np.ndarray) -> np.ndarray:
-    return np.array(x, dtype=np.float64, copy=True)
+def _reset_one(env: VecEnv, index: int) -> Any:
+    """Reset sub-environment ``index`` of ``env`` alone (an episode the cap or a non-finite value cut)."""
+    # past the pass-through wrappers (check_vec_env): a VecMonitor does not see the cut, and counts the cut
+    # episode and the next one as one in its own statistics (R2PO's episodes are unaffected)
+    result = env.env_method("reset", indices=[index])[0]
+    return result[0] if isinstance(result, tuple) else result
 
 
 def env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:

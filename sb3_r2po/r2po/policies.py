@@ -159,23 +159,33 @@ class LinearPolicy(CompactPolicy):
         return self.actor(self.get_flat() if params is None else params)(observations)
 
     def actor(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """The forward pass of ``params``: ``y`` is computed as a C-contiguous float64 ``(batch, obs_dim)`` matrix times
+        ``W``, plus ``b``, whatever the layout of the observations given, so the actions never depend on it."""
         w, b = (x.copy() for x in self.weights(params))
         obs_dim = self.obs_dim
         if isinstance(self.action_space, spaces.Discrete):
             start = int(self.action_space.start)
-            return lambda observations: (
-                np.argmax(np.asarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w + b, axis=1) + start
-            )
+
+            def discrete(observations: np.ndarray) -> np.ndarray:
+                y = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w
+                y += b
+                actions = y.argmax(axis=1)
+                if start:
+                    actions += start
+                return actions
+
+            return discrete
         assert isinstance(self.action_space, spaces.Box)
         low = self.action_space.low.reshape(-1).astype(np.float64)
         high = self.action_space.high.reshape(-1).astype(np.float64)
         dtype, shape = self.action_space.dtype, self.action_space.shape
 
-        def forward(observations: np.ndarray) -> np.ndarray:
-            y = np.asarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w + b
-            return np.clip(y, low, high).astype(dtype).reshape(-1, *shape)
+        def box(observations: np.ndarray) -> np.ndarray:
+            y = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w
+            y += b
+            return y.clip(low, high).astype(dtype).reshape(-1, *shape)
 
-        return forward
+        return box
 
     def layout_lines(self) -> tuple[str, ...]:
         n, m = self.obs_dim, self.act_dim

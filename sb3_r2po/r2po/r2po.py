@@ -36,11 +36,11 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 
 from sb3_r2po.common.parameters import ReplyStyle
 from sb3_r2po.common.racing import run_race
-from sb3_r2po.common.rollouts import RolloutResult, VecStep, check_vec_env, env_spec, run_episodes
+from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, env_spec
 from sb3_r2po.llm.asking import Answer
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
-from sb3_r2po.r2po import arguments
+from sb3_r2po.r2po import arguments, stepping
 from sb3_r2po.r2po.history import MAX_DRAWS, best_record, draw_new, perturb_best, reached
 from sb3_r2po.r2po.patterns import Start, pattern_for
 from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
@@ -441,15 +441,13 @@ class R2PO(BaseAlgorithm):
         self._n_evaluations += 1
         callback.on_rollout_start()
 
-        def on_step(step: VecStep) -> bool:  # SB3's rollout loop: counters, success rate, locals, then the callbacks
-            self.num_timesteps += step.n_steps
-            self._episode_num += int(step.dones.sum())
-            successes = (info.get("is_success") for info, done in zip(step.infos, step.dones, strict=True) if done)
-            self.ep_success_buffer.extend(success for success in successes if success is not None)  # type: ignore[union-attr]
-            callback.update_locals({**step._asdict(), "env": self.env, "params": params})
-            return callback.on_step()
+        def count(n_steps: int, n_episodes: int, successes: list[Any]) -> None:  # SB3's counters and success rate
+            self.num_timesteps += n_steps
+            self._episode_num += n_episodes
+            self.ep_success_buffer.extend(successes)  # type: ignore[union-attr]
 
-        result = run_episodes(self.env, self.policy.actor(params), n_episodes, self.episode_cap, on_step)
+        act, extra_locals = self.policy.actor(params), {"env": self.env, "params": params}
+        result = stepping.rollout(self.env, act, n_episodes, self.episode_cap, callback, count, extra_locals)
         self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
         broken = [ep.index for ep in result.episodes if ep.end == "non-finite"]
         if broken:
