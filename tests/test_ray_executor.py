@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from filelock import FileLock
 
 from sb3_r2po.experiments import ResultsStore, RunResult, RunSpec, SerialExecutor
 from sb3_r2po.llm.base import ChatReply, Message
@@ -30,7 +31,7 @@ from sb3_r2po.llm.example import ExampleLLM
 if importlib.util.find_spec("ray") is None:  # not imported here: the executor sets Ray's local-only switch first
     pytest.skip("the Ray executor's tests need ray: pip install -e '.[ray]'", allow_module_level=True)
 
-from sb3_r2po.experiments.ray_executor import RayExecutor, RunsFailed
+from sb3_r2po.experiments.ray_executor import ATTEMPT_LOCK, RayExecutor, RunsFailed
 
 pytestmark = pytest.mark.slow
 
@@ -187,6 +188,18 @@ def test_a_failing_run_is_reported_and_the_others_are_kept(executor: RayExecutor
     assert saved is not None and raised.value.results == [saved]
     # the command run again runs nothing that has a result: the saved result comes back as it was
     assert executor.run([good], store) == [saved]
+
+
+def test_a_run_whose_directory_another_attempt_holds_waits_then_fails(executor: RayExecutor, tmp_path: Path) -> None:
+    spec = RunSpec(ENV, "r2po", 4, 10, "example", SETTINGS)
+    store = ResultsStore(tmp_path)
+    impatient = RayExecutor(lock_wait_s=0.5)  # uses the module's Ray
+    with FileLock(str(store.run_dir(spec) / ATTEMPT_LOCK)):  # another attempt of the run, still alive
+        with pytest.raises(RunsFailed) as raised:
+            impatient.run([spec], store)
+    (failure,) = raised.value.failures
+    assert failure.error.startswith("AttemptInProgressError: ") and ATTEMPT_LOCK in failure.error
+    assert not (store.run_dir(spec) / "checkpoint").exists() and not impatient.started  # nothing of the run was touched
 
 
 def _listening_sockets() -> dict[int, str]:

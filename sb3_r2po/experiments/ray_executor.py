@@ -14,7 +14,9 @@ names (one server for the whole grid: ``llm="http://HOST:8000/v1#openai/gpt-oss-
 - **A lost worker.** A task whose worker process (or node) dies is retried by Ray (``max_retries``); the retry calls
   :func:`~sb3_r2po.experiments.runs.run_one` on the same run directory, which resumes an R2PO run from its last
   history entry (no episode charged twice; with a deterministic LLM the history equals the uninterrupted run's). A
-  baseline run has no checkpoint and starts over.
+  baseline run has no checkpoint and starts over. An attempt holds its run directory's :data:`ATTEMPT_LOCK` while it
+  runs, so a retry waits for an attempt that is not dead after all (a lost node whose lock the shared storage still
+  holds; a task of a command that was cut) instead of working on the same files, and fails after ``lock_wait_s``.
 - **A run that fails.** An exception raised by a run (a bad setting, an LLM server that stays down) is not retried:
   the other runs go on and are saved, and :meth:`RayExecutor.run` then raises :class:`RunsFailed`, naming every failed
   run with its error and the worker's traceback. Running the command again runs only the runs without a result.
@@ -33,9 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from sb3_r2po.experiments.executors import Report
 from sb3_r2po.experiments.runs import RunResult, RunSpec, run_one
 from sb3_r2po.experiments.store import ResultsStore
+
+ATTEMPT_LOCK = ".attempt.lock"
+"""The lock file in a run directory that an attempt of the run (a Ray task) holds while it runs."""
+
+LOCK_WAIT_S = 180.0
+"""How long a task waits for another attempt of its run to release :data:`ATTEMPT_LOCK` (a lost node's lock on NFSv4
+lasts until the server's lease expires, 90 s by default)."""
 
 LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's environment variable that, set to ``0`` before ``ray`` is imported, makes a started node a single machine's:
@@ -78,16 +89,36 @@ class RunsFailed(RuntimeError):
         super().__init__("\n".join(lines))
 
 
-def train_in_worker(spec_data: Mapping[str, Any], run_dir: str, device: str = "cpu") -> dict[str, Any]:
+class AttemptInProgressError(RuntimeError):
+    """Another attempt of the same run held the run directory's :data:`ATTEMPT_LOCK` for longer than the task waits."""
+
+
+def train_in_worker(
+    spec_data: Mapping[str, Any], run_dir: str, device: str = "cpu", lock_wait_s: float = LOCK_WAIT_S
+) -> dict[str, Any]:
     """
     The body of a run's Ray task: :func:`~sb3_r2po.experiments.runs.run_one` on the run's directory (which resumes an
-    interrupted R2PO attempt), its result as data.
+    interrupted R2PO attempt), its result as data. The attempt holds the directory's :data:`ATTEMPT_LOCK` from before
+    it reads the directory until it ends, so two attempts of one run never work on it at once.
 
     :param spec_data: The run (:meth:`RunSpec.to_dict`).
     :param run_dir: The run's directory (an absolute path on storage the workers share).
     :param device: Torch device of the model.
+    :param lock_wait_s: How long to wait for another attempt's lock.
+    :raises AttemptInProgressError: when another attempt holds the lock for longer.
     """
-    return run_one(RunSpec.from_dict(spec_data), run_dir, device=device).to_dict()
+    spec = RunSpec.from_dict(spec_data)
+    lock_path = Path(run_dir) / ATTEMPT_LOCK
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(lock_path), timeout=lock_wait_s, thread_local=False):
+            return run_one(spec, run_dir, device=device).to_dict()
+    except Timeout:
+        raise AttemptInProgressError(
+            f"run {spec.run_id}: another attempt held {lock_path} for more than {lock_wait_s:g} s (a task of an earlier "
+            "command still running, or a lost node whose lock the shared storage has not released yet); run the "
+            "command again once it has ended"
+        ) from None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -127,6 +158,7 @@ class RayExecutor:
     :param cluster_cpus: CPUs of the local Ray (``address=None`` only; ``None``: this machine's).
     :param device: Torch device of the models in the workers.
     :param on_result: Called with each result as it is saved.
+    :param lock_wait_s: How long a task waits for another attempt of its run to end (:func:`train_in_worker`).
     :param runtime_env: Ray's ``runtime_env`` for the job (e.g. ``{"env_vars": {...}}``, ``{"pip": [...]}``; ``None``:
         the workers' own environment, which must have ``sb3_r2po`` installed).
     """
@@ -140,6 +172,7 @@ class RayExecutor:
         cluster_cpus: int | None = None,
         device: str = "cpu",
         on_result: Report | None = None,
+        lock_wait_s: float = LOCK_WAIT_S,
         runtime_env: dict[str, Any] | None = None,
     ) -> None:
         if max_retries < 0:
@@ -150,6 +183,7 @@ class RayExecutor:
             raise ValueError("cluster_cpus is the size of a local Ray; a cluster at an address has its own")
         self.address, self.max_retries, self.num_cpus, self.num_gpus = address, int(max_retries), float(num_cpus), num_gpus
         self.cluster_cpus, self.device, self.on_result, self.runtime_env = cluster_cpus, device, on_result, runtime_env
+        self.lock_wait_s = float(lock_wait_s)
         self.started = False
         """Whether this executor started (or connected) Ray, so that :meth:`shutdown` disconnects it."""
 
@@ -199,7 +233,10 @@ class RayExecutor:
             import ray
 
             task = ray.remote(max_retries=self.max_retries, num_cpus=self.num_cpus, num_gpus=self.num_gpus)(train_in_worker)
-            refs = {task.remote(spec.to_dict(), str(run_dir_of(store, spec)), self.device): spec for spec in pending}
+            refs = {
+                task.remote(spec.to_dict(), str(run_dir_of(store, spec)), self.device, self.lock_wait_s): spec
+                for spec in pending
+            }
             failures = self._collect(refs, store)
             if failures:
                 done = [r for r in (store.result(spec) for spec in specs) if r is not None]
@@ -246,4 +283,13 @@ def run_dir_of(store: ResultsStore, spec: RunSpec) -> Path:
     return store.run_dir(spec).resolve()
 
 
-__all__ = ["LOCAL_ONLY", "RayExecutor", "RunFailure", "RunsFailed", "train_in_worker"]
+__all__ = [
+    "ATTEMPT_LOCK",
+    "LOCAL_ONLY",
+    "LOCK_WAIT_S",
+    "AttemptInProgressError",
+    "RayExecutor",
+    "RunFailure",
+    "RunsFailed",
+    "train_in_worker",
+]
