@@ -12,17 +12,16 @@ the order of the specs. The results do not depend on the executor (with a determ
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sb3_r2po.experiments.runs import PreparedRun, RunResult, RunSpec, finish_run, prepare_run
+from sb3_r2po.experiments.runs import PreparedRun, Report, RunResult, RunSpec, finish_run, prepare_run
 from sb3_r2po.experiments.store import ResultsStore
 
 EXECUTORS = ("serial", "lockstep", "ray")
 """The names :func:`make_executor` accepts."""
 
-Report = Callable[[RunResult], None]
-"""Called with every result as it is saved (the command line prints a line)."""
+__all__ = ["EXECUTORS", "Executor", "LockstepExecutor", "Report", "SerialExecutor", "lockstep_groups", "make_executor"]
 
 
 class Executor(Protocol):

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -244,6 +244,10 @@ class RunResult:
         if self.history_file is None:
             return []
         return json.loads((Path(run_dir) / self.history_file).read_text(encoding="utf-8"))
+
+
+Report = Callable[[RunResult], None]
+"""Called by an executor with every result as it is saved (the command lines print a line)."""
 
 
 @dataclass
@@ -463,4 +467,4 @@ def run_one(
     return result
 
 
-__all__ = ["CHECKPOINT", "EPISODES", "PreparedRun", "RunResult", "RunSpec", "finish_run", "prepare_run", "run_one"]
+__all__ = ["CHECKPOINT", "EPISODES", "PreparedRun", "Report", "RunResult", "RunSpec", "finish_run", "prepare_run", "run_one"]
