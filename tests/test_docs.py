@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -55,3 +56,23 @@ def test_every_markdown_page_is_in_the_site() -> None:
     named = set(re.findall(r"^   (\S+)$", index, flags=re.M))
     pages = {path.stem for path in (ROOT / "docs").glob("*.md")}
     assert pages - named == set()
+
+
+def defines_something(path: Path) -> bool:
+    """Whether a module defines a function or a class of its own (a package that only re-exports does not)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, (ast.FunctionDef, ast.ClassDef)) for node in tree.body)
+
+
+def test_the_api_reference_documents_every_module() -> None:
+    package = ROOT / "sb3_r2po"
+    modules = set()
+    for path in package.rglob("*.py"):
+        if path.name == "__main__.py" or (path.name == "__init__.py" and not defines_something(path)):
+            continue
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        modules.add(".".join(parts[:-1] if path.name == "__init__.py" else parts))
+    documented = set()
+    for page in (ROOT / "docs" / "api").glob("*.rst"):
+        documented |= set(re.findall(r"^\.\. automodule:: (\S+)$", page.read_text(encoding="utf-8"), flags=re.M))
+    assert modules - documented == set(), "add an automodule entry for each to a page of docs/api/"
