@@ -193,7 +193,8 @@ def test_every_paper_run_has_hyperparameters() -> None:
 
     from sb3_r2po.experiments.configs import hyperparams_file, method_algo
 
-    for env_id, method in {(s.env_id, s.method) for s in paper_grid("example")}:
-        algo = method_algo(method)
-        entries = yaml.safe_load(hyperparams_file(algo, env_id).read_text())
+    files: dict[Path, dict] = {}
+    for env_id, algo in {(s.env_id, method_algo(s.method)) for s in paper_grid("example")}:
+        path = hyperparams_file(algo, env_id)
+        entries = files.setdefault(path, yaml.safe_load(path.read_text()))
         assert env_id in entries, f"{algo} has no hyperparameters for {env_id}"

@@ -9,6 +9,8 @@ paper's per-env settings; a variant gets the reference's own settings for the en
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +51,20 @@ def hyperparams_file(algo: str, env_id: str) -> Path:
     return Path(rl_zoo3.__file__).resolve().parent / "hyperparams" / f"{algo}.yml"
 
 
-def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
-    """The entry of a zoo hyperparameter file for ``env_id`` (the ``default`` entry when there is none), as the zoo
-    picks it (Atari's ``atari`` entry is not handled: these are not Atari comparisons)."""
+@functools.lru_cache(maxsize=64)
+def _entries(path: str, mtime_ns: int) -> dict[str, Any]:
+    """A hyperparameter file's entries, read once per version of the file (``mtime_ns``)."""
     import yaml
 
     with open(path) as file:
-        entries = yaml.safe_load(file) or {}
-    return dict(entries.get(env_id, entries.get("default", {})))
+        return yaml.safe_load(file) or {}
+
+
+def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
+    """The entry of a zoo hyperparameter file for ``env_id`` (the ``default`` entry when there is none), as the zoo
+    picks it (Atari's ``atari`` entry is not handled: these are not Atari comparisons). A copy: the caller may change it."""
+    entries = _entries(str(path), Path(path).stat().st_mtime_ns)
+    return copy.deepcopy(dict(entries.get(env_id, entries.get("default", {}))))
 
 
 def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
