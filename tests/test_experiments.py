@@ -131,6 +131,19 @@ def test_a_killed_r2po_run_resumes_to_the_uninterrupted_history(tmp_path: Path) 
     assert resumed.full_history(run_dir) == uninterrupted.full_history(tmp_path / "whole")
 
 
+@pytest.mark.slow
+def test_a_killed_run_resumes_in_a_lockstep_group(tmp_path: Path) -> None:
+    """Seed 0 was killed in its third iteration; the lockstep executor resumes it beside a fresh seed 1: both equal
+    the serial executor's runs."""
+    specs = [spec(seed=0), spec(seed=1)]
+    store = ResultsStore(tmp_path / "lockstep")
+    assert _attempt(store.run_dir(specs[0]), 17) == -9
+    resumed = LockstepExecutor().run(specs, store)
+    serial = SerialExecutor().run(specs, ResultsStore(tmp_path / "serial"))
+    assert [r.resumed for r in resumed] == [1, 0]
+    assert [r.outcome() for r in resumed] == [r.outcome() for r in serial]
+
+
 # ---------------------------------------------------------------------------------------------- executors
 
 
