@@ -48,8 +48,10 @@ ZOO_STEP_KEYS = ("n_timesteps", "callback")
 """Keys of ``zoo_configs/r2po.yml`` that only the zoo's step-horizon training reads; an ablation run is stopped by its
 ``max_episodes`` budget, like a ``compare`` run."""
 
-OBJECT_LLM = "example"
-"""The llm string the run's spec carries when :func:`run_one` is given a backend object (the object answers)."""
+
+def object_label(llm: Any) -> str:
+    """The llm string of a run answered by a backend object (:func:`run_one`): it names the object's class."""
+    return f"<{type(llm).__name__} object>"
 
 
 def literal_policy_kwargs(text: str) -> Any:
@@ -149,7 +151,7 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
     :param llm: The LLM: an ``llm`` string, or a backend object (shared by the runs of :func:`main`).
     :param settings: Overrides of the env's settings in ``zoo_configs/r2po.yml`` (see :func:`run_settings`).
     """
-    spec = run_spec_of(env_id, variant, seed, llm if isinstance(llm, str) else OBJECT_LLM, settings)
+    spec = run_spec_of(env_id, variant, seed, llm if isinstance(llm, str) else object_label(llm), settings)
     with tempfile.TemporaryDirectory(prefix="sb3_r2po_ablate_") as directory:
         result = run_spec(spec, directory, None if isinstance(llm, str) else llm)
         return record(result, Path(directory))

@@ -33,11 +33,12 @@ files, the episode budget, the step horizon). Statistics: :mod:`sb3_r2po.experim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,7 @@ def _execute(
     """Run ``specs`` with the named executor into the store, printing a line per finished run."""
     from tqdm.auto import tqdm
 
-    with contextlib_store(store) as root:
+    with _store_dir(store) as root:
         results_store = ResultsStore(root)
         done = len(results_store.results(specs))
         with tqdm(total=len(specs), initial=done, desc="runs", unit="run", disable=not progress) as bar:
@@ -293,22 +294,14 @@ def _execute(
             return make_executor(executor, ray_address, **options).run(specs, results_store)
 
 
-class contextlib_store:
+@contextlib.contextmanager
+def _store_dir(path: str | Path | None) -> Iterator[Path]:
     """The store directory: ``path``, or a temporary directory removed at the end (``path`` ``None``)."""
-
-    def __init__(self, path: str | Path | None) -> None:
-        self.path = path
-        self.temporary: tempfile.TemporaryDirectory | None = None
-
-    def __enter__(self) -> Path:
-        if self.path is not None:
-            return Path(self.path)
-        self.temporary = tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_")
-        return Path(self.temporary.name)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.temporary is not None:
-            self.temporary.cleanup()
+    if path is not None:
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_") as temporary:
+        yield Path(temporary)
 
 
 def _torch_threads() -> int:
