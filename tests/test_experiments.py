@@ -46,6 +46,7 @@ def test_run_spec_round_trip_and_run_id() -> None:
         RunSpec("R2PO/Maze3x3-v0", "props", 4, 24, "example:1", first.settings),
     ]
     assert len({first.run_id, *(o.run_id for o in others)}) == 4
+    assert len({first, again, *others}) == 4  # hashable, lists in its settings included
     assert RunSpec("CartPole-v1", "ppo", 0, 10, llm="example").llm is None  # a baseline has no llm
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         RunSpec("CartPole-v1", "nope", 0, 10)
@@ -150,6 +151,8 @@ def test_a_killed_run_resumes_in_a_lockstep_group(tmp_path: Path) -> None:
 def test_serial_and_lockstep_give_equal_results(tmp_path: Path) -> None:
     specs = [spec(seed=0), spec(seed=1), spec("props", seed=0), RunSpec("CartPole-v1", "ars", 0, 12)]
     assert lockstep_groups(specs) == [specs[:2], [specs[2]], [specs[3]]]
+    bounds = [spec(seed=seed, param_bounds=[-5.0, 5.0]) for seed in (0, 1)]
+    assert lockstep_groups([*bounds, specs[0]]) == [bounds, [specs[0]]]  # settings holding lists group too
     serial = make_executor("serial").run(specs, ResultsStore(tmp_path / "serial"))
     lockstep = make_executor("lockstep").run(specs, ResultsStore(tmp_path / "lockstep"))
     assert isinstance(make_executor("lockstep"), LockstepExecutor)

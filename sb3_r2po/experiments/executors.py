@@ -12,6 +12,7 @@ the order of the specs. The results do not depend on the executor (with a determ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -87,7 +88,8 @@ def lockstep_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
     """
     groups: dict[Any, list[RunSpec]] = {}
     for index, spec in enumerate(specs):
-        key = (spec.env_id, spec.method, spec.budget, spec.llm, spec.settings) if spec.is_r2po else index
+        settings = json.dumps(spec.settings_dict, sort_keys=True)  # its values may be lists or dicts
+        key = (spec.env_id, spec.method, spec.budget, spec.llm, settings) if spec.is_r2po else index
         groups.setdefault(key, []).append(spec)
     return list(groups.values())
 

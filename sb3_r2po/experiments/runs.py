@@ -110,6 +110,9 @@ class RunSpec:
         if self.budget < 1:
             raise ValueError(f"a run's budget must be >= 1 episode, got {self.budget}")
 
+    def __hash__(self) -> int:  # settings may hold lists and dicts (JSON values): hashed through the run id
+        return hash(self.run_id)
+
     @property
     def is_r2po(self) -> bool:
         """Whether the method is R2PO or one of its variants."""
