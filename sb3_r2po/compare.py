@@ -51,6 +51,7 @@ from sb3_r2po.experiments.configs import (
     BASELINES,
     IGNORE_STOP,
     R2PO_METHODS,
+    comparison_env_settings,
     default_threshold,
     episode_cap,
     episodes_used,
@@ -63,7 +64,15 @@ from sb3_r2po.experiments.configs import (
 )
 from sb3_r2po.experiments.grids import GRIDS, PUBLISHED, grid, paper_grid
 from sb3_r2po.experiments.plots import plot_curves
-from sb3_r2po.experiments.report import VERSIONS, compare_report, package_version, paper_table, table, versions
+from sb3_r2po.experiments.report import (
+    VERSIONS,
+    compare_report,
+    package_version,
+    paper_document,
+    paper_table,
+    table,
+    versions,
+)
 from sb3_r2po.experiments.stats import WINDOW, mean_std, rolling_mean, summarize
 from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 
@@ -134,23 +143,6 @@ def prepare_run(
 def finish_run(run: PreparedRun) -> dict[str, Any]:
     """Close a run's env and log folder and return its measurements as ``runs.json`` holds them."""
     return finish_spec(run).record()
-
-
-def _env_settings(env_id: str, methods: Sequence[str], threshold: float | None) -> dict[str, Any]:
-    """The per-env settings of a comparison: the threshold and the episode caps."""
-    source = "given"
-    if threshold is None:
-        threshold = default_threshold(env_id)
-        source = "the env's reward_threshold, else R2PO's target_return"
-    cap, added = episode_cap(env_id)
-    variant_caps = {m: episode_cap(env_id, m)[0] for m in dict.fromkeys(methods) if m in R2PO_METHODS}
-    return {
-        "threshold": threshold,
-        "threshold_source": source,
-        "episode_cap": cap,
-        "episode_cap_source": "R2PO's max_episode_steps, added as a TimeLimit" if added else "the env's time limit",
-        "variant_episode_caps": {m: c for m, c in variant_caps.items() if c != cap},
-    }
 
 
 def _note_unused_episodes(specs: Sequence[RunSpec]) -> None:
@@ -231,7 +223,7 @@ def run_comparison(
         raise ValueError("the grid has no runs")
     _note_unused_episodes(specs)
     env_ids = list(dict.fromkeys(s.env_id for s in specs))
-    per_env = {e: _env_settings(e, [s.method for s in specs if s.env_id == e], threshold) for e in env_ids}
+    per_env = {e: comparison_env_settings(e, [s.method for s in specs if s.env_id == e], threshold) for e in env_ids}
     common = {
         "env": env_ids[0] if len(env_ids) == 1 else None,
         "methods": list(dict.fromkeys(s.method for s in specs)),
@@ -336,30 +328,7 @@ def write_outputs(result: dict[str, Any], out: Path) -> None:
     (out / "results.md").write_text(report(result))
     thresholds = {e: s["threshold"] for e, s in per_env.items()}
     paper = paper_table(result["runs"], result["settings"]["window"], thresholds, PUBLISHED)
-    (out / "paper.md").write_text(_paper_document(paper, result))
-
-
-def _paper_document(paper: str, result: dict[str, Any]) -> str:
-    s = result["settings"]
-    lines = [
-        "# The paper's table: ours beside the published numbers",
-        "",
-        paper,
-        "",
-        f"Ours: mean +- std over seeds {s['seeds']} (population std). **mean return**: for R2PO and its variants the mean "
-        "over iterations of the kept candidates' K-episode means (the paper's \"mean return across training\"); for the "
-        "baselines the mean over training episodes. **best**: R2PO methods, the best iteration; baselines, the best "
-        f"{s['window']}-episode rolling mean. **episodes to threshold**: training episodes until the {s['window']}-episode "
-        "rolling mean of the training returns first reaches the threshold (mean +- std over the seeds that did).",
-        "",
-        "Published (R2PO_METHOD.md section 6, 10 runs each): mean return across training of ProPS, ProPS+, R2PO and "
-        "the best SB3 algorithm of the paper, whose protocol charged 20 evaluation episodes after every training "
-        "episode (about 190 training episodes of 4000); ours charges training episodes only. Best: R2PO's best iteration.",
-    ]
-    if str(s["llm"]).split(":")[0] == "example":
-        lines += ["", "**`example` is not an LLM**: these R2PO numbers say nothing about what a language model achieves."]
-    lines += ["", "```bash", result["command"], "```", "", result["versions"]]
-    return "\n".join(lines) + "\n"
+    (out / "paper.md").write_text(paper_document(paper, result))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,21 @@ def episodes_used(env_id: str, method: str, budget: int, settings: dict[str, Any
     k = int(settings.get("n_eval_episodes", entry.get("n_eval_episodes", 20)))
     warmup = int(settings.get("warmup_episodes", entry.get("warmup_episodes", 20)))
     return min(budget, warmup) + k * (max(0, budget - warmup) // k)
+
+
+def comparison_env_settings(env_id: str, methods: Sequence[str], threshold: float | None) -> dict[str, Any]:
+    """The per-env settings of a comparison: the threshold (``None``: :func:`default_threshold`) and the episode caps
+    of its R2PO ``methods`` (:func:`episode_cap`)."""
+    source = "given"
+    if threshold is None:
+        threshold = default_threshold(env_id)
+        source = "the env's reward_threshold, else R2PO's target_return"
+    cap, added = episode_cap(env_id)
+    variant_caps = {m: episode_cap(env_id, m)[0] for m in dict.fromkeys(methods) if m in R2PO_METHODS}
+    return {
+        "threshold": threshold,
+        "threshold_source": source,
+        "episode_cap": cap,
+        "episode_cap_source": "R2PO's max_episode_steps, added as a TimeLimit" if added else "the env's time limit",
+        "variant_episode_caps": {m: c for m, c in variant_caps.items() if c != cap},
+    }

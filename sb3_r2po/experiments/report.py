@@ -225,6 +225,30 @@ def paper_table(
     return "\n".join(lines)
 
 
+def paper_document(paper: str, result: dict[str, Any]) -> str:
+    """``paper.md``: the :func:`paper_table` ``paper`` of a comparison's ``result`` with its definitions and command."""
+    s = result["settings"]
+    lines = [
+        "# The paper's table: ours beside the published numbers",
+        "",
+        paper,
+        "",
+        f"Ours: mean +- std over seeds {s['seeds']} (population std). **mean return**: for R2PO and its variants the mean "
+        "over iterations of the kept candidates' K-episode means (the paper's \"mean return across training\"); for the "
+        "baselines the mean over training episodes. **best**: R2PO methods, the best iteration; baselines, the best "
+        f"{s['window']}-episode rolling mean. **episodes to threshold**: training episodes until the {s['window']}-episode "
+        "rolling mean of the training returns first reaches the threshold (mean +- std over the seeds that did).",
+        "",
+        "Published (R2PO_METHOD.md section 6, 10 runs each): mean return across training of ProPS, ProPS+, R2PO and "
+        "the best SB3 algorithm of the paper, whose protocol charged 20 evaluation episodes after every training "
+        "episode (about 190 training episodes of 4000); ours charges training episodes only. Best: R2PO's best iteration.",
+    ]
+    if str(s["llm"]).split(":")[0] == "example":
+        lines += ["", "**`example` is not an LLM**: these R2PO numbers say nothing about what a language model achieves."]
+    lines += ["", "```bash", result["command"], "```", "", result["versions"]]
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- the ablation report
 
 
