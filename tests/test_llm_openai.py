@@ -94,6 +94,43 @@ def test_usage_and_harmony_content(scripted: ScriptedServer) -> None:
     assert scripted.chat_requests[0]["body"]["messages"] == USER
 
 
+def with_cached(response: Response, details: Any) -> Response:
+    """A scripted completion whose ``usage`` carries ``prompt_tokens_details`` (as vLLM, SGLang and OpenAI send it)."""
+    status, body, headers = response
+    return status, {**body, "usage": {**body["usage"], "prompt_tokens_details": details}}, headers
+
+
+@pytest.mark.parametrize(
+    "details, cached",
+    [
+        ({"cached_tokens": 32}, 32),  # a server's prefix cache served 32 of the 40 prompt tokens
+        ({"cached_tokens": 0}, 0),
+        (None, 0),  # a server that reports no details: nothing known to be cached
+        ({"audio_tokens": 0}, 0),
+        ({"cached_tokens": None}, 0),
+        ({"cached_tokens": -1}, 0),
+    ],
+)
+def test_cached_prompt_tokens_are_read_from_usage(scripted: ScriptedServer, details: Any, cached: int) -> None:
+    scripted.script = [with_cached(completion(prompt_tokens=40), details)]
+    reply = fast(scripted.url).chat(USER)
+    assert (reply.prompt_tokens, reply.prompt_tokens_cached) == (40, cached)
+
+
+def test_cached_prompt_tokens_are_0_when_usage_has_none(scripted: ScriptedServer) -> None:
+    scripted.script = [completion(prompt_tokens=40)]  # usage without prompt_tokens_details
+    assert fast(scripted.url).chat(USER).prompt_tokens_cached == 0
+
+
+def test_cached_prompt_tokens_of_a_retried_request_are_summed(scripted: ScriptedServer) -> None:
+    scripted.script = [
+        with_cached(completion(None, reasoning="thinking...", finish_reason="length", prompt_tokens=40), {"cached_tokens": 8}),
+        with_cached(completion(prompt_tokens=40), {"cached_tokens": 40}),
+    ]
+    reply = fast(scripted.url, reasoning_effort="medium", max_tokens=64).chat(USER)
+    assert len(scripted.chat_requests) == 2 and (reply.prompt_tokens, reply.prompt_tokens_cached) == (80, 48)
+
+
 @pytest.mark.parametrize("status", [500, 502, 503, 429])
 def test_retries_on_5xx_and_429(scripted: ScriptedServer, status: int) -> None:
     scripted.script = [error(status), error(status)]

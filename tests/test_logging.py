@@ -22,6 +22,7 @@ SCALARS = [
     "llm/fallbacks",
     "llm/seconds",
     "llm/prompt_tokens",
+    "llm/prompt_tokens_cached",
     "llm/completion_tokens",
 ]
 

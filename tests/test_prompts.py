@@ -126,8 +126,9 @@ def test_history_compression_keeps_the_best_and_the_most_recent(make_r2po) -> No
     assert all(r in shown for r in best_two) and all(r in shown for r in model.history[-3:])
     assert len(shown) <= 5 < len(model.history)
     last_search = [prompt for prompt in llm.prompts() if not is_critic(prompt)][-1]
-    assert "left out here are neither among the best nor the most recent" in last_search
     history = last_search.split("## Evaluated so far")[1].split("This is iteration")[0]
+    omitted = r"\(\d+ entries so far; the \d+ left out above are neither among the best nor the most recent\.\)"
+    assert re.fullmatch(omitted, history.strip().splitlines()[-1])  # after the lines: the lines before it stay a prefix
     assert 0 < history.count("; mean reward: ") + history.count("; reward of its one episode: ") <= 5
 
 
@@ -425,7 +426,8 @@ def test_history_section_counts_omitted_entries_and_says_when_it_is_empty() -> N
     history = (HistoryLine("params[0]: 1.0", 3.0, 5), HistoryLine("params[0]: 2.0", 4.0, 5))
     ctx = PromptContext(None, ("layout",), ParameterSpace(1), None, history, 9, None, 1.0, best=4.0, history_omitted=7)
     prompt = PromptBuilder().search(ctx)[0]["content"]
-    assert "(9 entries so far; the 7 left out here are neither among the best nor the most recent.)" in prompt
+    omitted = "(9 entries so far; the 7 left out above are neither among the best nor the most recent.)"
+    assert "params[0]: 2.0; mean reward: 4\n" + omitted in prompt  # after the lines
     assert "Nothing has been evaluated" not in prompt
 
 

@@ -34,6 +34,10 @@ class LLMCall:
     :param reply: The reply text.
     :param error: Why the reply could not be used (at most :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS`
         characters), or ``None``.
+    :param seconds: The call's latency.
+    :param prompt_tokens: Prompt tokens, when the backend reports them.
+    :param completion_tokens: Completion tokens, when the backend reports them.
+    :param prompt_tokens_cached: Prompt tokens the backend had from an earlier call, when it reports them.
     """
 
     role: str
@@ -43,6 +47,7 @@ class LLMCall:
     seconds: float
     prompt_tokens: int | None
     completion_tokens: int | None
+    prompt_tokens_cached: int | None = None
 
 
 @dataclass
@@ -103,7 +108,16 @@ def ask_for_params(
         if error is not None:
             error = bound_reason(str(error))
         answer.calls.append(
-            LLMCall(role, conversation, reply.text, error, reply.seconds, reply.prompt_tokens, reply.completion_tokens)
+            LLMCall(
+                role,
+                conversation,
+                reply.text,
+                error,
+                reply.seconds,
+                reply.prompt_tokens,
+                reply.completion_tokens,
+                reply.prompt_tokens_cached,
+            )
         )
         if error is None:
             answer.params, answer.notes = result.params, result.notes

@@ -28,15 +28,22 @@ class ChatReply:
     :param prompt_tokens: Prompt tokens, when the backend reports them.
     :param completion_tokens: Completion tokens, when the backend reports them.
     :param seconds: Wall-clock latency of the call.
+    :param prompt_tokens_cached: Of ``prompt_tokens``, those the backend did not have to process because it had them
+        from an earlier call (a prefix cache), when the backend reports them (``None``: unknown).
     """
 
     text: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     seconds: float = 0.0
+    prompt_tokens_cached: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The reply as a JSON-ready dict; ``prompt_tokens_cached`` only when the backend reported it."""
+        values = asdict(self)
+        if values["prompt_tokens_cached"] is None:  # a backend that does not know writes what it always wrote
+            del values["prompt_tokens_cached"]
+        return values
 
 
 @runtime_checkable

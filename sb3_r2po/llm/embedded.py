@@ -17,6 +17,13 @@ possible without the grammar, whose replies get a budget they always fit in) may
 (``-1`` of ``-1.75``). It is not an answer: a warning is logged and the text returned has no final channel
 (:func:`~sb3_r2po.llm.harmony.without_answer`), so R2PO's parser counts a failed parse.
 
+**Prefix reuse.** With ``prefix_cache=True`` (default) the backend keeps the llama.cpp states of its recent calls
+(:class:`~sb3_r2po.llm.prefix_cache.PrefixStateCache`, at most ``prefix_cache_bytes``), so that a prompt is evaluated
+only from where it departs from the longest prefix any of them processed: R2PO's Search call reuses the previous
+Search call's prefix although a Critic call came between them. Every reply counts the prompt tokens it did not
+evaluate (:attr:`~sb3_r2po.llm.base.ChatReply.prompt_tokens_cached`; without the cache llama.cpp still reuses what the
+prompt shares with the call just before). Measured savings and how often replies differ: ``docs/performance.md``.
+
 **CPU threads.** By default the thread count is chosen before every call from the CPUs that are free at
 that moment, and llama.cpp's OpenMP threads spin only briefly at barriers: both keep generation from
 collapsing when other processes share the cores. llama.cpp builds with AMX kernels get their "extra
@@ -36,6 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.cpu import (
@@ -51,6 +60,7 @@ from sb3_r2po.llm.cpu import (
 from sb3_r2po.llm.grammar import compile_grammar, max_reply_chars, parameter_grammar
 from sb3_r2po.llm.harmony import without_answer
 from sb3_r2po.llm.identity import request_hash, request_settings
+from sb3_r2po.llm.prefix_cache import PrefixStateCache, reused_tokens
 from sb3_r2po.llm.weights import (
     CACHE_ENV_VAR,
     MODELS,
@@ -95,7 +105,7 @@ class EmbeddedBackend(TransientState):
     A Qwen2.5-Coder-Instruct model run on the CPU, in-process, with ``llama-cpp-python``.
 
     Nothing is loaded when the backend is built; the first :meth:`chat` joins the model file (once per
-    cache directory) and loads it (about 1 s for 0.5B, 3 s for 1.5B).
+    cache directory) and loads it.
 
     :param size: ``"0.5b"`` (about 0.8 GB of memory) or ``"1.5b"`` (about 1.5 GB).
     :param n_ctx: The context window in tokens (prompt and reply together).
@@ -123,16 +133,20 @@ class EmbeddedBackend(TransientState):
         ``GOMP_SPINCOUNT`` before ``llama_cpp`` is first imported (libgomp reads it once), unless the user
         set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``; ``None`` keeps OpenMP's default (a long spin). On 2
         cores, 3000 (default) kept 96 % of the idle generation speed and was 1.5 times faster than the
-        default when another process was busy (``0`` sleeps at once: fastest under load, 38 % slower idle).
-        No effect when ``llama_cpp`` was imported before the first model load.
+        default when another process was busy (``0`` sleeps at once: fastest under load, slower idle; measurements:
+        ``docs/embedded.md``). No effect when ``llama_cpp`` was imported before the first model load.
     :param llama: An already loaded ``llama_cpp.Llama`` to answer with instead of loading the model file of ``size``:
         nothing is joined, checked or loaded for it, and ``n_ctx``, ``extra_buffers`` and ``spin_count`` do not apply
         to it (with ``n_threads`` given, it keeps its own thread count). Without a grammar and with ``n_threads``
         given, any object with ``Llama.create_chat_completion`` will do (a stand-in in tests). Like a loaded model it
         is not pickled (a copy loads the model of ``size`` on its first call), and :meth:`close` closes it.
+    :param prefix_cache: Keep the llama.cpp states of recent calls and evaluate a prompt only from where it departs
+        from the longest prefix one of them processed (see the module's "Prefix reuse"); ``False``: llama.cpp reuses
+        only the prefix shared with the call just before. Applies to a given ``llama`` too.
+    :param prefix_cache_bytes: The most memory the kept states may take (the least recently used are dropped first).
     """
 
-    _transient = ("_llm", "_grammar", "_threads")  # the loaded model and what belongs to it
+    _transient = ("_llm", "_grammar", "_threads", "_cache")  # the loaded model and what belongs to it
 
     def __init__(
         self,
@@ -148,6 +162,8 @@ class EmbeddedBackend(TransientState):
         extra_buffers: bool | None = None,
         spin_count: int | None = 3000,
         llama: Any = None,
+        prefix_cache: bool = True,
+        prefix_cache_bytes: int = 512 * 2**20,
     ) -> None:
         self.spec = model_spec(size)
         if n_ctx < 256:
@@ -162,6 +178,8 @@ class EmbeddedBackend(TransientState):
             raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
         if reason_chars < 0:
             raise ValueError(f"reason_chars must be >= 0, got {reason_chars}")
+        if prefix_cache_bytes < 0:
+            raise ValueError(f"prefix_cache_bytes must be >= 0, got {prefix_cache_bytes}")
         self.size = self.spec.size
         self.n_ctx = int(n_ctx)
         self.n_threads = n_threads
@@ -173,6 +191,8 @@ class EmbeddedBackend(TransientState):
         self.seed = int(seed)
         self.extra_buffers = extra_buffers
         self.spin_count = spin_count
+        self.prefix_cache = bool(prefix_cache)
+        self.prefix_cache_bytes = int(prefix_cache_bytes)
         self.space: ParameterSpace | None = None
         self.grammar_text: str | None = None
         self.grammar_max_chars = 0
@@ -181,6 +201,7 @@ class EmbeddedBackend(TransientState):
         self._llm: Any = llama
         self._grammar: Any = None
         self._threads = 0
+        self._cache: PrefixStateCache | None = None
         self._lock = threading.Lock()
 
     SPEC_PATTERN: ClassVar[re.Pattern[str]] = re.compile(r"embedded(?::(0\.5b|1\.5b))?", re.IGNORECASE)
@@ -233,8 +254,15 @@ class EmbeddedBackend(TransientState):
         return self._threads
 
     def memory_needed(self) -> int:
-        """Bytes of memory the loaded model needs: weights, KV cache for ``n_ctx`` and 300 MiB of buffers."""
-        return self.spec.total_bytes + self.spec.kv_bytes_per_token * self.n_ctx + 300 * 2**20
+        """Bytes of memory the loaded model needs: weights, KV cache for ``n_ctx``, 300 MiB of buffers and the prefix
+        cache's ``prefix_cache_bytes`` (when on)."""
+        cache = self.prefix_cache_bytes if self.prefix_cache else 0
+        return self.spec.total_bytes + self.spec.kv_bytes_per_token * self.n_ctx + 300 * 2**20 + cache
+
+    @property
+    def state_cache(self) -> PrefixStateCache | None:
+        """The kept states of recent calls (``prefix_cache=True``, once a call was made), else ``None``."""
+        return self._cache
 
     def check_resources(self) -> None:
         """
@@ -302,6 +330,12 @@ class EmbeddedBackend(TransientState):
             raise LLMBackendError(f"llama.cpp could not load {path}: {exc}") from exc
         if "tokenizer.chat_template" not in llm.metadata:
             raise LLMBackendError(f"{path} has no chat template in its GGUF metadata")
+        if self.prefix_cache:
+            # Llama.scores holds n_batch rows of the vocabulary's logits for logits_all=True. With logits_all=False (as
+            # loaded here) a chat completion never writes or reads them (the sampler reads the context's logits), but
+            # save_state copies them and load_state writes them: with the prefix cache, that cost more than evaluating
+            # a short prompt suffix. One row keeps both cheap.
+            llm.scores = np.zeros((1, llm.n_vocab()), dtype=np.single)
         self._llm = llm
         logger.info(
             "loaded %s (%d threads, n_ctx %d, extra buffers %s) in %.1f s",
@@ -326,9 +360,9 @@ class EmbeddedBackend(TransientState):
             self._threads = threads
 
     def close(self) -> None:
-        """Free the model (it is loaded again on the next call)."""
+        """Free the model and the kept states (the model is loaded again on the next call)."""
         with self._lock:
-            llm, self._llm, self._grammar = self._llm, None, None
+            llm, self._llm, self._grammar, self._cache = self._llm, None, None, None
         if llm is not None and hasattr(llm, "close"):
             llm.close()
 
@@ -363,20 +397,14 @@ class EmbeddedBackend(TransientState):
             call_seed = self._call_seed(messages, temperature)
             self.calls += 1
             start = time.perf_counter()
-            try:
-                out = llm.create_chat_completion(
-                    messages=[dict(m) for m in messages],
-                    temperature=float(temperature),
-                    max_tokens=max_tokens,
-                    grammar=grammar,
-                    seed=call_seed,
-                )
-            except ValueError as exc:
-                raise LLMBackendError(
-                    f"{self.spec.model}: {exc} (n_ctx={self.n_ctx}; raise n_ctx for longer prompts)"
-                ) from exc
-            except RuntimeError as exc:
-                raise LLMBackendError(f"{self.spec.model} failed: {exc}") from exc
+            out, cached = self._complete(
+                llm,
+                messages=[dict(m) for m in messages],
+                temperature=float(temperature),
+                max_tokens=max_tokens,
+                grammar=grammar,
+                seed=call_seed,
+            )
             seconds = time.perf_counter() - start
         choice = out["choices"][0]
         text = choice["message"].get("content") or ""
@@ -395,7 +423,33 @@ class EmbeddedBackend(TransientState):
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
             seconds=seconds,
+            prompt_tokens_cached=cached,
         )
+
+    def _complete(self, llm: Any, **request: Any) -> tuple[dict[str, Any], int | None]:
+        """
+        One ``create_chat_completion`` (the prefix cache attached first, when on) and the prompt tokens it took from
+        an earlier state instead of evaluating them (``None`` for a stand-in without ``input_ids``).
+        """
+        if self.prefix_cache and self._cache is None and hasattr(llm, "set_cache"):
+            self._cache = PrefixStateCache(self.prefix_cache_bytes)
+            llm.set_cache(self._cache)
+        ids = getattr(llm, "input_ids", None)
+        live = ids[: int(llm.n_tokens)].tolist() if ids is not None else []
+        if self._cache is not None:
+            self._cache.forget_lookup()
+        try:
+            out = llm.create_chat_completion(**request)
+        except ValueError as exc:
+            raise LLMBackendError(f"{self.spec.model}: {exc} (n_ctx={self.n_ctx}; raise n_ctx for longer prompts)") from exc
+        except RuntimeError as exc:
+            raise LLMBackendError(f"{self.spec.model} failed: {exc}") from exc
+        prompt_tokens = (out.get("usage") or {}).get("prompt_tokens")
+        if ids is None or not isinstance(prompt_tokens, int):
+            return out, None
+        prompt = llm.input_ids[:prompt_tokens].tolist()  # the prompt, then the reply's tokens
+        served = self._cache.served if self._cache is not None else None
+        return out, reused_tokens(live, served, prompt)
 
     # -- pickling (SB3 save/load) ----------------------------------------------------------------
     def __repr__(self) -> str:

@@ -57,7 +57,9 @@ Design:
   parser counts a failed parse.
 - **Batches**: :meth:`OpenAIBackend.chat_batch` sends the conversations concurrently from a thread pool
   (servers batch concurrent requests themselves).
-- **Usage**: token counts from the response's ``usage``; latency measured around the request(s).
+- **Usage**: token counts from the response's ``usage``, with the prompt tokens a server's prefix cache served
+  (``usage.prompt_tokens_details.cached_tokens``, which vLLM, SGLang and OpenAI report; 0 when a server does not
+  report it); latency measured around the request(s).
 """
 
 from __future__ import annotations
@@ -73,12 +75,13 @@ import re
 import socket
 import threading
 import time
+import types
 import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
 from sb3_r2po.llm.harmony import REASONING_EFFORTS as REASONING_EFFORTS  # importable from here, as it was
@@ -560,18 +563,24 @@ class OpenAIBackend(TransientState):
         msgs = [dict(m) for m in messages]
         start = time.perf_counter()
         effort, budget = self.reasoning_effort, self.max_tokens
-        answer, raw, p_tok, c_tok = self._ask(msgs, temperature, effort, budget)
+        answer, raw, usage = self._ask(msgs, temperature, effort, budget)
         effort2 = lower_effort(effort)
         budget2 = None if budget is None else retry_budget(budget, self.retry_budget_factor)
         # the retry changes the request (more budget, less effort), or it is not sent
         if answer is None and self.retry_budget_factor > 0 and (effort2, budget2) != (effort, budget):
             self._count("retries")
-            answer, raw, p_tok2, c_tok2 = self._ask(msgs, temperature, effort2, budget2)
-            p_tok, c_tok = _add(p_tok, p_tok2), _add(c_tok, c_tok2)
+            answer, raw, usage2 = self._ask(msgs, temperature, effort2, budget2)
+            usage = _Usage(*(_add(a, b) for a, b in zip(usage, usage2, strict=True)))
         if answer is None:
             self._count("no_final")
         text = raw if answer is None else answer
-        return ChatReply(text=text, prompt_tokens=p_tok, completion_tokens=c_tok, seconds=time.perf_counter() - start)
+        return ChatReply(
+            text=text,
+            prompt_tokens=usage.prompt,
+            completion_tokens=usage.completion,
+            seconds=time.perf_counter() - start,
+            prompt_tokens_cached=usage.cached,
+        )
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
         """
@@ -606,9 +615,9 @@ class OpenAIBackend(TransientState):
 
     def _ask(
         self, msgs: list[dict[str, str]], temperature: float, effort: str | None, max_tokens: int | None
-    ) -> tuple[str | None, str, int | None, int | None]:
+    ) -> tuple[str | None, str, _Usage]:
         """
-        One request: ``(answer or None, text for an unanswered reply, prompt tokens, completion tokens)``.
+        One request: ``(answer or None, text for an unanswered reply, token usage)``.
 
         The text for an unanswered reply has no final channel (:func:`~sb3_r2po.llm.harmony.without_answer`),
         or is empty when the server sent no choice.
@@ -625,11 +634,9 @@ class OpenAIBackend(TransientState):
         if body:
             kwargs["extra_body"] = body
         response = self._with_retries("a chat completion", lambda: self.client.chat.completions.create(**kwargs))
-        usage = getattr(response, "usage", None)
-        p_tok = getattr(usage, "prompt_tokens", None)
-        c_tok = getattr(usage, "completion_tokens", None)
+        usage = _usage(getattr(response, "usage", None))
         if not response.choices:
-            return None, "", p_tok, c_tok
+            return None, "", usage
         choice = response.choices[0]
         message = choice.message
         content = message.content or ""
@@ -638,14 +645,14 @@ class OpenAIBackend(TransientState):
         truncated = choice.finish_reason == "length"
         final = complete_answer(content) if content.strip() else None
         if final is not None and not truncated:
-            return (final if is_harmony(content) else content.strip()), content, p_tok, c_tok
+            return (final if is_harmony(content) else content.strip()), content, usage
         if content.strip() and is_harmony(content):
             raw = without_answer(content)  # the analysis before a missing or cut-off final channel
         elif reasoning:
             raw = analysis_only(str(reasoning))
         else:
             raw = without_answer(content) if content.strip() else ""  # plain text cut off by the token limit
-        return None, raw, p_tok, c_tok
+        return None, raw, usage
 
     # ------------------------------------------------------------------ pickling
 
@@ -728,6 +735,35 @@ def check_no_credentials(url: str) -> None:
 
 def _add(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
+
+
+class _Usage(NamedTuple):
+    """A response's token counts: prompt, completion, and the prompt tokens a prefix cache served."""
+
+    prompt: int | None
+    completion: int | None
+    cached: int | None
+
+
+def _count_of(value: Any) -> int | None:
+    """A token count as a server reported it: a non-negative integer, else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _usage(usage: Any) -> _Usage:
+    """
+    The token counts of a response's ``usage`` (all ``None`` without one). ``cached`` is
+    ``usage.prompt_tokens_details.cached_tokens`` (the OpenAI API's name, which vLLM and SGLang also use), 0 when the
+    server reports usage without it.
+    """
+    if usage is None:
+        return _Usage(None, None, None)
+    details = getattr(usage, "prompt_tokens_details", None)
+    if isinstance(details, dict):  # a field the client's model does not declare
+        details = types.SimpleNamespace(**{k: v for k, v in details.items() if isinstance(k, str)})
+    cached = _count_of(getattr(details, "cached_tokens", None))
+    prompt = _count_of(getattr(usage, "prompt_tokens", None))
+    return _Usage(prompt, _count_of(getattr(usage, "completion_tokens", None)), 0 if cached is None else cached)
 
 
 _EXCERPT = 2000

@@ -4,11 +4,12 @@ Runs with a real model are slow and not exactly repeatable; a recording makes th
 auditable. Design:
 
 - :class:`RecordingBackend` wraps any backend. After each reply it appends one JSON line: the request hash,
-  the messages, the request settings, a description of the backend, the reply text, token usage and
-  latency. Each line is written and fsynced before the reply is returned, so a crash loses at most the call in
-  flight. A record is whole when its newline is on disk: a write that fails half-way (a full disk) is cut back
-  before its error is raised, and a half-written last line (a crash) is cut off, with a warning, before the next
-  record is appended (:func:`~sb3_r2po.common.files.append_line`), so a record never joins a torn one.
+  the messages, the request settings, a description of the backend, the reply text, token usage (with the prompt
+  tokens served from a prefix cache, when the backend reports them) and latency. Each line is written and fsynced
+  before the reply is returned, so a crash loses at most the call in flight. A record is whole when its newline is
+  on disk: a write that fails half-way (a full disk) is cut back before its error is raised, and a half-written
+  last line (a crash) is cut off, with a warning, before the next record is appended
+  (:func:`~sb3_r2po.common.files.append_line`), so a record never joins a torn one.
 - **Reading** (:func:`read_records`, replay) is by bytes: a last line cut anywhere (inside a multi-byte character
   too), or a tail of NUL bytes, is skipped with a warning; CRLF line ends and a UTF-8 byte order mark are read as
   usual; a line that a failed write of an older version joined to the next record keeps that record (with a
@@ -372,6 +373,7 @@ class ReplayBackend(TransientState):
                 prompt_tokens=reply.get("prompt_tokens"),
                 completion_tokens=reply.get("completion_tokens"),
                 seconds=float(reply.get("seconds") or 0.0),
+                prompt_tokens_cached=reply.get("prompt_tokens_cached"),  # absent from older recordings: unknown
             )
         self.stats["misses"] += 1
         if self.fallback is not None:

@@ -326,7 +326,10 @@ class TransformersBackend(TransientState):
                 answer = final
             else:
                 answer = self._strip_specials(text)
-            replies.append(ChatReply(text=answer, prompt_tokens=p_tok, completion_tokens=c_tok, seconds=sec))
+            # generate() processes every prompt token: no prefix is kept between calls
+            replies.append(
+                ChatReply(text=answer, prompt_tokens=p_tok, completion_tokens=c_tok, seconds=sec, prompt_tokens_cached=0)
+            )
         return replies
 
     def _generate(

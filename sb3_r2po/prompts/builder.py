@@ -129,6 +129,10 @@ class PromptContext:
         so far, and the Critic's statistics add the standard deviation and how the episodes ended.
     :param keep_best: Whether the revision must match the proposal to be kept (``selection_hints`` says so).
     :param history_omitted: History entries the compressed history leaves out.
+    :param reuse_order: Ours: the Critic's sections in the order that lets a prefix cache reuse most of the previous
+        Critic prompt (opening, task, policy, steps and points, history, then the proposal, its result and its test;
+        the selection hints' threshold line with the result) instead of the reference's (opening, proposal, test,
+        history, steps). The Search prompts already put what is new last.
     """
 
     task: TaskDescription | None
@@ -148,6 +152,7 @@ class PromptContext:
     extra_statistics: bool = False
     keep_best: bool = True
     history_omitted: int = 0
+    reuse_order: bool = False
 
 
 class PromptBuilder:

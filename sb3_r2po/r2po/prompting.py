@@ -76,7 +76,18 @@ class PromptView:
             extra_statistics=model.extra_statistics,
             keep_best=spec.keep_best,
             history_omitted=len(model.history) - len(shown_entries),
+            reuse_order=self.ours(),
         )
+
+    def ours(self) -> bool:
+        """
+        Whether any of our prompt options is on (a compressed history, ``search_sees_task``, ``critic_selection_hints``,
+        ``extra_statistics``): the prompts are then a variant of R2PO's, and their sections are ordered for prefix reuse
+        (:class:`~sb3_r2po.prompts.builder.PromptContext`'s ``reuse_order``). R2PO's defaults keep the reference's order.
+        """
+        model = self.model
+        compressed = model.history_best_k is not None or model.history_recent is not None
+        return compressed or model.search_sees_task or model.critic_selection_hints or model.extra_statistics
 
     def _history_lines(self, shown: list[dict[str, Any]], critic: bool) -> list[HistoryLine]:
         """The lines of ``shown``, the entries of the history the prompt shows."""

@@ -108,6 +108,7 @@ def record_metrics(
     logger.record("llm/seconds", float(model.llm_stats["seconds"]))
     if model.llm_stats["prompt_tokens"] or model.llm_stats["completion_tokens"]:
         logger.record("llm/prompt_tokens", int(model.llm_stats["prompt_tokens"]))
+        logger.record("llm/prompt_tokens_cached", int(model.llm_stats.get("prompt_tokens_cached", 0)))
         logger.record("llm/completion_tokens", int(model.llm_stats["completion_tokens"]))
     for role, (prompt, reply) in exchanges.items():
         logger.record(f"llm_text/{role}_prompt", prompt, exclude=TEXT_ONLY)

@@ -30,8 +30,10 @@ if TYPE_CHECKING:
 Check = Callable[[np.ndarray], "str | None"]
 """Extra validation of a parsed vector: an error to state in a re-ask, or ``None``."""
 
-LLM_STATS = ("calls", "parse_failures", "fallbacks", "seconds", "prompt_tokens", "completion_tokens")
-"""The keys of ``R2PO.llm_stats`` (``discarded_attempts`` is added at the first discarded attempt)."""
+LLM_STATS = ("calls", "parse_failures", "fallbacks", "seconds", "prompt_tokens", "completion_tokens", "prompt_tokens_cached")
+"""The keys of ``R2PO.llm_stats`` (``discarded_attempts`` is added at the first discarded attempt).
+``prompt_tokens_cached``: of ``prompt_tokens``, those the backend reported it did not have to process (a prefix
+cache); absent from the ``llm_stats`` of models saved before it was counted, which count it from their next call."""
 
 
 class UnusableReply(Exception):
@@ -230,6 +232,7 @@ class LLMRoles:
             stats["seconds"] += call.seconds
             stats["prompt_tokens"] += call.prompt_tokens or 0
             stats["completion_tokens"] += call.completion_tokens or 0
+            stats["prompt_tokens_cached"] = stats.get("prompt_tokens_cached", 0) + (call.prompt_tokens_cached or 0)
             self.last_exchanges[role] = (call.messages[-1]["content"], call.reply)
             if call.error is not None and verbose >= 1:
                 print(f"R2PO: unusable {role} reply ({call.error})", file=sys.stderr)

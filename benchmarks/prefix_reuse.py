@@ -1,0 +1,302 @@
+"""Prefix reuse: how much of each prompt an earlier call already processed, and what the embedded backend's prefix
+cache saves.
+
+    python benchmarks/prefix_reuse.py shares [--episodes 205] [--preset lean] [--order chronological]
+    python benchmarks/prefix_reuse.py compare [--seeds 0 1] [--episodes 65] [--size 0.5b]
+
+``shares`` runs R2PO with ``llm="example"`` (a deterministic local search, not an LLM: only the prompts matter) and a
+``checkpoint_dir`` on CartPole with a prompt preset and the quickstart's settings, then reads the transcript
+(``llm_calls.jsonl``) and prints, for every call with a predecessor, the share of its prompt text that is a common
+prefix with the previous call of the same role, and with the previous call whatever its role: the mean of the calls'
+shares and the pooled share (shared characters over all characters), over all calls and from the fifth iteration on.
+``--order`` renders the compressed history in another order (``best-first``: the best entries, best first, then the
+latest; ``blocks``: the best entries in history order, then the latest not among them) to compare with R2PO's
+(``chronological``: the shown entries in history order).
+
+``compare`` runs the quickstart's configuration (CartPole, ``lean`` preset, K=5, 5 warm-up episodes, 65 episodes,
+the quickstart's loop options for small models) with the embedded model, once with the prefix cache off and once on,
+for each seed, and prints a table: prompt tokens, prompt tokens served from a cache (all, and from the fifth iteration
+on), LLM seconds per iteration, wall seconds, and whether the two runs' histories are identical. Off is the backend
+without its prefix cache: llama.cpp then reuses only the prefix shared with the call just before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sb3_r2po import R2PO
+from sb3_r2po.llm.recording import read_records
+from sb3_r2po.prompts import prompt_preset
+from sb3_r2po.r2po import history as history_module
+
+CRITIC_OPENING = "You are an optimization agent"
+"""How R2PO's Critic prompts start (its Search prompts are a global optimizer's)."""
+
+QUICKSTART = dict(
+    n_eval_episodes=5,
+    warmup_episodes=5,
+    target_return=500,
+    tau_c=480,
+    reject_duplicates=True,
+    on_unusable_reply="reask",
+    skip_unchanged_revisions=True,
+)
+"""examples/quickstart.py's settings (without the episode budget and the seed)."""
+
+
+# ---------------------------------------------------------------------------------------------- shares
+
+
+def prompt_text(record: dict[str, Any]) -> str:
+    """A recorded call's prompt: its messages' contents, in order."""
+    return "\n".join(str(m["content"]) for m in record["messages"])
+
+
+def role_of(record: dict[str, Any]) -> str:
+    """``"critic"`` or ``"search"``, from how the call's first message opens."""
+    return "critic" if str(record["messages"][0]["content"]).startswith(CRITIC_OPENING) else "search"
+
+
+def common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def iterations_of(records: Sequence[dict[str, Any]]) -> list[int]:
+    """The iteration of every call: a Search prompt states it ("This is iteration N"); a Critic call belongs to the
+    Search before it."""
+    out, current = [], 0
+    for record in records:
+        text = prompt_text(record)
+        if role_of(record) == "search" and "This is iteration " in text:
+            current = int(text.split("This is iteration ")[1].split()[0].rstrip("."))
+        out.append(current)
+    return out
+
+
+def prefix_shares(records: Sequence[dict[str, Any]], from_iteration: int = 1) -> dict[str, float]:
+    """
+    The common-prefix shares of a transcript's calls from iteration ``from_iteration`` on.
+
+    :return: ``same_role`` and ``consecutive`` (the mean over calls of the share of a call's prompt that is a common
+        prefix with the previous call of its role, and with the previous call), ``same_role_pooled`` and
+        ``consecutive_pooled`` (shared characters over all characters of those calls) and ``calls`` (the calls that
+        count: those with a previous call of their role).
+    """
+    texts = [prompt_text(r) for r in records]
+    roles = [role_of(r) for r in records]
+    iterations = iterations_of(records)
+    last: dict[str, str] = {}
+    same, consecutive, same_chars, consecutive_chars, chars = [], [], 0, 0, 0
+    for i, (text, role) in enumerate(zip(texts, roles, strict=True)):
+        previous = last.get(role)
+        last[role] = text
+        if previous is None or iterations[i] < from_iteration or not text:
+            continue
+        shared_same, shared_last = common_prefix(text, previous), common_prefix(text, texts[i - 1])
+        same.append(shared_same / len(text))
+        consecutive.append(shared_last / len(text))
+        same_chars, consecutive_chars, chars = same_chars + shared_same, consecutive_chars + shared_last, chars + len(text)
+    mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
+    return {
+        "same_role": mean(same),
+        "consecutive": mean(consecutive),
+        "same_role_pooled": same_chars / chars if chars else float("nan"),
+        "consecutive_pooled": consecutive_chars / chars if chars else float("nan"),
+        "calls": float(len(same)),
+    }
+
+
+def blocks_order(history: list[dict[str, Any]], best_k: int | None, recent: int | None) -> list[dict[str, Any]]:
+    """The best ``best_k`` entries in history order, then the ``recent`` latest that are not among them."""
+    if best_k is None and recent is None:
+        return history
+    n = len(history)
+    ranked = sorted(range(n), key=lambda i: (-history[i]["mean_return"], i))
+    best = sorted(ranked[: best_k or 0])
+    latest = [i for i in range(max(0, n - (recent or 0)), n) if i not in best]
+    return [history[i] for i in best + latest]
+
+
+def best_first_order(history: list[dict[str, Any]], best_k: int | None, recent: int | None) -> list[dict[str, Any]]:
+    """The best ``best_k`` entries, best first, then the ``recent`` latest that are not among them, oldest first."""
+    if best_k is None and recent is None:
+        return history
+    n = len(history)
+    best = sorted(range(n), key=lambda i: (-history[i]["mean_return"], i))[: best_k or 0]
+    latest = [i for i in range(max(0, n - (recent or 0)), n) if i not in best]
+    return [history[i] for i in best + latest]
+
+
+ORDERS: dict[str, Callable[[list[dict[str, Any]], int | None, int | None], list[dict[str, Any]]] | None] = {
+    "chronological": None,  # R2PO's own
+    "blocks": blocks_order,
+    "best-first": best_first_order,
+}
+
+
+def example_transcript(directory: Path, preset: str, episodes: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Run R2PO with ``llm="example"`` and a ``checkpoint_dir`` in ``directory``; return its transcript's records."""
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm="example",
+        max_episodes=episodes,
+        seed=seed,
+        checkpoint_dir=str(directory),
+        **QUICKSTART,
+        **prompt_preset(preset),
+    )
+    model.learn(total_timesteps=10**9)
+    return read_records(directory / "llm_calls.jsonl")
+
+
+def shares_main(args: argparse.Namespace) -> None:
+    print(
+        f"Common-prefix share of each prompt (characters), CartPole, llm='example', preset {args.preset!r}, "
+        f"{args.episodes} episodes, quickstart settings"
+    )
+    print("| history order | calls | same role, mean | same role, pooled | consecutive, mean | consecutive, pooled | from |")
+    print("|---|---|---|---|---|---|---|")
+    for order in args.order:
+        chosen = ORDERS[order]
+        original = history_module.shown_history
+        if chosen is not None:  # the prompt view imports the function by name: replace it where it is used
+            import sb3_r2po.r2po.prompting as prompting
+
+            prompting.shown_history = chosen  # type: ignore[assignment]
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                records = example_transcript(Path(tmp) / "run", args.preset, args.episodes)
+        finally:
+            import sb3_r2po.r2po.prompting as prompting
+
+            prompting.shown_history = original  # type: ignore[assignment]
+        for start in (1, 5):
+            s = prefix_shares(records, from_iteration=start)
+            print(
+                f"| {order} | {int(s['calls'])} | {s['same_role']:.0%} | {s['same_role_pooled']:.0%} | "
+                f"{s['consecutive']:.0%} | {s['consecutive_pooled']:.0%} | iteration {start} |"
+            )
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+
+def run_embedded(seed: int, prefix_cache: bool, episodes: int, size: str, directory: Path) -> dict[str, Any]:
+    """One quickstart run with the embedded model; what the table needs."""
+    from sb3_r2po.llm.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend(size=size, prefix_cache=prefix_cache)
+    model = R2PO(
+        "MlpLinear",
+        "CartPole-v1",
+        llm=backend,
+        max_episodes=episodes,
+        seed=seed,
+        checkpoint_dir=str(directory),
+        **QUICKSTART,
+        **prompt_preset("lean"),
+    )
+    backend.load()  # the load is not a call: keep it out of the wall time
+    start = time.perf_counter()
+    model.learn(total_timesteps=10**9)
+    wall = time.perf_counter() - start
+    backend.close()
+    records = read_records(directory / "llm_calls.jsonl")
+    iterations = iterations_of(records)
+    late = [r["reply"] for r, i in zip(records, iterations, strict=True) if i >= 5]
+    return {
+        "seed": seed,
+        "prefix_cache": prefix_cache,
+        "calls": int(model.llm_stats["calls"]),
+        "iterations": int(model.iteration),
+        "prompt_tokens": int(model.llm_stats["prompt_tokens"]),
+        "cached": int(model.llm_stats.get("prompt_tokens_cached", 0)),
+        "late_prompt_tokens": sum(int(r.get("prompt_tokens") or 0) for r in late),
+        "late_cached": sum(int(r.get("prompt_tokens_cached") or 0) for r in late),
+        "late_calls": len(late),
+        "late_seconds": sum(float(r.get("seconds") or 0.0) for r in late),
+        "llm_seconds": float(model.llm_stats["seconds"]),
+        "wall_seconds": wall,
+        "history": json.dumps(model.history, sort_keys=True, default=str),
+        "replies": {(r["hash"], n): r["reply"]["text"] for r, n in _numbered(records)},
+    }
+
+
+def _numbered(records: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """Each record with how often its request was asked before it (a request asked twice is two requests)."""
+    seen: dict[str, int] = {}
+    out = []
+    for record in records:
+        out.append((record, seen.get(record["hash"], 0)))
+        seen[record["hash"]] = seen.get(record["hash"], 0) + 1
+    return out
+
+
+def same_replies(off: dict[str, Any], on: dict[str, Any]) -> tuple[int, int]:
+    """Of the requests both runs asked (same prompt, same seed), how many got the same reply, and how many there are."""
+    shared = set(off["replies"]) & set(on["replies"])
+    return sum(off["replies"][k] == on["replies"][k] for k in shared), len(shared)
+
+
+def compare_main(args: argparse.Namespace) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out) if args.out else Path(tmp)
+        for seed in args.seeds:
+            for cache in (False, True):
+                row = run_embedded(seed, cache, args.episodes, args.size, out / f"seed{seed}-cache-{'on' if cache else 'off'}")
+                rows.append(row)
+                print(
+                    f"seed {seed} prefix_cache={cache}: {row['calls']} calls, {row['prompt_tokens']} prompt tokens "
+                    f"({row['cached']} cached), LLM {row['llm_seconds']:.1f} s, wall {row['wall_seconds']:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(f"Embedded {args.size}, CartPole-v1, quickstart settings (lean preset, K=5, 5 warm-up, {args.episodes} episodes)")
+    print(
+        "| seed | prefix cache | iterations | calls | prompt tokens | cached | cached from it. 5 | "
+        "LLM s / iteration | LLM s / call from it. 5 | wall s | history identical | same replies to the same prompts |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    by_seed = {(r["seed"], r["prefix_cache"]): r for r in rows}
+    for r in rows:
+        off, on = by_seed[(r["seed"], False)], by_seed[(r["seed"], True)]
+        same = off["history"] == on["history"]
+        equal, shared = same_replies(off, on)
+        late_share = r["late_cached"] / r["late_prompt_tokens"] if r["late_prompt_tokens"] else float("nan")
+        per_call = r["late_seconds"] / r["late_calls"] if r["late_calls"] else float("nan")
+        print(
+            f"| {r['seed']} | {'on' if r['prefix_cache'] else 'off'} | {r['iterations']} | {r['calls']} | "
+            f"{r['prompt_tokens']} | {r['cached']} ({r['cached'] / max(1, r['prompt_tokens']):.0%}) | {late_share:.0%} | "
+            f"{r['llm_seconds'] / max(1, r['iterations']):.1f} | {per_call:.1f} | {r['wall_seconds']:.0f} | "
+            f"{'yes' if same else 'no'} | {equal} of {shared} |"
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    shares = sub.add_parser("shares", help="common-prefix shares of an example run's prompts")
+    shares.add_argument("--episodes", type=int, default=205, help="episode budget (205: 20 iterations)")
+    shares.add_argument("--preset", default="lean")
+    shares.add_argument("--order", nargs="+", default=["chronological"], choices=list(ORDERS))
+    compare = sub.add_parser("compare", help="the embedded model with the prefix cache off and on")
+    compare.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    compare.add_argument("--episodes", type=int, default=65, help="episode budget (the quickstart's: 65)")
+    compare.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
+    compare.add_argument("--out", default=None, help="keep the run directories (transcripts) here")
+    args = parser.parse_args(argv)
+    (shares_main if args.command == "shares" else compare_main)(args)
+
+
+if __name__ == "__main__":
+    main()
