@@ -12,7 +12,10 @@ Each preset fixes all nine of R2PO's prompt-rendering parameters, so it reads th
 models on a CPU: besides shorter prompts they turn on our additions, which the reference's prompts do not have:
 ``search_sees_task`` (the Search sees the task and the policy layout), ``critic_selection_hints`` (the Critic is told
 what the selection does with its revision) and ``extra_statistics`` (episode counts, the best value so far, the
-standard deviation and the episode endings). A run with them is a variant of R2PO, not the paper's method.
+standard deviation and the episode endings). A run with them is a variant of R2PO, not the paper's method. With any
+of them (or a compressed history) the Critic's sections are ordered for prefix reuse: what stays the same during a
+run first, the history next, the proposal and its test last
+(:class:`~sb3_r2po.prompts.builder.PromptContext`'s ``reuse_order``).
 
 Measured sizes and results of each preset: ``docs/performance.md`` (``benchmarks/prompt_tokens.py`` and
 ``benchmarks/prompt_settings.py``).

@@ -1,6 +1,6 @@
 """What a run reports: a progress line per iteration (``verbose >= 1``) and the metrics of SB3's logger.
 
-The metric names are documented in the README's metrics table.
+The metric names are documented in docs/metrics.md.
 """
 
 from __future__ import annotations
