@@ -30,14 +30,13 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
 
-from sb3_r2po.experiments.executors import Report
 from sb3_r2po.experiments.runs import RunResult, RunSpec, run_one
 from sb3_r2po.experiments.store import ResultsStore
 
@@ -171,7 +170,7 @@ class RayExecutor:
         num_gpus: float = 0,
         cluster_cpus: int | None = None,
         device: str = "cpu",
-        on_result: Report | None = None,
+        on_result: Callable[[RunResult], None] | None = None,
         lock_wait_s: float = LOCK_WAIT_S,
         runtime_env: dict[str, Any] | None = None,
     ) -> None:
