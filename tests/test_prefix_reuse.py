@@ -131,6 +131,25 @@ def test_each_lean_prompt_starts_with_the_previous_prompt_of_its_role_up_to_the_
             assert after.startswith(shared) and len(shared) > len(before) / 2
 
 
+@pytest.mark.parametrize("settings", [prompt_preset("lean"), {}])
+def test_the_planned_iteration_count_is_stated_only_last_in_the_reuse_order(make_r2po, settings: dict[str, Any]) -> None:
+    """A Critic that repeats the proposal (an unchanged revision, not evaluated again) leaves episodes for more
+    iterations than planned: the planned count changes during the run. Our prompt options state it only in the
+    Search's last line, so what precedes the history stays the same; R2PO's defaults state it where the reference does."""
+    vectors = [vector(*([0.5] * 9 + [i / 10])) for i in range(1, 30)]
+    llm = ScriptedLLM([v for v in vectors for _ in range(2)])  # each Critic repeats the Search's vector
+    settings = {**settings, "skip_unchanged_revisions": True}
+    make_r2po(llm=llm, n_eval_episodes=2, warmup_episodes=2, max_episodes=2 + 4 * 4, seed=0, **settings).learn(UNTIL_BUDGET)
+    searches = [p for p in llm.prompts() if not is_critic(p)]
+    planned = {re.findall(r"This is iteration \d+ of (\d+)\.", p)[0] for p in searches}
+    assert len(planned) > 1  # the count changed
+    heads = {p.split("## Evaluated so far")[0] for p in searches}
+    if settings.get("search_sees_task"):
+        assert len(heads) == 1 and not re.search(r"\(\d+\)", heads.pop())
+    else:  # the reference's "within a limited number of iterations (N)" and "the iteration budget (N)"
+        assert len(heads) == len(planned) and all(len(re.findall(r"\(\d+\)", head)) == 2 for head in heads)
+
+
 def test_a_compressed_history_says_what_it_left_out_after_its_lines(make_r2po) -> None:
     last_search = [p for p in lean_run(make_r2po, max_episodes=2 + 8 * 4) if not is_critic(p)][-1]
     history = last_search.split("## Evaluated so far")[1].split("\n\n")[0].splitlines()

@@ -132,7 +132,8 @@ class PromptContext:
     :param reuse_order: Ours: the Critic's sections in the order that lets a prefix cache reuse most of the previous
         Critic prompt (opening, task, policy, steps and points, history, then the proposal, its result and its test;
         the selection hints' threshold line with the result) instead of the reference's (opening, proposal, test,
-        history, steps). The Search prompts already put what is new last.
+        history, steps); the Search states the planned iteration count only in its last line ("iteration i of N"),
+        not in its opening and rules as well (the count changes when an iteration spends fewer episodes than planned).
     """
 
     task: TaskDescription | None
