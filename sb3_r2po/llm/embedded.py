@@ -131,10 +131,10 @@ class EmbeddedBackend(TransientState):
         tested on; on otherwise.
     :param spin_count: How long llama.cpp's OpenMP threads spin before they sleep at a barrier, set as
         ``GOMP_SPINCOUNT`` before ``llama_cpp`` is first imported (libgomp reads it once), unless the user
-        set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``; ``None`` keeps OpenMP's default (a long spin). On 2
-        cores, 3000 (default) kept 96 % of the idle generation speed and was 1.5 times faster than the
-        default when another process was busy (``0`` sleeps at once: fastest under load, slower idle; measurements:
-        ``docs/embedded.md``). No effect when ``llama_cpp`` was imported before the first model load.
+        set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``; ``None`` keeps OpenMP's default (a long spin). 3000
+        (default) keeps most of the idle generation speed and loses less than the default when another process is
+        busy; ``0`` sleeps at once (measurements: ``docs/embedded.md``). No effect when ``llama_cpp`` was imported
+        before the first model load.
     :param llama: An already loaded ``llama_cpp.Llama`` to answer with instead of loading the model file of ``size``:
         nothing is joined, checked or loaded for it, and ``n_ctx``, ``extra_buffers`` and ``spin_count`` do not apply
         to it (with ``n_threads`` given, it keeps its own thread count). Without a grammar and with ``n_threads``
