@@ -301,15 +301,17 @@ def _run_direct(
     while run.running:
         actions = act(_batch(obs))
         rows = np.asarray(actions).tolist()
-        rewards, infos, dones, cut = [0.0] * len(envs), [None] * len(envs), [False] * len(envs), []
+        rewards, dones, cut = [0.0] * len(envs), [False] * len(envs), []
+        infos: list[dict[str, Any] | None] = [None] * len(envs)
         n_steps = 0
         for i, track in enumerate(run.tracks):
             if track is not None:
                 n_steps += 1
-                obs[i], rewards[i], infos[i], end, env_ended = _step_direct(envs[i], actions[i], rows[i], track, run.cap)
+                obs[i], rewards[i], info, end, env_ended = _step_direct(envs[i], actions[i], rows[i], track, run.cap)
+                infos[i] = info
                 if end is not None:
                     dones[i] = True
-                    run.end(track, end, infos[i])
+                    run.end(track, end, info)
                     if not env_ended:
                         cut.append(i)
         run.n_steps += n_steps
