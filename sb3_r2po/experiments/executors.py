@@ -33,22 +33,6 @@ class Executor(Protocol):
         ...
 
 
-def _gather(specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
-    """Every spec's result, read from the store, in order."""
-    results = []
-    for spec in specs:
-        result = store.result(spec)
-        if result is None:
-            raise RuntimeError(f"run {spec.run_id} has no result in {store.root}")
-        results.append(result)
-    return results
-
-
-def _pending(specs: Sequence[RunSpec], store: ResultsStore) -> list[RunSpec]:
-    """The distinct specs the store has no result for, in order."""
-    return [spec for spec in dict.fromkeys(specs) if store.result(spec) is None]
-
-
 class SerialExecutor:
     """
     One run after another, in this process.
@@ -66,14 +50,14 @@ class SerialExecutor:
 
     def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
         """Run the specs the store has no result for, one after another; return all results in order."""
-        for spec in _pending(specs, store):
+        for spec in store.missing(dict.fromkeys(specs)):
             run = prepare_run(spec, store.run_dir(spec), self.llm, self.device, self.progress)
             try:
                 run.learn()
             finally:
                 result = finish_run(run)
             self._save(result, store)
-        return _gather(specs, store)
+        return store.gather(specs)
 
     def _save(self, result: RunResult, store: ResultsStore) -> None:
         store.save(result)
@@ -117,12 +101,12 @@ class LockstepExecutor(SerialExecutor):
 
     def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
         """Run the specs the store has no result for, seeds of one R2PO method together; return all results in order."""
-        for group in lockstep_groups(_pending(specs, store)):
+        for group in lockstep_groups(store.missing(dict.fromkeys(specs))):
             if len(group) == 1:
                 SerialExecutor.run(self, group, store)
                 continue
             self._together(group, store)
-        return _gather(specs, store)
+        return store.gather(specs)
 
     def _together(self, group: list[RunSpec], store: ResultsStore) -> None:
         from sb3_r2po.lockstep import learn_in_lockstep

@@ -240,13 +240,7 @@ class RayExecutor:
             if failures:
                 done = [r for r in (store.result(spec) for spec in specs) if r is not None]
                 raise RunsFailed(failures, done)
-        results = []
-        for spec in specs:
-            result = store.result(spec)
-            if result is None:
-                raise RuntimeError(f"run {spec.run_id} has no result in {store.root}")
-            results.append(result)
-        return results
+        return store.gather(specs)
 
     def _collect(self, refs: dict[Any, RunSpec], store: ResultsStore) -> list[RunFailure]:
         """Wait for every task; save each result as it arrives; the runs that failed. Cut short (Ctrl-C): the tasks

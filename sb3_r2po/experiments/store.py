@@ -62,3 +62,16 @@ class ResultsStore:
     def missing(self, specs: Iterable[RunSpec]) -> list[RunSpec]:
         """The specs without a finished result, in their order."""
         return [spec for spec in specs if self.result(spec) is None]
+
+    def gather(self, specs: Iterable[RunSpec]) -> list[RunResult]:
+        """Every spec's finished result, in their order.
+
+        :raises RuntimeError: when a spec has none (an executor returned without running it).
+        """
+        results = []
+        for spec in specs:
+            result = self.result(spec)
+            if result is None:
+                raise RuntimeError(f"run {spec.run_id} has no result in {self.root}")
+            results.append(result)
+        return results
