@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -101,3 +102,16 @@ def serve(request: pytest.FixtureRequest) -> Iterator[Callable[..., FaultServer]
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache directory holding the joined 0.5B embedded model, for one test module (deleted afterwards: it is
+    491 MB)."""
+    from sb3_r2po.llm.embedded import ensure_model_file
+
+    directory = tmp_path_factory.mktemp("embedded_cache")
+    ensure_model_file("0.5b", directory)
+    yield directory
+    for file in directory.iterdir():
+        file.unlink()

@@ -240,16 +240,6 @@ def test_a_given_model_answers_is_not_pickled_and_is_closed() -> None:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A cache directory holding the joined 0.5B model (deleted afterwards: it is 491 MB)."""
-    directory = tmp_path_factory.mktemp("embedded_cache")
-    ensure_model_file("0.5b", directory)
-    yield directory
-    for file in directory.iterdir():
-        file.unlink()
-
-
-@pytest.fixture(scope="module")
 def backend(model_dir: Path) -> Iterator[EmbeddedBackend]:
     b = EmbeddedBackend("0.5b", n_ctx=1024, max_tokens=96, cache_dir=model_dir, reply_style="list")
     yield b

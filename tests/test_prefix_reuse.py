@@ -9,7 +9,7 @@ import itertools
 import json
 import re
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +25,7 @@ from sb3_r2po.common.evidence import build_evidence
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.rollouts import Episode
 from sb3_r2po.llm.base import ChatReply, Message
-from sb3_r2po.llm.embedded import EmbeddedBackend, ensure_model_file
+from sb3_r2po.llm.embedded import EmbeddedBackend
 from sb3_r2po.llm.prefix_cache import PrefixStateCache, common_prefix, reused_tokens
 from sb3_r2po.llm.recording import ReplayBackend, read_records
 from sb3_r2po.prompts import prompt_preset
@@ -240,16 +240,6 @@ def search_prompt(history: str) -> list[Message]:
 CRITIC = [{"role": "user", "content": f"You are an optimization agent.\n{RULES}\nRevise the proposal params: [1, 2]."}]
 FIRST = search_prompt("params: [1, 2]; reward 3")
 SECOND = search_prompt("params: [1, 2]; reward 3\nparams: [2, 2]; reward 5")
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A cache directory holding the joined 0.5B model (deleted afterwards)."""
-    directory = tmp_path_factory.mktemp("embedded_cache")
-    ensure_model_file("0.5b", directory)
-    yield directory
-    for file in directory.iterdir():
-        file.unlink()
 
 
 def short_backend(model_dir: Path, prefix_cache: bool) -> EmbeddedBackend:
