@@ -16,10 +16,13 @@ import pytest
 if importlib.util.find_spec("rl_zoo3") is None:  # not importorskip: importing rl_zoo3 patches gymnasium's TimeLimit
     pytest.skip("rl_zoo3 is not installed", allow_module_level=True)
 
+from filelock import FileLock
+
 from sb3_r2po.experiments import LockstepExecutor, ResultsStore, RunResult, RunSpec, SerialExecutor, make_executor, run_one
 from sb3_r2po.experiments.budget import EpisodeLog
 from sb3_r2po.experiments.executors import lockstep_groups
 from sb3_r2po.experiments.grids import PAPER_ENVS, PUBLISHED, grid, paper_grid
+from sb3_r2po.experiments.runs import ATTEMPT_LOCK, AttemptInProgressError
 from sb3_r2po.experiments.stats import iteration_figures
 
 SETTINGS = {"n_eval_episodes": 3, "warmup_episodes": 4}
@@ -162,6 +165,27 @@ def test_serial_and_lockstep_give_equal_results(tmp_path: Path) -> None:
         make_executor("threads")
     with pytest.raises(ValueError, match="ray_address"):
         make_executor("serial", ray_address="127.0.0.1:6379")
+
+
+@pytest.mark.parametrize("name", ["serial", "lockstep"])
+def test_a_run_another_attempt_holds_is_refused_untouched(tmp_path: Path, name: str) -> None:
+    """A second command on the same results store finds a run's directory held by the first: a clear error before
+    anything in the directory is read or changed, the runs it had taken are released, and once the first command has
+    ended the same command completes."""
+    specs = [spec(seed=0), spec(seed=1)]
+    store = ResultsStore(tmp_path)
+    held = store.run_dir(specs[1])
+    other_attempt = FileLock(str(held / ATTEMPT_LOCK), thread_local=False)
+    other_attempt.acquire()
+    try:
+        with pytest.raises(AttemptInProgressError, match=f"run {specs[1].run_id}: another attempt held"):
+            make_executor(name).run(specs, store)
+        assert [p.name for p in held.iterdir()] == [ATTEMPT_LOCK]
+        FileLock(str(store.run_dir(specs[0]) / ATTEMPT_LOCK), timeout=0).acquire().lock.release()  # seed 0 released
+    finally:
+        other_attempt.release()
+    results = make_executor(name).run(specs, store)
+    assert [r.outcome() for r in results] == [r.outcome() for r in SerialExecutor().run(specs, ResultsStore(tmp_path / "b"))]
 
 
 def test_a_shared_backend_answers_every_run(tmp_path: Path) -> None:

@@ -9,11 +9,12 @@ summarised by :mod:`~sb3_r2po.experiments.stats`, :mod:`~sb3_r2po.experiments.re
 """
 
 from sb3_r2po.experiments.executors import EXECUTORS, Executor, LockstepExecutor, SerialExecutor, make_executor
-from sb3_r2po.experiments.runs import PreparedRun, RunResult, RunSpec, finish_run, prepare_run, run_one
+from sb3_r2po.experiments.runs import AttemptInProgressError, PreparedRun, RunResult, RunSpec, finish_run, prepare_run, run_one
 from sb3_r2po.experiments.store import ResultsStore
 
 __all__ = [
     "EXECUTORS",
+    "AttemptInProgressError",
     "Executor",
     "LockstepExecutor",
     "PreparedRun",

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from sb3_r2po.experiments.runs import PreparedRun, Report, RunResult, RunSpec, finish_run, prepare_run
+from sb3_r2po.experiments.runs import PreparedRun, Report, RunResult, RunSpec, finish_run, prepare_run, run_one
 from sb3_r2po.experiments.store import ResultsStore
 
 EXECUTORS = ("serial", "lockstep", "ray")
@@ -51,12 +51,7 @@ class SerialExecutor:
     def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
         """Run the specs the store has no result for, one after another; return all results in order."""
         for spec in store.missing(dict.fromkeys(specs)):
-            run = prepare_run(spec, store.run_dir(spec), self.llm, self.device, self.progress)
-            try:
-                run.learn()
-            finally:
-                result = finish_run(run)
-            self._save(result, store)
+            self._save(run_one(spec, store.run_dir(spec), self.llm, self.device, self.progress), store)
         return store.gather(specs)
 
     def _save(self, result: RunResult, store: ResultsStore) -> None:
@@ -111,8 +106,10 @@ class LockstepExecutor(SerialExecutor):
     def _together(self, group: list[RunSpec], store: ResultsStore) -> None:
         from sb3_r2po.lockstep import learn_in_lockstep
 
-        runs: list[PreparedRun] = [prepare_run(s, store.run_dir(s), self.llm, self.device, self.progress) for s in group]
+        runs: list[PreparedRun] = []
         try:
+            for spec in group:  # each holds its run directory until finish_run, also when a later one fails to start
+                runs.append(prepare_run(spec, store.run_dir(spec), self.llm, self.device, self.progress))
             learn_in_lockstep(
                 [r.model for r in runs],
                 max(r.steps_left for r in runs),

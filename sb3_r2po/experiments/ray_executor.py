@@ -35,13 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
-from sb3_r2po.experiments.runs import RunResult, RunSpec, run_one
+from sb3_r2po.experiments.runs import ATTEMPT_LOCK, AttemptInProgressError, RunResult, RunSpec, run_one
 from sb3_r2po.experiments.store import ResultsStore
-
-ATTEMPT_LOCK = ".attempt.lock"
-"""The lock file in a run directory that an attempt of the run (a Ray task) holds while it runs."""
 
 LOCK_WAIT_S = 180.0
 """How long a task waits for another attempt of its run to release :data:`ATTEMPT_LOCK` (a lost node's lock on NFSv4
@@ -88,10 +83,6 @@ class RunsFailed(RuntimeError):
         super().__init__("\n".join(lines))
 
 
-class AttemptInProgressError(RuntimeError):
-    """Another attempt of the same run held the run directory's :data:`ATTEMPT_LOCK` for longer than the task waits."""
-
-
 def train_in_worker(
     spec_data: Mapping[str, Any], run_dir: str, device: str = "cpu", lock_wait_s: float = LOCK_WAIT_S
 ) -> dict[str, Any]:
@@ -106,18 +97,7 @@ def train_in_worker(
     :param lock_wait_s: How long to wait for another attempt's lock.
     :raises AttemptInProgressError: when another attempt holds the lock for longer.
     """
-    spec = RunSpec.from_dict(spec_data)
-    lock_path = Path(run_dir) / ATTEMPT_LOCK
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    try:
-        with FileLock(str(lock_path), timeout=lock_wait_s, thread_local=False):
-            return run_one(spec, run_dir, device=device).to_dict()
-    except Timeout:
-        raise AttemptInProgressError(
-            f"run {spec.run_id}: another attempt held {lock_path} for more than {lock_wait_s:g} s (a task of an earlier "
-            "command still running, or a lost node whose lock the shared storage has not released yet); run the "
-            "command again once it has ended"
-        ) from None
+    return run_one(RunSpec.from_dict(spec_data), run_dir, device=device, lock_wait_s=lock_wait_s).to_dict()
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

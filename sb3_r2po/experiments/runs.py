@@ -41,6 +41,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from sb3_r2po.experiments.budget import BudgetReached, EpisodeBudget, EpisodeLog
@@ -55,6 +56,11 @@ from sb3_r2po.experiments.configs import (
     zoo_entry,
 )
 from sb3_r2po.zoo import ALGO_NAME, register_r2po
+
+ATTEMPT_LOCK = ".attempt.lock"
+"""The lock file in a run directory: an attempt of the run holds it from :func:`prepare_run`, before it reads the
+directory, to :func:`finish_run`, so two attempts of one run (two commands on one results store, a Ray task and its
+retry) never work on its directory at once."""
 
 CHECKPOINT = "checkpoint"
 """The sub-directory of a run directory that is an R2PO run's ``checkpoint_dir``."""
@@ -270,6 +276,7 @@ class PreparedRun:
     start: float
     resumed: bool = False
     run_dir: Path | None = None
+    lock: FileLock | None = None
 
     @property
     def steps_left(self) -> int:
@@ -334,27 +341,73 @@ def _manager(
     ), cap
 
 
+class AttemptInProgressError(RuntimeError):
+    """Another attempt of the same run held the run directory's :data:`ATTEMPT_LOCK` for longer than this one waits."""
+
+
+def hold_attempt(spec: RunSpec, directory: Path, wait_s: float = 0.0) -> FileLock:
+    """
+    Take ``directory``'s :data:`ATTEMPT_LOCK` for an attempt of ``spec`` (the directory is created).
+
+    :param spec: The run.
+    :param directory: Its run directory.
+    :param wait_s: How long to wait for another attempt to release it.
+    :raises AttemptInProgressError: when another attempt holds it for longer.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(directory / ATTEMPT_LOCK), timeout=wait_s, thread_local=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        waited = f" for more than {wait_s:g} s" if wait_s > 0 else ""
+        raise AttemptInProgressError(
+            f"run {spec.run_id}: another attempt held {directory / ATTEMPT_LOCK}{waited} (another command working on "
+            "the same results store, a Ray task of an earlier command still running, or a lost node whose lock the "
+            "shared storage has not released yet); run the command again once it has ended"
+        ) from None
+    return lock
+
+
 def prepare_run(
-    spec: RunSpec, run_dir: str | Path | None = None, llm: Any | None = None, device: str = "cpu", progress: bool = False
+    spec: RunSpec,
+    run_dir: str | Path | None = None,
+    llm: Any | None = None,
+    device: str = "cpu",
+    progress: bool = False,
+    lock_wait_s: float = 0.0,
 ) -> PreparedRun:
     """
     Build one run's model with RL Zoo's ``ExperimentManager``; an R2PO run whose ``run_dir/checkpoint`` holds a
-    ``model.zip`` is loaded from it instead (on the env the zoo built), with the episodes it had run.
+    ``model.zip`` is loaded from it instead (on the env the zoo built), with the episodes it had run. The run
+    directory's :data:`ATTEMPT_LOCK` is held from here to :func:`finish_run`.
 
     :param spec: The run.
     :param run_dir: The run directory (``None``: no checkpoint, nothing to resume).
     :param llm: An already-built backend answering the R2PO run (``None``: the spec's llm string).
     :param device: Torch device of the model.
     :param progress: Show a per-episode progress bar.
+    :param lock_wait_s: How long to wait for another attempt of the run to release the directory's lock.
+    :raises AttemptInProgressError: when another attempt holds it for longer.
     """
+    directory = None if run_dir is None else Path(run_dir)
+    lock = None if directory is None else hold_attempt(spec, directory, lock_wait_s)
+    try:
+        run = _prepare(spec, directory, llm, device, progress)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _prepare(spec: RunSpec, directory: Path | None, llm: Any | None, device: str, progress: bool) -> PreparedRun:
+    """:func:`prepare_run` once the run directory, if any, is held."""
     import sb3_r2po  # noqa: F401  (registers the custom envs)
 
     register_r2po()  # before the zoo's modules are imported (they share ALGOS)
     algo = method_algo(spec.method)
     conf = hyperparams_file(algo, spec.env_id)
-    directory = None if run_dir is None else Path(run_dir)
-    if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     log_folder = tempfile.TemporaryDirectory(prefix="sb3_r2po_run_")
     manager, cap = _manager(spec, algo, conf, directory, device, log_folder.name, llm is not None)
@@ -400,7 +453,16 @@ def _resume(fresh: Any, checkpoint: Path, llm: Any, device: str) -> Any:
 
 
 def finish_run(run: PreparedRun) -> RunResult:
-    """Close a run's env and log folder and return its measurements."""
+    """Close a run's env and log folder, release its run directory, and return its measurements."""
+    try:
+        return _measure(run)
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def _measure(run: PreparedRun) -> RunResult:
+    """:func:`finish_run` before the run directory is released."""
     run.bar.close()
     run.callback.poll()
     run.callback.flush()
@@ -445,7 +507,12 @@ def finish_run(run: PreparedRun) -> RunResult:
 
 
 def run_one(
-    spec: RunSpec, run_dir: str | Path, llm: Any | None = None, device: str = "cpu", progress: bool = False
+    spec: RunSpec,
+    run_dir: str | Path,
+    llm: Any | None = None,
+    device: str = "cpu",
+    progress: bool = False,
+    lock_wait_s: float = 0.0,
 ) -> RunResult:
     """
     Build the model through the one path (the zoo's hyperparameter files), train it to its budget, return the result.
@@ -461,8 +528,10 @@ def run_one(
         ``None``: the spec's llm string.
     :param device: Torch device of the model.
     :param progress: Show a per-episode progress bar.
+    :param lock_wait_s: How long to wait for another attempt of the run to release the directory's lock.
+    :raises AttemptInProgressError: when another attempt holds it for longer.
     """
-    run = prepare_run(spec, run_dir, llm, device, progress)
+    run = prepare_run(spec, run_dir, llm, device, progress, lock_wait_s)
     try:
         run.learn()
     finally:
@@ -470,4 +539,17 @@ def run_one(
     return result
 
 
-__all__ = ["CHECKPOINT", "EPISODES", "PreparedRun", "Report", "RunResult", "RunSpec", "finish_run", "prepare_run", "run_one"]
+__all__ = [
+    "ATTEMPT_LOCK",
+    "CHECKPOINT",
+    "EPISODES",
+    "AttemptInProgressError",
+    "PreparedRun",
+    "Report",
+    "RunResult",
+    "RunSpec",
+    "finish_run",
+    "hold_attempt",
+    "prepare_run",
+    "run_one",
+]
