@@ -7,6 +7,7 @@ from stable_baselines3.common.callbacks import (
     EvalCallback,
     StopTrainingOnMaxEpisodes,
 )
+from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_r2po import R2PO, ExampleLLM
 
@@ -44,6 +45,26 @@ def test_callback_sees_every_step_and_episode(make_r2po) -> None:
     assert callback.episodes == model.episodes_used
     evaluated = [1 + (r["revision"]["mean_return"] is not None) for r in model.history if r["kind"] != "warmup"]
     assert callback.rollouts == 2 + sum(evaluated)  # one per evaluated candidate: 2 warm-up, Search, revision
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_without_a_callback_the_run_counts_what_a_per_step_callback_sees(make_r2po, n_envs: int) -> None:
+    """``learn(callback=None)`` skips the per-step hook and advances the counters once per rollout: the same steps,
+    episodes, episode statistics and history as a run with a callback called after every step."""
+    runs = []
+    for callback in (None, CountingCallback()):
+        env = make_vec_env("CartPole-v1", n_envs=n_envs)
+        model = make_r2po(env, n_eval_episodes=4, warmup_episodes=3, max_episodes=19)
+        model.learn(UNTIL_BUDGET, callback=callback)
+        runs.append(model)
+        if callback is not None:
+            assert callback.episodes == model.episodes_used
+            assert n_envs > 1 or callback.steps == model.num_timesteps  # one env: one on_step per env step
+    plain, called = runs
+    assert plain.num_timesteps == called.num_timesteps and plain.episodes_used == called.episodes_used == 19
+    assert list(plain.ep_info_buffer) == list(called.ep_info_buffer)
+    assert [r["params"] for r in plain.history] == [r["params"] for r in called.history]
+    assert [r["mean_return"] for r in plain.history] == [r["mean_return"] for r in called.history]
 
 
 def test_stop_training_on_max_episodes(make_r2po) -> None:

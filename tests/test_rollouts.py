@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -74,3 +76,97 @@ def test_a_stop_request_returns_the_finished_episodes_only() -> None:
     env = vec("direct", Counter(1), Counter(5))
     result = run_episodes(env, act, 3, 100, lambda step: not step.dones.any())
     assert result.stopped and result.stop_requested and [ep.length for ep in result.episodes] == [1]
+
+
+class Scripted(gym.Env):
+    """Replays fixed observations and rewards: ``observations[t]`` after step ``t`` (``observations[0]`` at reset),
+    ``rewards[t - 1]`` for step ``t``; terminated after the last reward. Records the actions it is given."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (2,))
+
+    def __init__(self, observations: list, rewards: list[float]) -> None:
+        self.observations = [np.asarray(o, dtype=np.float32) for o in observations]
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, self.observations[0].shape)
+        self.rewards, self.t, self.actions = rewards, 0, []
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observations[0].copy(), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.actions.append(np.array(action))
+        self.t += 1
+        return self.observations[self.t].copy(), self.rewards[self.t - 1], self.t == len(self.rewards), False, {}
+
+
+def linear(observations: np.ndarray) -> np.ndarray:
+    """Actions that depend on the observation (float32, as a Box action space's dtype)."""
+    flat = observations.reshape(len(observations), -1)
+    return np.stack([flat[:, 0] / 10, -flat[:, -1] / 10], axis=1).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["direct", "vec_env_api"])
+@pytest.mark.parametrize("shape", [(3,), (2, 2)])
+def test_episodes_hold_exactly_what_the_env_gave_as_float64(kind: str, shape: tuple[int, ...]) -> None:
+    """Each step's observation, action and reward, recorded exactly (float32 values converted to float64 without
+    rounding), the arrays of one episode stacked with a row per step, whatever the observation's shape. Rewards are
+    the env's own on the direct path; through the VecEnv API they are what the VecEnv returns (SB3's DummyVecEnv
+    keeps them as float32)."""
+    rng = np.random.default_rng(0)
+    observations = [rng.normal(size=shape).astype(np.float32) for _ in range(5)]
+    rewards = [0.1, -2.5, 1e-7, 3.0]
+    env = Scripted(observations, rewards)
+    (episode,) = run_episodes(vec(kind, env), linear, 1, 100, None).episodes
+    assert (episode.end, episode.length) == ("terminated", 4)
+    assert episode.observations.dtype == episode.actions.dtype == episode.rewards.dtype == np.float64
+    assert episode.observations.shape == (5, *shape) and episode.actions.shape == (4, 2)
+    assert np.array_equal(episode.observations, np.array(observations, dtype=np.float64))
+    assert np.array_equal(episode.rewards, np.array(rewards, dtype=np.float64 if kind == "direct" else np.float32))
+    # the actions recorded are the ones the env was given
+    assert np.array_equal(episode.actions, np.array(env.actions, dtype=np.float64))
+    assert np.array_equal(episode.actions, linear(np.array(observations[:4])).astype(np.float64))
+
+
+@pytest.mark.parametrize("kind", ["direct", "vec_env_api"])
+@pytest.mark.parametrize(
+    ("broken", "kept_rewards"),
+    [
+        ("observation", [1.0, 1.0]),  # the NaN observation after step 2 is not kept: the episode ends at step 2
+        ("reward", [1.0, 0.0]),  # an infinite reward counts 0
+        ("overflow", [1.0, 1e308, 0.0]),  # finite, but the return would overflow: counts 0
+    ],
+)
+def test_a_non_finite_step_cuts_the_episode_there(kind: str, broken: str, kept_rewards: list[float]) -> None:
+    if broken == "overflow" and kind == "vec_env_api":
+        kept_rewards = [1.0, 0.0]  # DummyVecEnv's float32 reward buffer already made 1e308 infinite
+    observations = [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
+    rewards = [1.0, 1.0, 1.0, 1.0]
+    if broken == "observation":
+        observations[2] = [np.nan, 2.0]
+    elif broken == "reward":
+        rewards[1] = np.inf
+    else:
+        rewards[1:3] = [1e308, 1e308]
+    env = vec(kind, Scripted(observations, rewards))
+    warnings = (
+        pytest.warns(RuntimeWarning, match="overflow") if kind == "vec_env_api" and broken == "overflow" else nullcontext()
+    )
+    with warnings:
+        first, second = run_episodes(env, linear, 2, 100, None).episodes
+    assert first.end == "non-finite" and first.rewards.tolist() == kept_rewards
+    assert np.isfinite(first.observations).all() and len(first.observations) == first.length + 1
+    assert first.observations[-1].tolist() == first.observations[-2].tolist()  # the last finite one, repeated
+    assert second.index == 1 and second.observations[0].tolist() == [0.0, 0.0]  # the env was reset after the cut
+
+
+def test_the_direct_path_and_the_vec_env_api_record_the_same_episodes() -> None:
+    """Two sub-environments of different episode lengths, K = 5: the same episodes either way."""
+    results = {}
+    for kind in ("direct", "vec_env_api"):
+        env = vec(kind, TimeLimit(Counter(None), max_episode_steps=3), Counter(2))
+        results[kind] = run_episodes(env, act, 5, 100, None).episodes
+    for a, b in zip(results["direct"], results["vec_env_api"], strict=True):
+        assert (a.index, a.end) == (b.index, b.end)
+        assert np.array_equal(a.observations, b.observations) and np.array_equal(a.actions, b.actions)
+        assert np.array_equal(a.rewards, b.rewards)
