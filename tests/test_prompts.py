@@ -438,3 +438,23 @@ def test_best_line_mentions_the_warm_up_only_when_warm_up_lines_are_shown() -> N
     )
     prompt = PromptBuilder().search(ctx)[0]["content"]
     assert "The best mean reward over 5 episodes so far is 10.4.\n" in prompt and "warm-up" not in prompt
+
+
+def test_a_template_directory_is_read_again_when_its_files_change(tmp_path, monkeypatch) -> None:
+    """Builders share one compiled environment per directory (relative paths resolved at construction); a template
+    file changed since is read again, not served from the compiled copy."""
+    import os
+    import shutil
+    from importlib.resources import files
+
+    shutil.copytree(str(files("sb3_r2po") / "prompts" / "templates"), tmp_path / "templates")
+    monkeypatch.chdir(tmp_path)
+    space = ParameterSpace(2)
+    first = PromptBuilder("templates").retry("too short", space)["content"]
+    assert first.startswith("Your reply could not be used: too short.")
+    retry = tmp_path / "templates" / "retry.j2"
+    retry.write_text("Changed: {{ reason }}.\n")
+    os.utime(retry, (1, 1))  # a different modification time, whatever the file system's time resolution
+    assert PromptBuilder(str(tmp_path / "templates")).env is PromptBuilder("templates").env
+    assert PromptBuilder("templates").retry("too short", space)["content"] == "Changed: too short.\n"
+    assert PromptBuilder().retry("too short", space)["content"] == first  # the packaged templates are untouched

@@ -46,9 +46,26 @@ class ExampleLLM:
     :param explore: Probability that a Search reply samples a fresh random vector instead of refining the best.
     """
 
+    MAX_PARSED_LINES = 4096
+    """History lines whose parsed vectors are kept: a prompt repeats the history of the previous one, so each line
+    is parsed once, not once per call (the cache is cleared when it is full)."""
+
     def __init__(self, seed: int = 0, explore: float = 0.1) -> None:
         self.seed = int(seed)
         self.explore = float(explore)
+        self._parsed: dict[tuple[str, ParameterSpace], np.ndarray | None] = {}
+
+    def _parse_line(self, line: str, space: ParameterSpace) -> np.ndarray | None:
+        """``parse_params(line, space).params``, remembered (read only: callers copy before they change it)."""
+        key = (line, space)
+        if key not in self._parsed:
+            if len(self._parsed) >= self.MAX_PARSED_LINES:
+                self._parsed.clear()
+            params = parse_params(line, space).params
+            if params is not None:
+                params.setflags(write=False)
+            self._parsed[key] = params
+        return self._parsed[key]
 
     def _rng(self, messages: Sequence[Message]) -> np.random.Generator:
         digest = hashlib.sha256(json.dumps([self.seed, list(messages)], sort_keys=True).encode()).digest()
@@ -73,7 +90,7 @@ class ExampleLLM:
         space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
 
         candidate = _CANDIDATE.search(prompt)
-        parsed_history = [(parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt)]
+        parsed_history = [(self._parse_line(line, space), float(ret)) for line, ret in _HISTORY.findall(prompt)]
         history = [(v, r) for v, r in parsed_history if v is not None]
         best = max(history, key=lambda item: item[1])[0] if history else None
         theta: np.ndarray

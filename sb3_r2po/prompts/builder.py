@@ -12,6 +12,8 @@ can inject template code.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -156,6 +158,34 @@ class PromptContext:
     reuse_order: bool = False
 
 
+@functools.lru_cache(maxsize=16)
+def template_environment(template_dir: str | None = None) -> jinja2.Environment:
+    """
+    The Jinja2 environment of the packaged templates, or of ``template_dir``; one per directory in a process, so each
+    template is compiled once, not once per model (Jinja2 reloads a template whose file changed).
+
+    :param template_dir: An absolute directory of templates replacing the packaged ones; ``None``: the packaged ones.
+    """
+    loader: jinja2.BaseLoader
+    if template_dir is None:
+        loader = jinja2.PackageLoader("sb3_r2po", "prompts/templates")
+    else:
+        loader = jinja2.FileSystemLoader(template_dir)
+    env = jinja2.Environment(
+        loader=loader,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,  # an included partial ends with its newline, like any other line
+    )
+    env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
+    env.filters["digits_apart"] = lambda x, other, digits=4: digits_apart(
+        float(x), None if other is None else float(other), digits
+    )
+    return env
+
+
 class PromptBuilder:
     """
     Renders chat messages from the package's templates (or from ``template_dir`` when given).
@@ -169,23 +199,7 @@ class PromptBuilder:
         if reply_style not in REPLY_STYLES:
             raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
         self.reply_style: ReplyStyle = reply_style
-        loader: jinja2.BaseLoader
-        if template_dir is None:
-            loader = jinja2.PackageLoader("sb3_r2po", "prompts/templates")
-        else:
-            loader = jinja2.FileSystemLoader(template_dir)
-        self.env = jinja2.Environment(
-            loader=loader,
-            undefined=jinja2.StrictUndefined,
-            autoescape=False,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            keep_trailing_newline=True,  # an included partial ends with its newline, like any other line
-        )
-        self.env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
-        self.env.filters["digits_apart"] = lambda x, other, digits=4: digits_apart(
-            float(x), None if other is None else float(other), digits
-        )
+        self.env = template_environment(None if template_dir is None else os.path.abspath(template_dir))
 
     def _render(self, name: str, **values: Any) -> str:
         text = self.env.get_template(name).render(**values)
