@@ -7,6 +7,7 @@ Showing the worst rollout instead invites the Critic to "fix" a rare failure (sa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -101,8 +102,8 @@ def sig(x: float, digits: int = 3) -> str:
     ``3e+02`` at 2 figures), so screen coordinates and large returns stay readable; only beyond
     :data:`LARGEST_INTEGER_PRINTED` is the exponent form kept.
     """
-    if not np.isfinite(x):
-        return "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+    if not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     text = f"{x:.{digits}g}"
     if "e+" in text and abs(x) < LARGEST_INTEGER_PRINTED:
         text = f"{x:.0f}"
@@ -128,7 +129,7 @@ def _vector(x: np.ndarray, digits: int) -> str:
     """An observation or action of a trajectory; a non-finite entry (only an env's reset observation can hold one,
     or an action computed from it: steps are cut where the env returns one) is written ``non-finite``."""
     flat = np.asarray(x, dtype=np.float64).reshape(-1)
-    values = [sig(float(v), digits) if np.isfinite(v) else "non-finite" for v in flat]
+    values = [sig(v, digits) if math.isfinite(v) else "non-finite" for v in flat.tolist()]
     return values[0] if flat.size == 1 else "[" + ", ".join(values) + "]"
 
 

@@ -301,8 +301,9 @@ def _run_direct(
     while run.running:
         actions = act(_batch(obs))
         rows = np.asarray(actions).tolist()
-        rewards, dones, cut = [0.0] * len(envs), [False] * len(envs), []
+        rewards: list[float] = [0.0] * len(envs)
         infos: list[dict[str, Any] | None] = [None] * len(envs)
+        ended: list[int] = []
         n_steps = 0
         for i, track in enumerate(run.tracks):
             if track is not None:
@@ -310,17 +311,24 @@ def _run_direct(
                 obs[i], rewards[i], info, end, env_ended = _step_direct(envs[i], actions[i], rows[i], track, run.cap)
                 infos[i] = info
                 if end is not None:
-                    dones[i] = True
+                    ended.append(i)
                     run.end(track, end, info)
-                    if not env_ended:
-                        cut.append(i)
+                    if not env_ended:  # the cap or a non-finite value ended the episode, not the env: reset it
+                        obs[i] = envs[i].reset()[0]
         run.n_steps += n_steps
-        for i in cut:  # the cap or a non-finite value ended the episode, not the env: reset it for the next one
-            obs[i] = envs[i].reset()[0]
-        run.restart(dones, obs)
-        if on_step is not None and not _report(on_step, obs, actions, rewards, infos, dones, n_steps):
+        for i in ended:  # the next episodes, in the order of the sub-environments
+            run.begin(i, obs[i])
+        if on_step is not None and not _report(on_step, obs, actions, rewards, infos, _flags(ended, len(envs)), n_steps):
             return run.result(stop_requested=True)
     return run.result()
+
+
+def _flags(indices: list[int], n: int) -> list[bool]:
+    """``n`` flags, True at ``indices``."""
+    flags = [False] * n
+    for i in indices:
+        flags[i] = True
+    return flags
 
 
 def _step_direct(env: Any, action: Any, row: Any, track: _Track, cap: int) -> tuple[Any, float, dict, EndReason | None, bool]:

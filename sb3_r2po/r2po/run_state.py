@@ -33,6 +33,7 @@ import json
 import os
 import warnings
 import zipfile
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -55,6 +56,20 @@ COMMITTED_STATE = (
     "_transcript_calls",
 )
 """The model's attributes an iteration changes before its history entry is written (saved as of the last entry)."""
+
+
+def _deep_copy(value: Any) -> Any:
+    """What ``copy.deepcopy(value)`` gives, for the values of :data:`COMMITTED_STATE` (copied at every history entry):
+    numbers, strings and ``None`` as they are, a dict or deque item by item (SB3's episode buffers are deques of small
+    dicts), anything else (the generator) by ``copy.deepcopy``, which costs far more per item."""
+    if value is None or isinstance(value, (int, float, str)):
+        return value
+    if type(value) is dict:
+        return {key: _deep_copy(item) for key, item in value.items()}
+    if type(value) is deque:
+        return deque((_deep_copy(item) for item in value), maxlen=value.maxlen)
+    return copy.deepcopy(value)
+
 
 TRANSCRIPT = "llm_calls.jsonl"
 MODEL = "model.zip"
@@ -316,12 +331,12 @@ class RunState:
 
     def snapshot(self, values: dict[str, Any], history_length: int) -> None:
         """Remember ``values`` (deep copies) as the state of the history's first ``history_length`` entries."""
-        self._values = {name: copy.deepcopy(value) for name, value in values.items()}
+        self._values = {name: _deep_copy(value) for name, value in values.items()}
         self._history_length = history_length
 
     def committed(self) -> dict[str, Any]:
         """The snapshot's values (copies: the snapshot stays intact for the next save or roll-back)."""
-        return {name: copy.deepcopy(value) for name, value in self._values.items()}
+        return {name: _deep_copy(value) for name, value in self._values.items()}
 
     def saved_history(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The entries of ``history`` the snapshot covers (an entry appended and not yet committed is left out)."""
