@@ -8,15 +8,20 @@ parsing, evidence, policy forward passes, bookkeeping, logging, checkpoints. It 
 and as a share of an iteration: measured with the given ``--llm``, and, for ``--llm example`` (which answers
 in microseconds), also against a reference LLM latency (``--reference-call-seconds``, default 6 s).
 
-    python benchmarks/overhead.py --versus-plain-loop [--repeats 3] [--baseline-tree DIR]
+    python benchmarks/overhead.py --versus-plain-loop [--llm example|instant] [--repeats 3] [--baseline-tree DIR]
 
 Compares ``learn()`` (no timing wrapper) with a plain gymnasium loop that steps the same policies for the same
 steps: every evaluation of the run is replayed in a ``gym.make`` env, with the same reset seeds, the same
 parameter vectors and the same number of episodes, computing each action with a one-line numpy forward pass.
-It prints the ratio of the two wall times. Each round runs ``learn()`` and the loop once in a fresh process,
-per source tree; the table takes the best time of each over ``--repeats`` alternating rounds (the least
+It prints the ratio of the two wall times, and beside it the same loop with the env in SB3's ``Monitor`` (which
+``learn()`` steps through: SB3 wraps every env an algorithm is given in one, for the ``infos[i]["episode"]`` that
+callbacks read), so the part of the ratio that is the Monitor's shows. Each round runs ``learn()`` and the loops once
+in a fresh process, per source tree; the table takes the best time of each over ``--repeats`` alternating rounds (the least
 disturbed by other load). ``--baseline-tree DIR`` adds a second source tree (a ``git worktree`` of another
-commit, imported through ``PYTHONPATH``) to the same rounds, side by side.
+commit, imported through ``PYTHONPATH``) to the same rounds, side by side. ``--llm instant`` is an LLM that answers
+at once with ``ExampleLLM``'s replies: each tree's run is first recorded with ``llm="example"`` (a ``checkpoint_dir``
+transcript, not timed), and the rounds replay it (``llm="replay:<transcript>"``), so the history, the prompts and the
+steps are the same as with ``example``, without the stand-in's own prompt parsing.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from stable_baselines3.common.monitor import Monitor
 
 from sb3_r2po import R2PO
 
@@ -82,9 +89,10 @@ def record_evaluations(model: R2PO, env: gym.Env) -> list[Evaluation]:
     return evaluations
 
 
-def plain_loop(env_id: str, model: R2PO, evaluations: list[Evaluation]) -> int:
-    """Replay ``evaluations`` in a plain ``gym.make`` loop, the linear policy as one numpy line; the steps taken."""
-    env = gym.make(env_id)
+def plain_loop(env_id: str, model: R2PO, evaluations: list[Evaluation], monitor: bool = False) -> int:
+    """Replay ``evaluations`` in a plain ``gym.make`` loop (in SB3's ``Monitor`` with ``monitor``), the linear policy as
+    one numpy line; the steps taken."""
+    env = Monitor(gym.make(env_id)) if monitor else gym.make(env_id)
     space, cap = env.action_space, model.episode_cap
     obs_dim = int(np.prod(env.observation_space.shape))
     act_dim = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space.shape))
@@ -123,6 +131,7 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
         warmup_episodes=warmup,
         seed=0,
         max_episodes=warmup + 2 * args.k * args.iterations,
+        checkpoint_dir=args.checkpoint_dir,
     )
     evaluations = record_evaluations(model, env)
     start = time.perf_counter()
@@ -131,10 +140,14 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     plain_steps = plain_loop(args.env, model, evaluations)
     plain_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    plain_loop(args.env, model, evaluations, monitor=True)
+    monitor_seconds = time.perf_counter() - start
     return {
         "module": str(Path(sb3_r2po.__file__).parent),
         "learn": learn_seconds,
         "plain": plain_seconds,
+        "monitor": monitor_seconds,
         "steps": int(model.num_timesteps),
         "plain_steps": plain_steps,
         "iterations": int(model.iteration),
@@ -145,33 +158,45 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
 def versus_plain_loop(args: argparse.Namespace) -> None:
     """Alternate rounds over the source trees in fresh processes; print the best times and their ratio per tree."""
     trees = [ROOT] + ([Path(args.baseline_tree).resolve()] if args.baseline_tree else [])
-    child = [sys.executable, __file__, "--round", "--env", args.env, "--llm", args.llm, "--k", str(args.k)]
-    child += ["--iterations", str(args.iterations)]
+    child = [sys.executable, __file__, "--round", "--env", args.env, "--k", str(args.k), "--iterations", str(args.iterations)]
+    envs = {tree: {**os.environ, "PYTHONPATH": str(tree)} for tree in trees}
+    llms = {tree: args.llm for tree in trees}
+    recordings = tempfile.TemporaryDirectory(prefix="overhead_")
+    if args.llm == "instant":  # each tree's ExampleLLM run, recorded once (not timed), then replayed in every round
+        for i, tree in enumerate(trees):
+            directory = Path(recordings.name) / str(i)
+            recording = [*child, "--llm", "example", "--checkpoint-dir", str(directory)]
+            subprocess.run(recording, env=envs[tree], check=True, capture_output=True)
+            llms[tree] = f"replay:{directory / 'llm_calls.jsonl'}"
     rounds: dict[Path, list[dict[str, Any]]] = {tree: [] for tree in trees}
     for _ in range(args.repeats):
         for tree in trees:
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            out = subprocess.run(child, env=env, check=True, capture_output=True, text=True).stdout
-            rounds[tree].append(json.loads(out.strip().splitlines()[-1]))
+            out = subprocess.run([*child, "--llm", llms[tree]], env=envs[tree], check=True, capture_output=True, text=True)
+            rounds[tree].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    recordings.cleanup()
     print(
         f"{args.env}, llm={args.llm}, K={args.k}, {args.iterations} iterations; learn() against a plain gymnasium loop "
         f"stepping the same policies for the same steps; best of {args.repeats} alternating rounds"
     )
-    print("| source tree | commit | steps (learn / loop) | learn() s | plain loop s | ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| source tree | commit | steps (learn / loop) | learn() s | plain loop s | ratio | loop in a Monitor s | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
     for tree, results in rounds.items():
         commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "sb3_r2po"], capture_output=True, text=True)
         label = commit.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
         learn, plain = min(r["learn"] for r in results), min(r["plain"] for r in results)
+        monitor = min(r["monitor"] for r in results)
         steps = f"{results[0]['steps']} / {results[0]['plain_steps']}"
         assert all(r["module"].startswith(str(tree)) for r in results), f"{tree}: imported {results[0]['module']}"
-        print(f"| {tree} | {label} | {steps} | {learn:.3f} | {plain:.3f} | {learn / plain:.2f} |")
+        print(
+            f"| {tree} | {label} | {steps} | {learn:.3f} | {plain:.3f} | {learn / plain:.2f} | {monitor:.3f} | "
+            f"{learn / monitor:.2f} |"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--llm", default="example")
+    parser.add_argument("--llm", default="example", help="an llm string; with --versus-plain-loop also 'instant'")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--k", type=int, default=20)

@@ -2,7 +2,8 @@
 cache saves.
 
     python benchmarks/prefix_reuse.py shares [--episodes 205] [--preset lean] [--order chronological]
-    python benchmarks/prefix_reuse.py compare [--seeds 0 1] [--episodes 65] [--size 0.5b]
+    python benchmarks/prefix_reuse.py compare [--seeds 0 1] [--episodes 65] [--size 0.5b] [--baseline-tree DIR]
+    python benchmarks/prefix_reuse.py paired RUN_DIR [--baseline RUN_DIR] [--size 0.5b]
 
 ``shares`` runs R2PO with ``llm="example"`` (a deterministic local search, not an LLM: only the prompts matter) and a
 ``checkpoint_dir`` on CartPole with a prompt preset and the quickstart's settings, then reads the transcript
@@ -18,12 +19,25 @@ the quickstart's loop options for small models) with the embedded model, once wi
 for each seed, and prints a table: prompt tokens, prompt tokens served from a cache (all, and from the fifth iteration
 on), LLM seconds per iteration, wall seconds, and whether the two runs' histories are identical. Off is the backend
 without its prefix cache: llama.cpp then reuses only the prefix shared with the call just before.
+``--baseline-tree DIR`` adds, for each seed, the same run on another source tree (a ``git worktree`` of an earlier
+commit, imported through ``PYTHONPATH`` in a child process), without a prefix cache: e.g. the commit before prefix
+reuse, whose prompts put the history and the candidate before the parts that stay the same. Its prompts differ, so
+its history and replies are not compared.
+
+``paired`` times the calls of recorded runs (``compare --out``'s run directories) again, call by call, in one
+process: each call of ``RUN_DIR``'s transcript is asked of a backend without the prefix cache and of one with it, and
+the same call of ``--baseline``'s transcript (a run of another commit) of a third backend without it, in turn, so
+all three meet the same machine load at the same time (separate runs minutes apart on a shared machine differ by
+more than the cache saves). Each backend sees its transcript's calls in their order, as in the run; every reply is
+checked against the recorded one. Prints each backend's prompt tokens, cached tokens and LLM seconds per iteration.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -190,11 +204,24 @@ def shares_main(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- compare
 
 
+def cache_option(prefix_cache: bool) -> dict[str, bool]:
+    """``EmbeddedBackend``'s ``prefix_cache`` argument; none on a source tree from before the option (no cache)."""
+    import inspect
+
+    from sb3_r2po.llm.embedded import EmbeddedBackend
+
+    if "prefix_cache" in inspect.signature(EmbeddedBackend).parameters:
+        return {"prefix_cache": prefix_cache}
+    if prefix_cache:
+        raise SystemExit("this source tree's EmbeddedBackend has no prefix cache")
+    return {}
+
+
 def run_embedded(seed: int, prefix_cache: bool, episodes: int, size: str, directory: Path) -> dict[str, Any]:
     """One quickstart run with the embedded model; what the table needs."""
     from sb3_r2po.llm.embedded import EmbeddedBackend
 
-    backend = EmbeddedBackend(size=size, prefix_cache=prefix_cache)
+    backend = EmbeddedBackend(size=size, **cache_option(prefix_cache))
     model = R2PO(
         "MlpLinear",
         "CartPole-v1",
@@ -247,38 +274,104 @@ def same_replies(off: dict[str, Any], on: dict[str, Any]) -> tuple[int, int]:
     return sum(off["replies"][k] == on["replies"][k] for k in shared), len(shared)
 
 
+def baseline_run(tree: Path, seed: int, episodes: int, size: str, directory: Path) -> dict[str, Any]:
+    """:func:`run_embedded` without a prefix cache on the source tree ``tree``, in a child process."""
+    directory.mkdir(parents=True, exist_ok=True)
+    row_file = directory.parent / f"{directory.name}.row.json"
+    command = [sys.executable, __file__, "_row", str(seed), str(episodes), size, str(directory), str(row_file)]
+    subprocess.run(command, env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
+    row = json.loads(row_file.read_text())
+    row["replies"], row["tree"] = {}, _commit(tree)
+    return row
+
+
+def _commit(tree: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _progress(row: dict[str, Any]) -> None:
+    tree = f" on {row['tree']}" if "tree" in row else ""
+    print(
+        f"seed {row['seed']}{tree} prefix_cache={row['prefix_cache']}: {row['calls']} calls, {row['prompt_tokens']} "
+        f"prompt tokens ({row['cached']} cached), LLM {row['llm_seconds']:.1f} s, wall {row['wall_seconds']:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def compare_main(args: argparse.Namespace) -> None:
     rows = []
+    baseline = Path(args.baseline_tree).resolve() if args.baseline_tree else None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out) if args.out else Path(tmp)
         for seed in args.seeds:
+            if baseline is not None:
+                rows.append(baseline_run(baseline, seed, args.episodes, args.size, out / f"seed{seed}-baseline"))
+                _progress(rows[-1])
             for cache in (False, True):
-                row = run_embedded(seed, cache, args.episodes, args.size, out / f"seed{seed}-cache-{'on' if cache else 'off'}")
-                rows.append(row)
-                print(
-                    f"seed {seed} prefix_cache={cache}: {row['calls']} calls, {row['prompt_tokens']} prompt tokens "
-                    f"({row['cached']} cached), LLM {row['llm_seconds']:.1f} s, wall {row['wall_seconds']:.1f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                directory = out / f"seed{seed}-cache-{'on' if cache else 'off'}"
+                rows.append(run_embedded(seed, cache, args.episodes, args.size, directory))
+                _progress(rows[-1])
     print(f"Embedded {args.size}, CartPole-v1, quickstart settings (lean preset, K=5, 5 warm-up, {args.episodes} episodes)")
     print(
         "| seed | prefix cache | iterations | calls | prompt tokens | cached | cached from it. 5 | "
         "LLM s / iteration | LLM s / call from it. 5 | wall s | history identical | same replies to the same prompts |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    by_seed = {(r["seed"], r["prefix_cache"]): r for r in rows}
+    by_seed = {(r["seed"], r["prefix_cache"]): r for r in rows if "tree" not in r}
     for r in rows:
         off, on = by_seed[(r["seed"], False)], by_seed[(r["seed"], True)]
-        same = off["history"] == on["history"]
+        same = "yes" if off["history"] == on["history"] else "no"
         equal, shared = same_replies(off, on)
+        comparison = f"{same} | {equal} of {shared}" if "tree" not in r else "(other prompts) | (other prompts)"
         late_share = r["late_cached"] / r["late_prompt_tokens"] if r["late_prompt_tokens"] else float("nan")
         per_call = r["late_seconds"] / r["late_calls"] if r["late_calls"] else float("nan")
         print(
-            f"| {r['seed']} | {'on' if r['prefix_cache'] else 'off'} | {r['iterations']} | {r['calls']} | "
+            f"| {r['seed']} | {'on' if r['prefix_cache'] else 'off'}{' (' + r['tree'] + ')' if 'tree' in r else ''} | "
+            f"{r['iterations']} | {r['calls']} | "
             f"{r['prompt_tokens']} | {r['cached']} ({r['cached'] / max(1, r['prompt_tokens']):.0%}) | {late_share:.0%} | "
             f"{r['llm_seconds'] / max(1, r['iterations']):.1f} | {per_call:.1f} | {r['wall_seconds']:.0f} | "
-            f"{'yes' if same else 'no'} | {equal} of {shared} |"
+            f"{comparison} |"
+        )
+
+
+def paired_main(args: argparse.Namespace) -> None:
+    from sb3_r2po.llm.embedded import EmbeddedBackend
+
+    transcripts = {"off": Path(args.run_dir), "on": Path(args.run_dir)}
+    if args.baseline:
+        transcripts["baseline, off"] = Path(args.baseline)
+    records = {name: read_records(path / "llm_calls.jsonl") for name, path in transcripts.items()}
+    space = R2PO("MlpLinear", "CartPole-v1", llm="example", **QUICKSTART, **prompt_preset("lean")).policy.parameter_space
+    backends = {name: EmbeddedBackend(size=args.size, **cache_option(name == "on")) for name in records}
+    totals = {name: {"seconds": 0.0, "prompt": 0, "cached": 0, "same": 0} for name in records}
+    for backend in backends.values():
+        backend.constrain(space)
+        backend.load()
+    for i in range(max(len(r) for r in records.values())):
+        for name, backend in backends.items():
+            if i >= len(records[name]):
+                continue
+            record = records[name][i]
+            reply = backend.chat(record["messages"], temperature=float(record["settings"]["temperature"]))
+            total = totals[name]
+            total["seconds"] += reply.seconds
+            total["prompt"] += int(reply.prompt_tokens or 0)
+            total["cached"] += int(reply.prompt_tokens_cached or 0)
+            total["same"] += reply.text == record["reply"]["text"]
+        seconds = ", ".join(f"{name} {total['seconds']:.1f} s" for name, total in totals.items())
+        print(f"after call {i + 1}: {seconds}", file=sys.stderr, flush=True)
+    print(f"Embedded {args.size}: the calls of {args.run_dir} (and {args.baseline}) again, call by call in turn")
+    print("| transcript | prefix cache | calls | iterations | prompt tokens | cached | LLM s | LLM s / it. | same replies |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, total in totals.items():
+        n, iterations = len(records[name]), max(iterations_of(records[name]))
+        print(
+            f"| {transcripts[name]} | {name} | {n} | {iterations} | {total['prompt']} | {total['cached']} "
+            f"({total['cached'] / max(1, total['prompt']):.0%}) | {total['seconds']:.1f} | "
+            f"{total['seconds'] / max(1, iterations):.1f} | {total['same']} of {n} |"
         )
 
 
@@ -294,8 +387,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     compare.add_argument("--episodes", type=int, default=65, help="episode budget (the quickstart's: 65)")
     compare.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     compare.add_argument("--out", default=None, help="keep the run directories (transcripts) here")
+    compare.add_argument("--baseline-tree", default=None, help="also run each seed on this source tree, without a cache")
+    paired = sub.add_parser("paired", help="the calls of recorded runs again, off, on and baseline in turn")
+    paired.add_argument("run_dir")
+    paired.add_argument("--baseline", default=None, help="a run directory of another commit (its calls without a cache)")
+    paired.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
+    row = sub.add_parser("_row")  # one baseline run in a child process (internal): seed episodes size directory row_file
+    row.add_argument("seed", type=int)
+    row.add_argument("episodes", type=int)
+    row.add_argument("size")
+    row.add_argument("directory")
+    row.add_argument("row_file")
     args = parser.parse_args(argv)
-    (shares_main if args.command == "shares" else compare_main)(args)
+    if args.command == "_row":
+        result = run_embedded(args.seed, False, args.episodes, args.size, Path(args.directory))
+        Path(args.row_file).write_text(json.dumps({**result, "replies": {}}))
+        return
+    {"shares": shares_main, "compare": compare_main, "paired": paired_main}[args.command](args)
 
 
 if __name__ == "__main__":
