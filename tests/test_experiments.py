@@ -165,6 +165,10 @@ def test_serial_and_lockstep_give_equal_results(tmp_path: Path) -> None:
         make_executor("threads")
     with pytest.raises(ValueError, match="ray_address"):
         make_executor("serial", ray_address="127.0.0.1:6379")
+    from sb3_r2po.llm.example import ExampleLLM
+
+    with pytest.raises(ValueError, match="cannot take a built llm backend"):  # not dropped: the workers would not use it
+        make_executor("ray", llm=ExampleLLM(0))
 
 
 @pytest.mark.parametrize("name", ["serial", "lockstep"])

@@ -124,11 +124,17 @@ class LockstepExecutor(SerialExecutor):
 
 
 def _ray_executor(address: str | None, options: dict[str, Any]) -> Executor:
-    """A :class:`~sb3_r2po.experiments.ray_executor.RayExecutor` given the options its signature accepts."""
+    """A :class:`~sb3_r2po.experiments.ray_executor.RayExecutor` given the options its signature accepts (the local
+    executors' display options, ``progress`` and ``max_batch``, have no use there); a built ``llm`` backend is refused."""
     import inspect
 
     from sb3_r2po.experiments.ray_executor import RayExecutor
 
+    if options.get("llm") is not None:
+        raise ValueError(
+            "the ray executor cannot take a built llm backend: each run is answered by the llm its spec names, a string "
+            "every worker builds its own backend from (e.g. 'http://HOST:8000/v1#openai/gpt-oss-20b'); pass llm=None"
+        )
     accepted = inspect.signature(RayExecutor).parameters
     given = {key: value for key, value in options.items() if key in accepted}
     name = next((n for n in ("address", "ray_address") if n in accepted), None)
@@ -148,7 +154,8 @@ def make_executor(name: str, ray_address: str | None = None, **options: Any) -> 
     :param ray_address: The Ray cluster to connect to (``ray`` only; ``None``: start a local Ray).
     :param options: Keyword arguments of the executor (``llm``, ``device``, ``progress``, ``on_result``; ``max_batch``
         for ``lockstep``).
-    :raises ValueError: for another name, or a ``ray_address`` given to a local executor.
+    :raises ValueError: for another name, a ``ray_address`` given to a local executor, or a built ``llm`` given to
+        ``ray``.
     """
     if name == "ray":
         return _ray_executor(ray_address, options)
