@@ -233,11 +233,10 @@ class _Evaluation:
         else:
             self.tracks[i] = None
 
-    def restart(self, dones: list[bool], observations: list[Any]) -> None:
-        """Start the next episodes where episodes ended (in the order of the sub-environments)."""
-        for i, done in enumerate(dones):
-            if done:
-                self.begin(i, observations[i])
+    def restart(self, ended: list[int], observations: list[Any]) -> None:
+        """Start the next episodes on the sub-environments ``ended`` (ascending) whose episodes ended."""
+        for i in ended:
+            self.begin(i, observations[i])
 
     def end(self, track: _Track, end: EndReason, info: dict) -> None:
         self.finished.append(track.episode(end))
@@ -259,11 +258,14 @@ def _batch(observations: list[Any]) -> np.ndarray:
 
 
 def _report(
-    on_step: StepHook, obs: list[Any], actions: Any, rewards: list[float], infos: list[Any], dones: list[bool], n_steps: int
+    on_step: StepHook, obs: list[Any], actions: Any, rewards: list[float], infos: list[Any], ended: list[int], n_steps: int
 ) -> object:
-    """Call the step hook with this vector step (an idle sub-environment's info: an empty dict)."""
+    """Call the step hook with this vector step: ``dones`` True at the sub-environments ``ended`` whose counted episode
+    finished, an idle sub-environment's info an empty dict."""
+    dones = np.zeros(len(obs), dtype=bool)
+    dones[ended] = True
     infos = [{} if info is None else info for info in infos]
-    return on_step(VecStep(np.asarray(obs), np.asarray(actions), np.array(rewards), np.array(dones), infos, n_steps))
+    return on_step(VecStep(np.asarray(obs), np.asarray(actions), np.array(rewards), dones, infos, n_steps))
 
 
 def run_episodes(
@@ -316,19 +318,10 @@ def _run_direct(
                     if not env_ended:  # the cap or a non-finite value ended the episode, not the env: reset it
                         obs[i] = envs[i].reset()[0]
         run.n_steps += n_steps
-        for i in ended:  # the next episodes, in the order of the sub-environments
-            run.begin(i, obs[i])
-        if on_step is not None and not _report(on_step, obs, actions, rewards, infos, _flags(ended, len(envs)), n_steps):
+        run.restart(ended, obs)
+        if on_step is not None and not _report(on_step, obs, actions, rewards, infos, ended, n_steps):
             return run.result(stop_requested=True)
     return run.result()
-
-
-def _flags(indices: list[int], n: int) -> list[bool]:
-    """``n`` flags, True at ``indices``."""
-    flags = [False] * n
-    for i in indices:
-        flags[i] = True
-    return flags
 
 
 def _step_direct(env: Any, action: Any, row: Any, track: _Track, cap: int) -> tuple[Any, float, dict, EndReason | None, bool]:
@@ -356,7 +349,7 @@ def _run_vec_env(
         rows = np.asarray(actions).tolist()
         new_obs, vec_rewards, vec_dones, infos = env.step(actions)
         assert isinstance(new_obs, np.ndarray)  # Box and Discrete observations (the policies' spaces)
-        rewards, dones, cut = [float(r) for r in vec_rewards], [False] * len(obs), []
+        rewards, ended, cut = [float(r) for r in vec_rewards], list[int](), list[int]()
         for i, track in enumerate(run.tracks):
             obs[i] = new_obs[i]
             if track is None:
@@ -367,15 +360,15 @@ def _run_vec_env(
                 env_end = "truncated" if infos[i].get("TimeLimit.truncated", False) else "terminated"
             end = track.add(rows[i], next_obs, rewards[i], env_end, run.cap)
             if end is not None:
-                dones[i] = True
+                ended.append(i)
                 run.end(track, end, infos[i])
                 if env_end is None:
                     cut.append(i)
         run.n_steps += len(obs)
         for i in cut:
             obs[i] = _reset_one(env, i)
-        run.restart(dones, obs)
-        if on_step is not None and not _report(on_step, obs, actions, rewards, list(infos), dones, len(obs)):
+        run.restart(ended, obs)
+        if on_step is not None and not _report(on_step, obs, actions, rewards, list(infos), ended, len(obs)):
             return run.result(stop_requested=True)
     return run.result()
 
