@@ -161,19 +161,19 @@ def versus_plain_loop(args: argparse.Namespace) -> None:
     child = [sys.executable, __file__, "--round", "--env", args.env, "--k", str(args.k), "--iterations", str(args.iterations)]
     envs = {tree: {**os.environ, "PYTHONPATH": str(tree)} for tree in trees}
     llms = {tree: args.llm for tree in trees}
-    recordings = tempfile.TemporaryDirectory(prefix="overhead_")
-    if args.llm == "instant":  # each tree's ExampleLLM run, recorded once (not timed), then replayed in every round
-        for i, tree in enumerate(trees):
-            directory = Path(recordings.name) / str(i)
-            recording = [*child, "--llm", "example", "--checkpoint-dir", str(directory)]
-            subprocess.run(recording, env=envs[tree], check=True, capture_output=True)
-            llms[tree] = f"replay:{directory / 'llm_calls.jsonl'}"
     rounds: dict[Path, list[dict[str, Any]]] = {tree: [] for tree in trees}
-    for _ in range(args.repeats):
-        for tree in trees:
-            out = subprocess.run([*child, "--llm", llms[tree]], env=envs[tree], check=True, capture_output=True, text=True)
-            rounds[tree].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    recordings.cleanup()
+    with tempfile.TemporaryDirectory(prefix="overhead_") as recordings:
+        if args.llm == "instant":  # each tree's ExampleLLM run, recorded once (not timed), then replayed in every round
+            for i, tree in enumerate(trees):
+                directory = Path(recordings) / str(i)
+                recording = [*child, "--llm", "example", "--checkpoint-dir", str(directory)]
+                subprocess.run(recording, env=envs[tree], check=True, capture_output=True)
+                llms[tree] = f"replay:{directory / 'llm_calls.jsonl'}"
+        for _ in range(args.repeats):
+            for tree in trees:
+                command = [*child, "--llm", llms[tree]]
+                out = subprocess.run(command, env=envs[tree], check=True, capture_output=True, text=True)
+                rounds[tree].append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(
         f"{args.env}, llm={args.llm}, K={args.k}, {args.iterations} iterations; learn() against a plain gymnasium loop "
         f"stepping the same policies for the same steps; best of {args.repeats} alternating rounds"
