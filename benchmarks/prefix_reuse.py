@@ -25,11 +25,14 @@ reuse, whose prompts put the history and the candidate before the parts that sta
 its history and replies are not compared.
 
 ``paired`` times the calls of recorded runs (``compare --out``'s run directories) again, call by call, in one
-process: each call of ``RUN_DIR``'s transcript is asked of a backend without the prefix cache and of one with it, and
-the same call of ``--baseline``'s transcript (a run of another commit) of a third backend without it, in turn, so
-all three meet the same machine load at the same time (separate runs minutes apart on a shared machine differ by
-more than the cache saves). Each backend sees its transcript's calls in their order, as in the run; every reply is
-checked against the recorded one. Prints each backend's prompt tokens, cached tokens and LLM seconds per iteration.
+process: each call of ``RUN_DIR``'s transcript is asked of three backends (without the prefix cache and with the
+grammar applied to every token, ``grammar_first=True``, as before either change; with the cache and the grammar applied
+first; the defaults: with the cache, the grammar checked against the greedy token), and the same call of
+``--baseline``'s transcript (a run of another commit) of a fourth backend without the cache and with the grammar
+applied first, in turn, so all of them meet the same machine load at the same time (separate runs minutes apart on a
+shared machine differ by more than the cache saves). Each backend sees its transcript's calls in their order, as in
+the run; every reply is checked against the recorded one. Prints each backend's prompt tokens, cached tokens and LLM
+seconds per iteration.
 """
 
 from __future__ import annotations
@@ -340,12 +343,18 @@ def compare_main(args: argparse.Namespace) -> None:
 def paired_main(args: argparse.Namespace) -> None:
     from sb3_r2po.llm.embedded import EmbeddedBackend
 
-    transcripts = {"off": Path(args.run_dir), "on": Path(args.run_dir)}
+    run, first = Path(args.run_dir), {"grammar_first": True}
+    configurations: dict[str, tuple[Path, dict[str, bool]]] = {  # transcript and backend options of each row
+        "off, grammar first": (run, {"prefix_cache": False, **first}),
+        "on, grammar first": (run, {"prefix_cache": True, **first}),
+        "on": (run, {"prefix_cache": True}),
+    }
     if args.baseline:
-        transcripts["baseline, off"] = Path(args.baseline)
+        configurations["baseline: off, grammar first"] = (Path(args.baseline), {"prefix_cache": False, **first})
+    transcripts = {name: path for name, (path, _) in configurations.items()}
     records = {name: read_records(path / "llm_calls.jsonl") for name, path in transcripts.items()}
     space = R2PO("MlpLinear", "CartPole-v1", llm="example", **QUICKSTART, **prompt_preset("lean")).policy.parameter_space
-    backends = {name: EmbeddedBackend(size=args.size, **cache_option(name == "on")) for name in records}
+    backends = {name: EmbeddedBackend(size=args.size, **options) for name, (_, options) in configurations.items()}
     totals = {name: {"seconds": 0.0, "prompt": 0, "cached": 0, "same": 0} for name in records}
     for backend in backends.values():
         backend.constrain(space)
@@ -364,7 +373,10 @@ def paired_main(args: argparse.Namespace) -> None:
         seconds = ", ".join(f"{name} {total['seconds']:.1f} s" for name, total in totals.items())
         print(f"after call {i + 1}: {seconds}", file=sys.stderr, flush=True)
     print(f"Embedded {args.size}: the calls of {args.run_dir} (and {args.baseline}) again, call by call in turn")
-    print("| transcript | prefix cache | calls | iterations | prompt tokens | cached | LLM s | LLM s / it. | same replies |")
+    print(
+        "| transcript | prefix cache, grammar | calls | iterations | prompt tokens | cached | LLM s | LLM s / it. "
+        "| same replies |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name, total in totals.items():
         n, iterations = len(records[name]), max(iterations_of(records[name]))
@@ -388,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     compare.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     compare.add_argument("--out", default=None, help="keep the run directories (transcripts) here")
     compare.add_argument("--baseline-tree", default=None, help="also run each seed on this source tree, without a cache")
-    paired = sub.add_parser("paired", help="the calls of recorded runs again, off, on and baseline in turn")
+    paired = sub.add_parser("paired", help="the calls of recorded runs again, each backend in turn")
     paired.add_argument("run_dir")
     paired.add_argument("--baseline", default=None, help="a run directory of another commit (its calls without a cache)")
     paired.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])

@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.grammar import compile_grammar, magnitude_rule, max_reply_chars, parameter_grammar
+from sb3_r2po.llm.grammar import GreedyGrammar, compile_grammar, magnitude_rule, max_reply_chars, parameter_grammar
 
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 
@@ -219,3 +220,60 @@ def test_llama_cpp_parses_the_grammars(vocab_model: Any) -> None:
                 assert compile_grammar(text, vocab_model) is not None
     with pytest.raises(ValueError, match="rejected"):
         compile_grammar("root ::= undefined_rule", vocab_model)
+
+
+def _grammar_pass(vocab_model: Any, text: str, accepted: list[int], logits: np.ndarray) -> np.ndarray:
+    """llama.cpp's own grammar sampler applied to every token after ``accepted``: the reference the checked grammar must
+    agree with."""
+    import ctypes
+
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(llama_cpp.llama_model_get_vocab(vocab_model.model), text.encode(), b"root")
+    for token in accepted:
+        llama_cpp.llama_sampler_accept(sampler, token)
+    data = (llama_cpp.llama_token_data * len(logits))(*((i, float(x), 0.0) for i, x in enumerate(logits)))
+    array = llama_cpp.llama_token_data_array(data, len(logits), -1, False)
+    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(array))
+    llama_cpp.llama_sampler_free(sampler)
+    return np.array([d.logit for d in data], dtype=np.single)
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
+def test_greedy_grammar_picks_what_the_grammar_applied_first_picks(vocab_model: Any) -> None:
+    """The best token passes when the grammar allows it (the logits untouched, no full pass); a rejected best token
+    falls back to llama.cpp's full pass, so greedy decoding picks the best allowed token; once the grammar is complete
+    only an end token is allowed; reset starts again."""
+    text = 'root ::= "yes" | "no"'
+    yes, no, maybe = (vocab_model.tokenize(word.encode(), add_bos=False, special=False) for word in ("yes", "no", "maybe"))
+    assert len(yes) == len(no) == len(maybe) == 1
+    yes_id, no_id, maybe_id = yes[0], no[0], maybe[0]
+    n = vocab_model.n_vocab()
+    checked = GreedyGrammar(vocab_model, text)
+    try:
+        logits = np.zeros(n, dtype=np.single)
+        logits[[no_id, maybe_id]] = 2.0, 1.0
+        out = checked(np.array([], dtype=np.intc), logits)
+        assert out is logits and (checked.steps, checked.full_passes) == (1, 0)
+        checked.reset()
+        logits = np.zeros(n, dtype=np.single)
+        logits[[maybe_id, yes_id, no_id]] = 5.0, 3.0, 2.0  # the best token is not allowed
+        out = checked(np.array([], dtype=np.intc), logits.copy())
+        reference = _grammar_pass(vocab_model, text, [], logits)
+        assert checked.full_passes == 1 and int(np.argmax(out)) == int(np.argmax(reference)) == yes_id
+        np.testing.assert_array_equal(out, reference)
+        assert out[maybe_id] == -np.inf and out[yes_id] == 3.0
+        # "yes" was accepted: the grammar is complete, only an end token may follow
+        logits = np.zeros(n, dtype=np.single)
+        logits[maybe_id] = 9.0
+        out = checked(np.array([], dtype=np.intc), logits.copy())
+        np.testing.assert_array_equal(out, _grammar_pass(vocab_model, text, [yes_id], logits))
+        import llama_cpp
+
+        assert llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(vocab_model.model), int(np.argmax(out)))
+        assert checked.full_passes == 2
+    finally:
+        checked.close()
+    with pytest.raises(ValueError, match="rejected"):
+        GreedyGrammar(vocab_model, "root ::= undefined_rule")

@@ -10,7 +10,11 @@ no parameter-space argument, so a backend that can constrain its output exposes
 ``constrain(space)`` (:class:`~sb3_r2po.llm.base.Constrainable`): R2PO calls it (when the backend has it) with the
 :class:`~sb3_r2po.common.parameters.ParameterSpace` before asking for parameters, and the backend then
 decodes every reply under a llama.cpp grammar (:mod:`sb3_r2po.llm.grammar`) that admits only a
-well-formed parameter reply with the right count of in-range values. ``constrain(None)`` lifts it.
+well-formed parameter reply with the right count of in-range values. ``constrain(None)`` lifts it. At temperature 0
+the grammar is checked only against the token greedy decoding picks, and applied to the whole vocabulary only when it
+rejects that token (:class:`~sb3_r2po.llm.grammar.GreedyGrammar`): the same replies as llama-cpp-python's own grammar
+sampler, which applies it to every token at every step, at a fraction of its cost (``grammar_first=True`` restores
+that; measurements: ``docs/performance.md``).
 
 **Cut-off replies.** A reply that hits ``max_tokens`` (llama.cpp's ``finish_reason == "length"``; only
 possible without the grammar, whose replies get a budget they always fit in) may end inside its last value
@@ -57,7 +61,7 @@ from sb3_r2po.llm.cpu import (
     set_spin_count,
     set_threads,
 )
-from sb3_r2po.llm.grammar import compile_grammar, max_reply_chars, parameter_grammar
+from sb3_r2po.llm.grammar import GreedyGrammar, compile_grammar, max_reply_chars, parameter_grammar
 from sb3_r2po.llm.harmony import without_answer
 from sb3_r2po.llm.identity import request_hash, request_settings
 from sb3_r2po.llm.prefix_cache import PrefixStateCache, reused_tokens
@@ -119,6 +123,9 @@ class EmbeddedBackend(TransientState):
         default: 52 generated tokens for 10 parameters against 89, equally reliable in the measurements of
         ``docs/embedded.md``, also under prompts that ask for the other shape) or ``"indexed"``
         (``params[0]: v, params[1]: v, ...``). R2PO's parser reads both.
+    :param grammar_first: Apply the grammar to every token of the vocabulary at every step, as llama-cpp-python does.
+        ``False`` (default): at temperature 0, check it against the greedy token only (the same replies, see the module's
+        "Constrained decoding"); at a temperature above 0 the grammar is always applied first.
     :param reason_chars: When positive, the grammar lets the reply start with one line of at most this
         many characters of free text before the parameter line.
     :param cache_dir: Where the joined GGUF is kept (default: :func:`~sb3_r2po.llm.weights.default_cache_dir`).
@@ -146,7 +153,7 @@ class EmbeddedBackend(TransientState):
     :param prefix_cache_bytes: The most memory the kept states may take (the least recently used are dropped first).
     """
 
-    _transient = ("_llm", "_grammar", "_threads", "_cache")  # the loaded model and what belongs to it
+    _transient = ("_llm", "_grammar", "_greedy", "_threads", "_cache")  # the loaded model and what belongs to it
 
     def __init__(
         self,
@@ -156,6 +163,7 @@ class EmbeddedBackend(TransientState):
         max_tokens: int = 512,
         grammar: bool = True,
         reply_style: ReplyStyle = "list",
+        grammar_first: bool = False,
         reason_chars: int = 0,
         cache_dir: str | os.PathLike[str] | None = None,
         seed: int = 0,
@@ -186,6 +194,7 @@ class EmbeddedBackend(TransientState):
         self.max_tokens = int(max_tokens)
         self.grammar = bool(grammar)
         self.reply_style: ReplyStyle = reply_style
+        self.grammar_first = bool(grammar_first)
         self.reason_chars = int(reason_chars)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.seed = int(seed)
@@ -200,6 +209,7 @@ class EmbeddedBackend(TransientState):
         self._asked: dict[str, int] = {}  # conversation hash -> times asked (sampling seeds)
         self._llm: Any = llama
         self._grammar: Any = None
+        self._greedy: GreedyGrammar | None = None
         self._threads = 0
         self._cache: PrefixStateCache | None = None
         self._lock = threading.Lock()
@@ -239,6 +249,7 @@ class EmbeddedBackend(TransientState):
                 self.grammar_text = parameter_grammar(space, style=self.reply_style, reason_chars=self.reason_chars)
                 self.grammar_max_chars = max_reply_chars(space, style=self.reply_style, reason_chars=self.reason_chars)
             self._grammar = None
+            self._drop_greedy()
             if self._llm is not None:
                 self._grammar = self._compile(self.grammar_text)
 
@@ -263,6 +274,12 @@ class EmbeddedBackend(TransientState):
     def state_cache(self) -> PrefixStateCache | None:
         """The kept states of recent calls (``prefix_cache=True``, once a call was made), else ``None``."""
         return self._cache
+
+    @property
+    def greedy_grammar(self) -> GreedyGrammar | None:
+        """The grammar checked against the greedy token, once a constrained call at temperature 0 used it (its ``steps``
+        and ``full_passes`` count the steps decoded under it since :meth:`constrain`); else ``None``."""
+        return self._greedy
 
     def check_resources(self) -> None:
         """
@@ -353,6 +370,19 @@ class EmbeddedBackend(TransientState):
         """Compile grammar text, checked against the loaded model's vocabulary."""
         return None if text is None else compile_grammar(text, self._llm)
 
+    def _greedy_grammar(self) -> GreedyGrammar:
+        """The grammar checked against the greedy token (built once per grammar and model), reset for a new reply."""
+        if self._greedy is None:
+            assert self.grammar_text is not None
+            self._greedy = GreedyGrammar(self._llm, self.grammar_text)
+        self._greedy.reset()
+        return self._greedy
+
+    def _drop_greedy(self) -> None:
+        if self._greedy is not None:
+            self._greedy.close()
+            self._greedy = None
+
     def _set_threads(self, threads: int) -> None:
         if threads != self._threads:
             set_threads(self._llm, threads)
@@ -363,6 +393,7 @@ class EmbeddedBackend(TransientState):
         """Free the model and the kept states (the model is loaded again on the next call)."""
         with self._lock:
             llm, self._llm, self._grammar, self._cache = self._llm, None, None, None
+            self._drop_greedy()
         if llm is not None and hasattr(llm, "close"):
             llm.close()
 
@@ -394,6 +425,9 @@ class EmbeddedBackend(TransientState):
             grammar = self._grammar if self.grammar else None
             # a constrained reply is short and bounded: never cut it (a cut reply cannot be parsed)
             max_tokens = max(self.max_tokens, self.grammar_max_chars + 1) if grammar is not None else self.max_tokens
+            constraint: dict[str, Any] = {"grammar": grammar}
+            if grammar is not None and temperature == 0 and not self.grammar_first:
+                constraint = {"grammar": None, "logits_processor": [self._greedy_grammar()]}
             call_seed = self._call_seed(messages, temperature)
             self.calls += 1
             start = time.perf_counter()
@@ -402,8 +436,8 @@ class EmbeddedBackend(TransientState):
                 messages=[dict(m) for m in messages],
                 temperature=float(temperature),
                 max_tokens=max_tokens,
-                grammar=grammar,
                 seed=call_seed,
+                **constraint,
             )
             seconds = time.perf_counter() - start
         choice = out["choices"][0]
@@ -455,5 +489,5 @@ class EmbeddedBackend(TransientState):
     def __repr__(self) -> str:
         return (
             f"EmbeddedBackend(size={self.size!r}, n_ctx={self.n_ctx}, max_tokens={self.max_tokens}, grammar={self.grammar}, "
-            f"reply_style={self.reply_style!r})"
+            f"reply_style={self.reply_style!r}, grammar_first={self.grammar_first})"
         )
