@@ -186,19 +186,27 @@ class _Track:
     def add(self, action: Any, observation: Any, reward: float, env_end: EndReason | None, cap: int) -> EndReason | None:
         """Append one step; how the episode ended with it (``env_end``, the cap or a non-finite value), else ``None``."""
         self.actions.append(action)
-        row, finite = _row(observation)
+        try:  # a flat array, as in _row, inline: this runs at every step
+            row = observation.tolist()
+            finite = math.isfinite(sum(row)) or all(map(math.isfinite, row))
+        except (AttributeError, TypeError):
+            row, finite = _row(observation)
         # one comparison in the common case; NaN fails it, and so does a reward large enough to risk an overflow
-        usable = -OVERFLOW_RISK <= reward <= OVERFLOW_RISK or (math.isfinite(reward) and not _overflows(self.rewards, reward))
-        if not (usable and finite):
-            # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
-            self.rewards.append(reward if usable else 0.0)
-            self.observations.append(self.observations[-1])
-            return "non-finite"
-        self.rewards.append(reward)
-        self.observations.append(row)
-        if env_end is not None:
-            return env_end
-        return "capped" if len(self.rewards) >= cap else None
+        if finite and -OVERFLOW_RISK <= reward <= OVERFLOW_RISK:
+            self.rewards.append(reward)
+            self.observations.append(row)
+            if env_end is not None:
+                return env_end
+            return "capped" if len(self.rewards) >= cap else None
+        usable = math.isfinite(reward) and not _overflows(self.rewards, reward)
+        if usable and finite:
+            self.rewards.append(reward)
+            self.observations.append(row)
+            return env_end if env_end is not None else ("capped" if len(self.rewards) >= cap else None)
+        # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
+        self.rewards.append(reward if usable else 0.0)
+        self.observations.append(self.observations[-1])
+        return "non-finite"
 
     def episode(self, end: EndReason) -> Episode:
         rewards = np.array(self.rewards, dtype=np.float64)
@@ -297,45 +305,43 @@ def _run_direct(
     """A plain DummyVecEnv: its sub-environments are stepped directly, which skips the VecEnv's buffer copies and
     lets idle sub-environments wait instead of stepping. Resets follow DummyVecEnv's rules (seeded first reset
     through the VecEnv, unseeded resets after that)."""
-    envs = env.envs
+    envs, cap = env.envs, run.cap
     obs = list(env.reset())
     run.start(obs)
+    tracks = run.tracks
+    rewards: list[float] = [0.0] * len(envs)  # this step's (an idle sub-environment's stay 0.0 and None)
+    infos: list[dict[str, Any] | None] = [None] * len(envs)
     while run.running:
         actions = act(_batch(obs))
         rows = np.asarray(actions).tolist()
-        rewards: list[float] = [0.0] * len(envs)
-        infos: list[dict[str, Any] | None] = [None] * len(envs)
         ended: list[int] = []
         n_steps = 0
-        for i, track in enumerate(run.tracks):
-            if track is not None:
-                n_steps += 1
-                obs[i], rewards[i], info, end, env_ended = _step_direct(envs[i], actions[i], rows[i], track, run.cap)
-                infos[i] = info
-                if end is not None:
-                    ended.append(i)
-                    run.end(track, end, info)
-                    if not env_ended:  # the cap or a non-finite value ended the episode, not the env: reset it
-                        obs[i] = envs[i].reset()[0]
+        for i, track in enumerate(tracks):
+            if track is None:  # idle: it waits
+                rewards[i], infos[i] = 0.0, None
+                continue
+            n_steps += 1
+            next_obs, reward, terminated, truncated, info = envs[i].step(actions[i])
+            rewards[i] = reward = float(reward)
+            if terminated or truncated:  # the env ended the episode: reset it, as DummyVecEnv's auto-reset does
+                obs[i] = envs[i].reset()[0]
+                info = {**info, "terminal_observation": next_obs, "TimeLimit.truncated": bool(truncated and not terminated)}
+                end = track.add(rows[i], next_obs, reward, "terminated" if terminated else "truncated", cap)
+            else:
+                obs[i] = next_obs
+                end = track.add(rows[i], next_obs, reward, None, cap)
+                if end is not None:  # the cap or a non-finite value ended the episode, not the env: reset it
+                    obs[i] = envs[i].reset()[0]
+            infos[i] = info
+            if end is not None:
+                ended.append(i)
+                run.end(track, end, info)
         run.n_steps += n_steps
-        run.restart(ended, obs)
+        if ended:
+            run.restart(ended, obs)
         if on_step is not None and not _report(on_step, obs, actions, rewards, infos, ended, n_steps):
             return run.result(stop_requested=True)
     return run.result()
-
-
-def _step_direct(env: Any, action: Any, row: Any, track: _Track, cap: int) -> tuple[Any, float, dict, EndReason | None, bool]:
-    """Step one sub-environment of a DummyVecEnv, resetting it when the env ends the episode, and record the step:
-    the observation to act on next, the reward, the info, how the episode ended (``None``: it runs on), and whether
-    the env ended it."""
-    next_obs, reward, terminated, truncated, info = env.step(action)
-    reward = float(reward)
-    if not (terminated or truncated):
-        return next_obs, reward, info, track.add(row, next_obs, reward, None, cap), False
-    reset_obs = env.reset()[0]
-    # what DummyVecEnv's auto-reset would put in the info, so callbacks see the same keys either way
-    info = {**info, "terminal_observation": next_obs, "TimeLimit.truncated": bool(truncated and not terminated)}
-    return reset_obs, reward, info, track.add(row, next_obs, reward, "terminated" if terminated else "truncated", cap), True
 
 
 def _run_vec_env(
