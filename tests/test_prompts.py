@@ -458,3 +458,42 @@ def test_a_template_directory_is_read_again_when_its_files_change(tmp_path, monk
     assert PromptBuilder(str(tmp_path / "templates")).env is PromptBuilder("templates").env
     assert PromptBuilder("templates").retry("too short", space)["content"] == "Changed: too short.\n"
     assert PromptBuilder().retry("too short", space)["content"] == first  # the packaged templates are untouched
+
+
+def test_compiled_templates_are_kept_between_processes(tmp_path, monkeypatch) -> None:
+    """A new environment (as in a new process) loads a template's compiled code from the cache directory instead of
+    compiling it; a changed template is compiled again; without a usable cache directory templates still render."""
+    import jinja2
+
+    from sb3_r2po.prompts.builder import template_bytecode_cache, template_environment
+
+    monkeypatch.setenv("SB3_R2PO_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "templates").mkdir()
+    template = tmp_path / "templates" / "t.j2"
+    template.write_text("Hello {{ name }}.\n")
+    template_environment.cache_clear()
+    compiled: list[str] = []
+    compile_source = jinja2.Environment.compile
+
+    def counting_compile(self, source, name=None, filename=None, raw=False, defer_init=False):  # type: ignore[no-untyped-def]
+        compiled.append(str(name))
+        return compile_source(self, source, name, filename, raw, defer_init)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting_compile)
+    try:
+        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="A") == "Hello A.\n"
+        assert compiled == ["t.j2"] and list((tmp_path / "cache" / "jinja2").iterdir())
+        template_environment.cache_clear()  # a new process
+        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="B") == "Hello B.\n"
+        assert compiled == ["t.j2"]  # loaded, not compiled
+        template.write_text("Bye {{ name }}.\n")
+        template_environment.cache_clear()
+        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="C") == "Bye C.\n"
+        assert compiled == ["t.j2", "t.j2"]
+        (tmp_path / "blocked").write_text("a file, not a directory")
+        monkeypatch.setenv("SB3_R2PO_CACHE", str(tmp_path / "blocked"))
+        assert template_bytecode_cache() is None
+        template_environment.cache_clear()
+        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="D") == "Bye D.\n"
+    finally:
+        template_environment.cache_clear()

@@ -6,6 +6,8 @@ Crash-safe file writes: a reader (or a run resumed after a crash) sees the old f
   cut back, and a last line a crash left without its newline (:func:`cut_partial_line`) is cut off before the next
   line is appended, so that every line of the file is whole.
 - :func:`set_aside` renames a damaged file out of the way, keeping it for inspection.
+- :func:`default_cache_dir` is the user cache directory of what the package keeps between runs (the embedded models'
+  weights, compiled prompt templates).
 """
 
 from __future__ import annotations
@@ -17,6 +19,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
+
+CACHE_ENV_VAR = "SB3_R2PO_CACHE"
+"""Environment variable overriding the cache directory (:func:`default_cache_dir`)."""
+
+
+def default_cache_dir() -> Path:
+    """``$SB3_R2PO_CACHE``, else ``$XDG_CACHE_HOME/sb3_r2po``, else ``~/.cache/sb3_r2po``."""
+    override = os.environ.get(CACHE_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "sb3_r2po"
+
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # the process's umask, read once at import: reading it means setting it, which is not thread-safe

@@ -128,7 +128,7 @@ class EmbeddedBackend(TransientState):
         "Constrained decoding"); at a temperature above 0 the grammar is always applied first.
     :param reason_chars: When positive, the grammar lets the reply start with one line of at most this
         many characters of free text before the parameter line.
-    :param cache_dir: Where the joined GGUF is kept (default: :func:`~sb3_r2po.llm.weights.default_cache_dir`).
+    :param cache_dir: Where the joined GGUF is kept (default: :func:`~sb3_r2po.common.files.default_cache_dir`).
     :param seed: The sampling seed. A call samples with a seed drawn from ``seed``, the conversation and how often
         this conversation was asked before, so a run is reproducible whatever other runs share the backend (lockstep)
         and a resumed run samples as the uninterrupted one did (temperature 0 is greedy and needs no seed).

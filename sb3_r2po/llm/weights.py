@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from sb3_r2po.common.files import atomic_file
+from sb3_r2po.common.files import CACHE_ENV_VAR, atomic_file, default_cache_dir  # noqa: F401  (CACHE_ENV_VAR: re-exported)
 from sb3_r2po.llm.base import LLMBackendError
 
 logger = logging.getLogger(__name__)
@@ -51,8 +51,6 @@ logger = logging.getLogger(__name__)
 STALE_PART_SECONDS = 3600.0
 """A temporary ``.part`` file of a join older than this is a leftover of a killed join, removed by the next one."""
 
-CACHE_ENV_VAR = "SB3_R2PO_CACHE"
-"""Environment variable overriding the cache directory of the joined GGUF files."""
 
 PART_SUFFIX = ".part"
 """The suffix of a join's temporary file, ``<filename>.<random>.part`` beside the joined file."""
@@ -129,16 +127,6 @@ MODELS: dict[str, ModelSpec] = {
     ),
 }
 """The embedded models by size."""
-
-
-def default_cache_dir() -> Path:
-    """``$SB3_R2PO_CACHE``, else ``$XDG_CACHE_HOME/sb3_r2po``, else ``~/.cache/sb3_r2po``."""
-    override = os.environ.get(CACHE_ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "sb3_r2po"
 
 
 def model_spec(size: str) -> ModelSpec:

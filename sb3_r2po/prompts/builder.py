@@ -13,6 +13,7 @@ can inject template code.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -21,6 +22,7 @@ from typing import Any
 import jinja2
 
 from sb3_r2po.common.evidence import EvidencePackage, digits_apart, sig
+from sb3_r2po.common.files import default_cache_dir
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import Message
 from sb3_r2po.prompts.tasks import TaskDescription
@@ -158,11 +160,31 @@ class PromptContext:
     reuse_order: bool = False
 
 
+logger = logging.getLogger(__name__)
+
+
+def template_bytecode_cache() -> jinja2.BytecodeCache | None:
+    """
+    Jinja2's cache of compiled templates in ``<cache directory>/jinja2`` (:func:`~sb3_r2po.common.files.default_cache_dir`,
+    created private to the user), so that a new process loads each template's compiled code instead of compiling it
+    again; ``None`` (templates compiled in every process) when the directory cannot be made. An entry is used only
+    for the same template source, Jinja2 and Python versions, and written atomically (concurrent processes are safe).
+    """
+    directory = default_cache_dir() / "jinja2"
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        logger.debug("no template bytecode cache in %s: %s", directory, exc)
+        return None
+    return jinja2.FileSystemBytecodeCache(str(directory))
+
+
 @functools.lru_cache(maxsize=16)
 def template_environment(template_dir: str | None = None) -> jinja2.Environment:
     """
     The Jinja2 environment of the packaged templates, or of ``template_dir``; one per directory in a process, so each
-    template is compiled once, not once per model (Jinja2 reloads a template whose file changed).
+    template is compiled once, not once per model (Jinja2 reloads a template whose file changed), and a template's
+    compiled code is kept between processes (:func:`template_bytecode_cache`).
 
     :param template_dir: An absolute directory of templates replacing the packaged ones; ``None``: the packaged ones.
     """
@@ -178,6 +200,7 @@ def template_environment(template_dir: str | None = None) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,  # an included partial ends with its newline, like any other line
+        bytecode_cache=template_bytecode_cache(),
     )
     env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
     env.filters["digits_apart"] = lambda x, other, digits=4: digits_apart(
