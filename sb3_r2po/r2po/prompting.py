@@ -15,6 +15,7 @@ from sb3_r2po.common.evidence import (
     render_excerpt,
     render_trajectory,
 )
+from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.rollouts import RolloutResult
 from sb3_r2po.prompts.builder import HistoryLine, PromptContext
 from sb3_r2po.prompts.tasks import describe_task
@@ -37,11 +38,17 @@ class PromptView:
 
     def __init__(self, model: R2PO) -> None:
         self.model = model
+        self._formatted: dict[tuple[ParameterSpace, str, bytes], str] = {}  # every prompt shows the history
 
     def format(self, params: list[float] | np.ndarray) -> str:
-        """A vector in the model's reply style."""
-        space = self.model.policy.parameter_space
-        return space.format(np.asarray(params, dtype=np.float64), self.model.reply_style)
+        """A vector in the model's reply style (each vector formatted once per space and style)."""
+        space, style = self.model.policy.parameter_space, self.model.reply_style
+        vector = np.asarray(params, dtype=np.float64)
+        key = (space, style, vector.tobytes())  # the bytes tell -0.0 from 0.0
+        text = self._formatted.get(key)
+        if text is None:
+            text = self._formatted[key] = space.format(vector, style)
+        return text
 
     def context(self, shown: Shown = (), critic: bool = False) -> PromptContext:
         """
