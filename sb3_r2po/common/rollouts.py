@@ -17,6 +17,7 @@ as it happens, so an episode is cut at the same step whatever the recording.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -92,9 +93,12 @@ class RolloutResult:
     n_steps: int = 0
     successes: list[Any] = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def returns(self) -> np.ndarray:
-        return np.array([ep.total_return for ep in self.episodes], dtype=np.float64)
+        """The episodes' returns, in order (computed once: read-only)."""
+        returns = np.array([ep.total_return for ep in self.episodes], dtype=np.float64)
+        returns.setflags(write=False)
+        return returns
 
 
 class VecStep(NamedTuple):
