@@ -286,10 +286,11 @@ class GreedyGrammar:
         return full["logit"].copy()
 
     def close(self) -> None:
-        """Free llama.cpp's grammar sampler."""
-        if self._sampler:
-            self._llama_cpp.llama_sampler_free(self._sampler)
-            self._sampler = None
+        """Free llama.cpp's grammar sampler (idempotent)."""
+        sampler = getattr(self, "_sampler", None)  # None when __init__ failed before making it
+        if sampler:
+            self._llama_cpp.llama_sampler_free(sampler)
+        self._sampler = None
 
     def __del__(self) -> None:
         self.close()
