@@ -462,7 +462,8 @@ def test_a_template_directory_is_read_again_when_its_files_change(tmp_path, monk
 
 def test_compiled_templates_are_kept_between_processes(tmp_path, monkeypatch) -> None:
     """A new environment (as in a new process) loads a template's compiled code from the cache directory instead of
-    compiling it; a changed template is compiled again; without a usable cache directory templates still render."""
+    compiling it; a changed template is compiled again, and so is a damaged entry; a full disk or no usable cache
+    directory only means no cache: the templates still render."""
     import jinja2
 
     from sb3_r2po.prompts.builder import template_bytecode_cache, template_environment
@@ -490,10 +491,25 @@ def test_compiled_templates_are_kept_between_processes(tmp_path, monkeypatch) ->
         template_environment.cache_clear()
         assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="C") == "Bye C.\n"
         assert compiled == ["t.j2", "t.j2"]
+        for entry in (tmp_path / "cache" / "jinja2").iterdir():  # damaged entries (a half-copied cache, say)
+            entry.write_bytes(entry.read_bytes()[:12])
+        template_environment.cache_clear()
+        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="E") == "Bye E.\n"
+        assert compiled == ["t.j2", "t.j2", "t.j2"]  # compiled again, not failed
+
+        def full_disk(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(jinja2.bccache.tempfile, "NamedTemporaryFile", full_disk)
+        template.write_text("Full {{ name }}.\n")
+        template_environment.cache_clear()
+        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="F") == "Full F.\n"
+        monkeypatch.undo()
+        monkeypatch.setattr(jinja2.Environment, "compile", counting_compile)
         (tmp_path / "blocked").write_text("a file, not a directory")
         monkeypatch.setenv("SB3_R2PO_CACHE", str(tmp_path / "blocked"))
         assert template_bytecode_cache() is None
         template_environment.cache_clear()
-        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="D") == "Bye D.\n"
+        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="D") == "Full D.\n"
     finally:
         template_environment.cache_clear()

@@ -163,12 +163,31 @@ class PromptContext:
 logger = logging.getLogger(__name__)
 
 
+class _TemplateCodeCache(jinja2.FileSystemBytecodeCache):
+    """Jinja2's file cache of compiled templates, which never fails a render: an entry that cannot be read (damaged,
+    unreadable) is compiled again, and one that cannot be written (a read-only or full disk) is not kept."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception as exc:  # a damaged file: pickle and marshal raise several types
+            logger.debug("compiled template %s unreadable, compiling it again: %s", bucket.key, exc)
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError as exc:
+            logger.debug("compiled template %s not kept: %s", bucket.key, exc)
+
+
 def template_bytecode_cache() -> jinja2.BytecodeCache | None:
     """
     Jinja2's cache of compiled templates in ``<cache directory>/jinja2`` (:func:`~sb3_r2po.common.files.default_cache_dir`,
     created private to the user), so that a new process loads each template's compiled code instead of compiling it
     again; ``None`` (templates compiled in every process) when the directory cannot be made. An entry is used only
-    for the same template source, Jinja2 and Python versions, and written atomically (concurrent processes are safe).
+    for the same template source, Jinja2 and Python versions, and written atomically (concurrent processes are safe);
+    one that cannot be read is compiled again, one that cannot be written is not kept.
     """
     directory = default_cache_dir() / "jinja2"
     try:
@@ -176,7 +195,7 @@ def template_bytecode_cache() -> jinja2.BytecodeCache | None:
     except OSError as exc:
         logger.debug("no template bytecode cache in %s: %s", directory, exc)
         return None
-    return jinja2.FileSystemBytecodeCache(str(directory))
+    return _TemplateCodeCache(str(directory))
 
 
 @functools.lru_cache(maxsize=16)
