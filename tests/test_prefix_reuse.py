@@ -228,7 +228,7 @@ def test_the_prefix_cache_is_an_option_of_the_backend_and_costs_memory() -> None
 
 # -- the real model --------------------------------------------------------------------------------------------------
 
-RULES = "\n".join(f"{i}. Propose a vector of ten numbers and explain it in one line." for i in range(1, 25))
+RULES = "\n".join(f"{i}. Propose a vector of ten numbers and explain it in one line." for i in range(1, 17))
 
 
 def search_prompt(history: str) -> list[Message]:
