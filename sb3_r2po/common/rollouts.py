@@ -190,27 +190,19 @@ class _Track:
     def add(self, action: Any, observation: Any, reward: float, env_end: EndReason | None, cap: int) -> EndReason | None:
         """Append one step; how the episode ended with it (``env_end``, the cap or a non-finite value), else ``None``."""
         self.actions.append(action)
-        try:  # a flat array, as in _row, inline: this runs at every step
-            row = observation.tolist()
-            finite = math.isfinite(sum(row)) or all(map(math.isfinite, row))
-        except (AttributeError, TypeError):
-            row, finite = _row(observation)
+        row, finite = _row(observation)
         # one comparison in the common case; NaN fails it, and so does a reward large enough to risk an overflow
-        if finite and -OVERFLOW_RISK <= reward <= OVERFLOW_RISK:
-            self.rewards.append(reward)
-            self.observations.append(row)
-            if env_end is not None:
-                return env_end
-            return "capped" if len(self.rewards) >= cap else None
-        usable = math.isfinite(reward) and not _overflows(self.rewards, reward)
-        if usable and finite:
-            self.rewards.append(reward)
-            self.observations.append(row)
-            return env_end if env_end is not None else ("capped" if len(self.rewards) >= cap else None)
-        # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
-        self.rewards.append(reward if usable else 0.0)
-        self.observations.append(self.observations[-1])
-        return "non-finite"
+        usable = -OVERFLOW_RISK <= reward <= OVERFLOW_RISK or (math.isfinite(reward) and not _overflows(self.rewards, reward))
+        if not (usable and finite):
+            # a broken env or a policy that blew the simulation up: end the episode here, keep only finite numbers
+            self.rewards.append(reward if usable else 0.0)
+            self.observations.append(self.observations[-1])
+            return "non-finite"
+        self.rewards.append(reward)
+        self.observations.append(row)
+        if env_end is not None:
+            return env_end
+        return "capped" if len(self.rewards) >= cap else None
 
     def episode(self, end: EndReason) -> Episode:
         rewards = np.array(self.rewards, dtype=np.float64)
