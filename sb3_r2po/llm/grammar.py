@@ -207,13 +207,23 @@ def compile_grammar(text: str, llama: Any = None) -> Any:
     from llama_cpp import LlamaGrammar
 
     if llama is not None:
-        sampler = llama_cpp.llama_sampler_init_grammar(
-            llama_cpp.llama_model_get_vocab(llama.model), text.encode("utf-8"), b"root"
-        )
-        if not sampler:
-            raise ValueError(f"llama.cpp rejected the grammar:\n{text}")
-        llama_cpp.llama_sampler_free(sampler)
+        llama_cpp.llama_sampler_free(grammar_sampler(text, llama))
     return LlamaGrammar.from_string(text, verbose=False)
+
+
+def grammar_sampler(text: str, llama: Any) -> Any:
+    """
+    llama.cpp's grammar sampler of GBNF ``text`` (start rule ``root``) for the vocabulary of ``llama``; the caller frees
+    it (``llama_cpp.llama_sampler_free``).
+
+    :raises ValueError: when llama.cpp rejects the grammar.
+    """
+    import llama_cpp
+
+    sampler = llama_cpp.llama_sampler_init_grammar(llama_cpp.llama_model_get_vocab(llama.model), text.encode("utf-8"), b"root")
+    if not sampler:
+        raise ValueError(f"llama.cpp rejected the grammar:\n{text}")
+    return sampler
 
 
 class GreedyGrammar:
@@ -241,11 +251,7 @@ class GreedyGrammar:
         import llama_cpp
 
         self._llama_cpp = llama_cpp
-        self._sampler = llama_cpp.llama_sampler_init_grammar(
-            llama_cpp.llama_model_get_vocab(llama.model), text.encode("utf-8"), b"root"
-        )
-        if not self._sampler:
-            raise ValueError(f"llama.cpp rejected the grammar:\n{text}")
+        self._sampler = grammar_sampler(text, llama)
         self._one = (llama_cpp.llama_token_data * 1)()
         self._one_array = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
         self._full: np.ndarray | None = None  # the vocabulary as llama_token_data rows, for the full pass
@@ -278,8 +284,7 @@ class GreedyGrammar:
             self._full = np.zeros(len(logits), dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]))
             self._full["id"] = np.arange(len(logits), dtype=np.intc)
         full = self._full
-        full["logit"] = logits
-        full["p"] = 0.0
+        full["logit"] = logits  # the grammar writes only logits: the ids and p stay as made
         data = ctypes.cast(full.ctypes.data, llama_cpp.llama_token_data_p)
         array = llama_cpp.llama_token_data_array(data, len(full), -1, False)
         llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
