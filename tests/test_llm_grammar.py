@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.grammar import GreedyGrammar, compile_grammar, magnitude_rule, max_reply_chars, parameter_grammar
+from sb3_r2po.llm.grammar import (
+    GreedyGrammar,
+    compile_grammar,
+    grammar_sampler,
+    magnitude_rule,
+    max_reply_chars,
+    parameter_grammar,
+)
 
 HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
 
@@ -229,7 +236,7 @@ def _grammar_pass(vocab_model: Any, text: str, accepted: list[int], logits: np.n
 
     import llama_cpp
 
-    sampler = llama_cpp.llama_sampler_init_grammar(llama_cpp.llama_model_get_vocab(vocab_model.model), text.encode(), b"root")
+    sampler = grammar_sampler(text, vocab_model)
     for token in accepted:
         llama_cpp.llama_sampler_accept(sampler, token)
     data = (llama_cpp.llama_token_data * len(logits))(*((i, float(x), 0.0) for i, x in enumerate(logits)))
