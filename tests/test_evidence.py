@@ -5,6 +5,7 @@ from sb3_r2po.common.evidence import (
     build_evidence,
     digits_apart,
     mean_closest_index,
+    median,
     median_index,
     render_trajectory,
     sig,
@@ -29,6 +30,18 @@ def test_median_selection_and_ties() -> None:
     assert median_index([4.0, 3.0, 2.0, 1.0]) == 1
     assert median_index([7.0, 7.0, 7.0]) == 0
     assert mean_closest_index([0.0, 0.0, 9.0]) == 0  # mean 3 -> 0 is closest (distance 3 < 6)
+
+
+def test_median_is_numpys() -> None:
+    """``median`` gives ``np.median``'s value exactly: odd and even counts, ties, signed zeros, huge values, NaN."""
+    rng = np.random.default_rng(0)
+    cases = [[3.0], [2.0, 1.0], [-0.0, 0.0], [1e308, 1e308], [5.0, np.nan, 1.0], [7.0, 7.0, 1.0, 9.0]]
+    cases += [list(rng.normal(size=n) * scale) for n in range(1, 26) for scale in (1.0, 1e-9, 1e9)]
+    cases += [list(np.round(rng.normal(size=n) * 3)) for n in range(1, 26)]
+    for values in cases:
+        with np.errstate(over="ignore"):
+            expected, got = float(np.median(values)), median(values)
+        assert got == expected or (np.isnan(expected) and np.isnan(got)), values
 
 
 def test_statistics_with_target() -> None:

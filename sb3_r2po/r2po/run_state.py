@@ -58,6 +58,10 @@ COMMITTED_STATE = (
 """The model's attributes an iteration changes before its history entry is written (saved as of the last entry)."""
 
 
+_ATOMS = frozenset({int, float, str, bool, type(None)})
+"""Types whose values are immutable: a copy may share them."""
+
+
 def _deep_copy(value: Any) -> Any:
     """What ``copy.deepcopy(value)`` gives, for the values of :data:`COMMITTED_STATE` (copied at every history entry):
     numbers, strings and ``None`` as they are, a dict or deque item by item (SB3's episode buffers are deques of small
@@ -65,6 +69,8 @@ def _deep_copy(value: Any) -> Any:
     if value is None or isinstance(value, (int, float, str)):
         return value
     if type(value) is dict:
+        if all(type(item) in _ATOMS for item in value.values()):
+            return value.copy()  # a flat dict (an episode buffer's item): nothing inside to copy
         return {key: _deep_copy(item) for key, item in value.items()}
     if type(value) is deque:
         return deque((_deep_copy(item) for item in value), maxlen=value.maxlen)
