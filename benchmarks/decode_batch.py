@@ -13,10 +13,22 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
+
+import llama_cpp
 
 from sb3_r2po.llm.embedded import EmbeddedBackend
 
 SIZES = (1, 2, 3, 5, 8, 11)
+
+
+def fill(batch: Any, tokens: list[int], position: int, logits_all: bool) -> None:
+    """Put ``tokens`` into ``batch`` (one sequence, from ``position``), with the logits of the last or of every token."""
+    batch.n_tokens = len(tokens)
+    for i, token in enumerate(tokens):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, position + i, 1, logits_all
+        batch.seq_id[i][0] = 0
+    batch.logits[len(tokens) - 1] = True
 
 
 def main() -> None:
@@ -30,7 +42,8 @@ def main() -> None:
     tokens = llm.tokenize(" ".join(str(i) for i in range(4000)).encode())[: args.context + max(SIZES)]
     llm.reset()
     llm.eval(tokens[: args.context])
-    ctx, batch = llm._ctx, llm._batch  # llama-cpp-python's context and batch: the decode alone is timed
+    memory = llama_cpp.llama_get_memory(llm.ctx)
+    batch = llama_cpp.llama_batch_init(max(SIZES), 0, 1)
     print(f"{backend.spec.model}, {backend.threads} threads, after {args.context} tokens; best of {args.repeats}")
     print("| tokens | last logits only ms | x one token | all logits ms | x one token |")
     print("|---|---|---|---|---|")
@@ -40,14 +53,16 @@ def main() -> None:
         for logits_all in (False, True):
             times = []
             for _ in range(args.repeats):
-                ctx.kv_cache_seq_rm(-1, args.context, -1)
+                llama_cpp.llama_memory_seq_rm(memory, -1, args.context, -1)  # the batch of the last try forgotten
                 start = time.perf_counter()
-                batch.set_batch(batch=tokens[args.context : args.context + n], n_past=args.context, logits_all=logits_all)
-                ctx.decode(batch)
+                fill(batch, tokens[args.context : args.context + n], args.context, logits_all)
+                if llama_cpp.llama_decode(llm.ctx, batch) != 0:
+                    raise RuntimeError(f"llama_decode failed for {n} tokens")
                 times.append(time.perf_counter() - start)
             best[logits_all] = min(times) * 1000
         one = one or best[False]
         print(f"| {n} | {best[False]:.1f} | {best[False] / one:.2f} | {best[True]:.1f} | {best[True] / one:.2f} |")
+    llama_cpp.llama_batch_free(batch)
     backend.close()
 
 
