@@ -1,9 +1,11 @@
+import copy
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -228,3 +230,19 @@ def test_an_explicit_checkpoint_dir_given_to_load_wins(tmp_path, make_r2po) -> N
     assert copied.checkpoint_dir == str(tmp_path / "b")
     told = R2PO.load(tmp_path / "b" / "model.zip", env=gym.make("CartPole-v1"), checkpoint_dir=str(tmp_path / "c"))
     assert told.checkpoint_dir == str(tmp_path / "c")
+
+
+def test_the_snapshot_copies_the_generator_and_the_episode_buffers_independently() -> None:
+    rng = np.random.default_rng(7)
+    rng.random(3)
+    buffer = deque([{"r": 1.0, "l": 2}], maxlen=5)
+    run = RunState()
+    run.snapshot({"_rng": rng, "ep_info_buffer": buffer}, history_length=0)
+    expected = copy.deepcopy(rng).random(4)
+    np.testing.assert_array_equal(rng.random(4), expected)  # the original moves on ...
+    buffer[0]["r"] = 9.0
+    for _ in range(2):  # ... and every committed copy starts where the snapshot was taken
+        committed = run.committed()
+        assert committed["_rng"] is not rng and committed["_rng"].bit_generator.seed_seq.entropy == 7
+        np.testing.assert_array_equal(committed["_rng"].random(4), expected)
+        assert committed["ep_info_buffer"] == deque([{"r": 1.0, "l": 2}]) and committed["ep_info_buffer"].maxlen == 5

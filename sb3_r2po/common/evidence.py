@@ -103,6 +103,9 @@ def mean_closest_index(returns: Sequence[float]) -> int:
 LARGEST_INTEGER_PRINTED = 1e15
 """Magnitude from which :func:`sig` keeps the exponent form (an integer that long would only add digits)."""
 
+_G_FORMATS = tuple(f".{n}g" for n in range(18))
+"""The format specifications of :func:`sig` by number of figures (built once: it is called for every number shown)."""
+
 
 def sig(x: float, digits: int = 3) -> str:
     """
@@ -114,7 +117,7 @@ def sig(x: float, digits: int = 3) -> str:
     """
     if not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    text = f"{x:.{digits}g}"
+    text = format(x, _G_FORMATS[digits] if digits < len(_G_FORMATS) else f".{digits}g")
     if "e+" in text and abs(x) < LARGEST_INTEGER_PRINTED:
         text = f"{x:.0f}"
     return "0" if text in ("-0", "0") else text
@@ -135,12 +138,20 @@ def digits_apart(x: float, other: float | None, digits: int = 4) -> int:
     return 17
 
 
-def _vector(x: np.ndarray, digits: int) -> str:
-    """An observation or action of a trajectory; a non-finite entry (only an env's reset observation can hold one,
-    or an action computed from it: steps are cut where the env returns one) is written ``non-finite``."""
-    flat = np.asarray(x, dtype=np.float64).reshape(-1)
-    values = [sig(v, digits) if math.isfinite(v) else "non-finite" for v in flat.tolist()]
-    return values[0] if flat.size == 1 else "[" + ", ".join(values) + "]"
+def _rows(x: np.ndarray | list[Any]) -> np.ndarray | list[np.ndarray]:
+    """The observations or actions of an episode as flat float64 rows, one per step: a 2-D array (a view of a float64
+    array, as :func:`~sb3_r2po.common.rollouts.run_episodes` records them), or a list where the rows' shapes differ."""
+    if isinstance(x, np.ndarray) and x.ndim >= 1 and x.size:
+        return np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    return [np.asarray(row, dtype=np.float64).reshape(-1) for row in x]
+
+
+def _vector(row: np.ndarray, digits: int) -> str:
+    """An observation or action of a trajectory (a row of :func:`_rows`); a non-finite entry (only an env's reset
+    observation can hold one, or an action computed from it: steps are cut where the env returns one) is written
+    ``non-finite``."""
+    texts = [sig(v, digits) if math.isfinite(v) else "non-finite" for v in row.tolist()]
+    return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
 
 
 def _same_step(episode: Episode, t: int, u: int) -> bool:
@@ -185,6 +196,7 @@ def render_trajectory(
         observations and actions only, as the reference's R2PO and three_traj Critics show them.
     """
     n = episode.length
+    observations, actions = _rows(episode.observations), _rows(episode.actions)
     step_rewards = np.asarray(episode.rewards, dtype=np.float64)
     constant_reward = n > 0 and bool(np.all(step_rewards == step_rewards[0]))
     if max_steps is None or n <= max_steps:
@@ -205,7 +217,7 @@ def render_trajectory(
             if t is not None:
                 if fold and previous is not None and _same_step(episode, t - 1, t):
                     continue
-                body = f"s={_vector(episode.observations[t], digits)} -> a={_vector(episode.actions[t], digits)}"
+                body = f"s={_vector(observations[t], digits)} -> a={_vector(actions[t], digits)}"
                 if rewards and not constant_reward:
                     body += f", r={sig(float(step_rewards[t]), digits)}"
             if previous is not None:
@@ -222,7 +234,7 @@ def render_trajectory(
         "non-finite": "stopped: the environment returned a non-finite value",
     }
     lines.append(
-        f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(episode.observations[-1], digits)}"
+        f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(observations[-1], digits)}"
     )
     omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
     return RenderedTrajectory(tuple(lines), omitted)

@@ -59,8 +59,9 @@ class Episode:
     end: EndReason = "running"
     index: int = 0
 
-    @property
+    @functools.cached_property
     def total_return(self) -> float:
+        """The sum of the rewards (computed once: an episode's record is not changed after it is made)."""
         return float(np.sum(self.rewards)) if len(self.rewards) else 0.0
 
     @property

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -247,7 +246,9 @@ class PromptBuilder:
 
     def _render(self, name: str, **values: Any) -> str:
         text = self.env.get_template(name).render(**values)
-        return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"  # a section left out leaves one blank line, not two
+        while "\n\n\n" in text:  # a section left out leaves one blank line, not two (as re.sub(r"\n{3,}", "\n\n"))
+            text = text.replace("\n\n\n", "\n\n")
+        return text.strip() + "\n"
 
     def _example(self, space: ParameterSpace) -> str:
         """The reply-format line: every value for up to 3 parameters, else the first two, an ellipsis and the last."""

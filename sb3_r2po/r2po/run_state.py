@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 from filelock import FileLock, Timeout
 
 from sb3_r2po.common.files import atomic_write, set_aside
@@ -65,7 +66,8 @@ _ATOMS = frozenset({int, float, str, bool, type(None)})
 def _deep_copy(value: Any) -> Any:
     """What ``copy.deepcopy(value)`` gives, for the values of :data:`COMMITTED_STATE` (copied at every history entry):
     numbers, strings and ``None`` as they are, a dict or deque item by item (SB3's episode buffers are deques of small
-    dicts), anything else (the generator) by ``copy.deepcopy``, which costs far more per item."""
+    dicts), a numpy ``Generator`` as a new one whose bit generator has the same type, state and seed sequence (the seed
+    sequence is shared: R2PO never spawns from it), anything else by ``copy.deepcopy``, which costs far more per item."""
     if value is None or isinstance(value, (int, float, str)):
         return value
     if type(value) is dict:
@@ -74,6 +76,11 @@ def _deep_copy(value: Any) -> Any:
         return {key: _deep_copy(item) for key, item in value.items()}
     if type(value) is deque:
         return deque((_deep_copy(item) for item in value), maxlen=value.maxlen)
+    if type(value) is np.random.Generator and type(value.bit_generator.seed_seq) is np.random.SeedSequence:
+        bits = value.bit_generator
+        fresh = type(bits)(bits.seed_seq)
+        fresh.state = bits.state
+        return np.random.Generator(fresh)
     return copy.deepcopy(value)
 
 
