@@ -1,9 +1,9 @@
 """Prefix reuse: how much of each prompt an earlier call already processed, and what the embedded backend's prefix
 cache saves.
 
-    python benchmarks/prefix_reuse.py shares [--episodes 205] [--preset lean] [--order chronological]
-    python benchmarks/prefix_reuse.py compare [--seeds 0 1] [--episodes 65] [--size 0.5b] [--baseline-tree DIR]
-    python benchmarks/prefix_reuse.py paired RUN_DIR [--baseline RUN_DIR] [--size 0.5b]
+    python benchmarks/prefix_reuse.py shares [--episodes 205] [--preset lean] [--order chronological] [--slack 0]
+    python benchmarks/prefix_reuse.py compare [--seeds 0 1] [--episodes 65] [--size 0.5b] [--slack 0] [--baseline-tree DIR]
+    python benchmarks/prefix_reuse.py paired RUN_DIR [--baseline RUN_DIR] [--also RUN_DIR] [--defaults-only] [--size 0.5b]
 
 ``shares`` runs R2PO with ``llm="example"`` (a deterministic local search, not an LLM: only the prompts matter) and a
 ``checkpoint_dir`` on CartPole with a prompt preset and the quickstart's settings, then reads the transcript
@@ -12,13 +12,17 @@ prefix with the previous call of the same role, and with the previous call whate
 shares and the pooled share (shared characters over all characters), over all calls and from the fifth iteration on.
 ``--order`` renders the compressed history in another order (``best-first``: the best entries, best first, then the
 latest; ``blocks``: the best entries in history order, then the latest not among them) to compare with R2PO's
-(``chronological``: the shown entries in history order).
+(``chronological``: the shown entries in history order). ``--slack`` runs each order once per ``history_slack`` value
+given (the shown entries grow by appending until the window's size plus the slack, then are cut back). Beside the
+shares: the characters per call that are not a common prefix with the previous call of its role (what a per-role
+prefix cache has to process).
 
 ``compare`` runs the quickstart's configuration (CartPole, ``lean`` preset, K=5, 5 warm-up episodes, 65 episodes,
-the quickstart's loop options for small models) with the embedded model, once with the prefix cache off and once on,
-for each seed, and prints a table: prompt tokens, prompt tokens served from a cache (all, and from the fifth iteration
-on), LLM seconds per iteration, wall seconds, and whether the two runs' histories are identical. Off is the backend
-without its prefix cache: llama.cpp then reuses only the prefix shared with the call just before.
+the quickstart's loop options for small models; ``--slack N``: with ``history_slack=N``) with the embedded model, once
+with the prefix cache off and once on, for each seed, and prints a table: prompt tokens, prompt tokens served from a
+cache (all, and from the fifth iteration on), LLM seconds per iteration, wall seconds, and whether the two runs'
+histories are identical. Off is the backend without its prefix cache: llama.cpp then reuses only the prefix shared
+with the call just before.
 ``--baseline-tree DIR`` adds, for each seed, the same run on another source tree (a ``git worktree`` of an earlier
 commit, imported through ``PYTHONPATH`` in a child process), without a prefix cache: e.g. the commit before prefix
 reuse, whose prompts put the history and the candidate before the parts that stay the same. Its prompts differ, so
@@ -30,14 +34,17 @@ grammar applied to every token, ``grammar_first=True``, as before either change;
 first; the defaults: with the cache, the grammar checked against the greedy token), and the same call of
 ``--baseline``'s transcript (a run of another commit) of a fourth backend without the cache and with the grammar
 applied first, in turn, so all of them meet the same machine load at the same time (separate runs minutes apart on a
-shared machine differ by more than the cache saves). Each backend sees its transcript's calls in their order, as in
-the run; every reply is checked against the recorded one. Prints each backend's prompt tokens, cached tokens and LLM
-seconds per iteration.
+shared machine differ by more than the cache saves). ``--also RUN_DIR`` adds the calls of one more run (e.g. one with
+``history_slack``) to the same rounds, asked of a fifth backend with the defaults; ``--defaults-only`` leaves out
+the two grammar-first backends of ``RUN_DIR``. Each backend sees its transcript's calls in their order, as in the run;
+every reply is checked against the recorded one. Prints each backend's prompt tokens, cached tokens and LLM seconds
+per iteration.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -105,13 +112,14 @@ def prefix_shares(records: Sequence[dict[str, Any]], from_iteration: int = 1) ->
     :return: ``same_role`` and ``consecutive`` (the mean over calls of the share of a call's prompt that is a common
         prefix with the previous call of its role, and with the previous call), ``same_role_pooled`` and
         ``consecutive_pooled`` (shared characters over all characters of those calls) and ``calls`` (the calls that
-        count: those with a previous call of their role).
+        count: those with a previous call of their role), ``new_chars`` (the mean over those calls of the characters
+        that are not a common prefix with the previous call of the role: what a per-role prefix cache processes).
     """
     texts = [prompt_text(r) for r in records]
     roles = [role_of(r) for r in records]
     iterations = iterations_of(records)
     last: dict[str, str] = {}
-    same, consecutive, same_chars, consecutive_chars, chars = [], [], 0, 0, 0
+    same, consecutive, new, same_chars, consecutive_chars, chars = [], [], [], 0, 0, 0
     for i, (text, role) in enumerate(zip(texts, roles, strict=True)):
         previous = last.get(role)
         last[role] = text
@@ -120,6 +128,7 @@ def prefix_shares(records: Sequence[dict[str, Any]], from_iteration: int = 1) ->
         shared_same, shared_last = common_prefix(text, previous), common_prefix(text, texts[i - 1])
         same.append(shared_same / len(text))
         consecutive.append(shared_last / len(text))
+        new.append(len(text) - shared_same)
         same_chars, consecutive_chars, chars = same_chars + shared_same, consecutive_chars + shared_last, chars + len(text)
     mean = lambda values: sum(values) / len(values) if values else float("nan")  # noqa: E731
     return {
@@ -127,11 +136,14 @@ def prefix_shares(records: Sequence[dict[str, Any]], from_iteration: int = 1) ->
         "consecutive": mean(consecutive),
         "same_role_pooled": same_chars / chars if chars else float("nan"),
         "consecutive_pooled": consecutive_chars / chars if chars else float("nan"),
+        "new_chars": mean(new),
         "calls": float(len(same)),
     }
 
 
-def blocks_order(history: list[dict[str, Any]], best_k: int | None, recent: int | None) -> list[dict[str, Any]]:
+def blocks_order(
+    history: list[dict[str, Any]], best_k: int | None, recent: int | None, slack: int = 0
+) -> list[dict[str, Any]]:
     """The best ``best_k`` entries in history order, then the ``recent`` latest that are not among them."""
     if best_k is None and recent is None:
         return history
@@ -142,7 +154,9 @@ def blocks_order(history: list[dict[str, Any]], best_k: int | None, recent: int 
     return [history[i] for i in best + latest]
 
 
-def best_first_order(history: list[dict[str, Any]], best_k: int | None, recent: int | None) -> list[dict[str, Any]]:
+def best_first_order(
+    history: list[dict[str, Any]], best_k: int | None, recent: int | None, slack: int = 0
+) -> list[dict[str, Any]]:
     """The best ``best_k`` entries, best first, then the ``recent`` latest that are not among them, oldest first."""
     if best_k is None and recent is None:
         return history
@@ -152,14 +166,14 @@ def best_first_order(history: list[dict[str, Any]], best_k: int | None, recent: 
     return [history[i] for i in best + latest]
 
 
-ORDERS: dict[str, Callable[[list[dict[str, Any]], int | None, int | None], list[dict[str, Any]]] | None] = {
+ORDERS: dict[str, Callable[..., list[dict[str, Any]]] | None] = {
     "chronological": None,  # R2PO's own
     "blocks": blocks_order,
     "best-first": best_first_order,
 }
 
 
-def example_transcript(directory: Path, preset: str, episodes: int, seed: int = 0) -> list[dict[str, Any]]:
+def example_transcript(directory: Path, preset: str, episodes: int, seed: int = 0, slack: int = 0) -> list[dict[str, Any]]:
     """Run R2PO with ``llm="example"`` and a ``checkpoint_dir`` in ``directory``; return its transcript's records."""
     model = R2PO(
         "MlpLinear",
@@ -170,9 +184,15 @@ def example_transcript(directory: Path, preset: str, episodes: int, seed: int = 
         checkpoint_dir=str(directory),
         **QUICKSTART,
         **prompt_preset(preset),
+        **slack_option(slack),
     )
     model.learn(total_timesteps=10**9)
     return read_records(directory / "llm_calls.jsonl")
+
+
+def slack_option(slack: int) -> dict[str, int]:
+    """R2PO's ``history_slack`` argument; none for 0 (a source tree from before the option has none)."""
+    return {"history_slack": slack} if slack else {}
 
 
 def shares_main(args: argparse.Namespace) -> None:
@@ -180,9 +200,14 @@ def shares_main(args: argparse.Namespace) -> None:
         f"Common-prefix share of each prompt (characters), CartPole, llm='example', preset {args.preset!r}, "
         f"{args.episodes} episodes, quickstart settings"
     )
-    print("| history order | calls | same role, mean | same role, pooled | consecutive, mean | consecutive, pooled | from |")
-    print("|---|---|---|---|---|---|---|")
-    for order in args.order:
+    print(
+        "| history order | history_slack | calls | same role, mean | same role, pooled | consecutive, mean | "
+        "consecutive, pooled | new characters per call | from |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    if any(args.slack) and args.order != ["chronological"]:
+        raise SystemExit("--slack applies to R2PO's own (chronological) order only")
+    for order, slack in itertools.product(args.order, args.slack):
         chosen = ORDERS[order]
         original = history_module.shown_history
         if chosen is not None:  # the prompt view imports the function by name: replace it where it is used
@@ -191,7 +216,7 @@ def shares_main(args: argparse.Namespace) -> None:
             prompting.shown_history = chosen  # type: ignore[assignment]
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                records = example_transcript(Path(tmp) / "run", args.preset, args.episodes)
+                records = example_transcript(Path(tmp) / "run", args.preset, args.episodes, slack=slack)
         finally:
             import sb3_r2po.r2po.prompting as prompting
 
@@ -199,8 +224,9 @@ def shares_main(args: argparse.Namespace) -> None:
         for start in (1, 5):
             s = prefix_shares(records, from_iteration=start)
             print(
-                f"| {order} | {int(s['calls'])} | {s['same_role']:.0%} | {s['same_role_pooled']:.0%} | "
-                f"{s['consecutive']:.0%} | {s['consecutive_pooled']:.0%} | iteration {start} |"
+                f"| {order} | {slack} | {int(s['calls'])} | {s['same_role']:.0%} | {s['same_role_pooled']:.0%} | "
+                f"{s['consecutive']:.0%} | {s['consecutive_pooled']:.0%} | {s['new_chars']:.0f} | "
+                f"iteration {start} |"
             )
 
 
@@ -220,7 +246,7 @@ def cache_option(prefix_cache: bool) -> dict[str, bool]:
     return {}
 
 
-def run_embedded(seed: int, prefix_cache: bool, episodes: int, size: str, directory: Path) -> dict[str, Any]:
+def run_embedded(seed: int, prefix_cache: bool, episodes: int, size: str, directory: Path, slack: int = 0) -> dict[str, Any]:
     """One quickstart run with the embedded model; what the table needs."""
     from sb3_r2po.llm.embedded import EmbeddedBackend
 
@@ -234,6 +260,7 @@ def run_embedded(seed: int, prefix_cache: bool, episodes: int, size: str, direct
         checkpoint_dir=str(directory),
         **QUICKSTART,
         **prompt_preset("lean"),
+        **slack_option(slack),
     )
     backend.load()  # the load is not a call: keep it out of the wall time
     start = time.perf_counter()
@@ -315,9 +342,13 @@ def compare_main(args: argparse.Namespace) -> None:
                 _progress(rows[-1])
             for cache in (False, True):
                 directory = out / f"seed{seed}-cache-{'on' if cache else 'off'}"
-                rows.append(run_embedded(seed, cache, args.episodes, args.size, directory))
+                rows.append(run_embedded(seed, cache, args.episodes, args.size, directory, args.slack))
                 _progress(rows[-1])
-    print(f"Embedded {args.size}, CartPole-v1, quickstart settings (lean preset, K=5, 5 warm-up, {args.episodes} episodes)")
+    slack = f", history_slack={args.slack}" if args.slack else ""
+    print(
+        f"Embedded {args.size}, CartPole-v1, quickstart settings (lean preset{slack}, K=5, 5 warm-up, {args.episodes} "
+        "episodes)"
+    )
     print(
         "| seed | prefix cache | iterations | calls | prompt tokens | cached | cached from it. 5 | "
         "LLM s / iteration | LLM s / call from it. 5 | wall s | history identical | same replies to the same prompts |"
@@ -349,6 +380,10 @@ def paired_main(args: argparse.Namespace) -> None:
         "on, grammar first": (run, {"prefix_cache": True, **first}),
         "on": (run, {"prefix_cache": True}),
     }
+    if args.defaults_only:
+        configurations = {"on": configurations["on"]}
+    if args.also:
+        configurations["also: on"] = (Path(args.also), {"prefix_cache": True})
     if args.baseline:
         configurations["baseline: off, grammar first"] = (Path(args.baseline), {"prefix_cache": False, **first})
     transcripts = {name: path for name, (path, _) in configurations.items()}
@@ -394,15 +429,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     shares.add_argument("--episodes", type=int, default=205, help="episode budget (205: 20 iterations)")
     shares.add_argument("--preset", default="lean")
     shares.add_argument("--order", nargs="+", default=["chronological"], choices=list(ORDERS))
+    shares.add_argument("--slack", type=int, nargs="+", default=[0], help="history_slack values (0: none)")
     compare = sub.add_parser("compare", help="the embedded model with the prefix cache off and on")
     compare.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     compare.add_argument("--episodes", type=int, default=65, help="episode budget (the quickstart's: 65)")
     compare.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     compare.add_argument("--out", default=None, help="keep the run directories (transcripts) here")
+    compare.add_argument("--slack", type=int, default=0, help="history_slack of the runs on this tree (0: none)")
     compare.add_argument("--baseline-tree", default=None, help="also run each seed on this source tree, without a cache")
     paired = sub.add_parser("paired", help="the calls of recorded runs again, each backend in turn")
     paired.add_argument("run_dir")
     paired.add_argument("--baseline", default=None, help="a run directory of another commit (its calls without a cache)")
+    paired.add_argument("--also", default=None, help="one more run directory (its calls with the default backend)")
+    paired.add_argument("--defaults-only", action="store_true", help="leave out RUN_DIR's two grammar-first backends")
     paired.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     row = sub.add_parser("_row")  # one baseline run in a child process (internal): seed episodes size directory row_file
     row.add_argument("seed", type=int)

@@ -149,6 +149,33 @@ def test_shown_history_picks_the_right_entries_in_history_order(
     assert [r["i"] for r in shown_history(history, best_k, recent)] == expected
 
 
+@pytest.mark.parametrize("best_k, recent, slack", [(8, 4, 8), (2, 3, 1), (3, None, 4), (None, 2, 3), (0, 0, 2)])
+def test_history_slack_appends_until_the_limit_then_cuts_back_to_the_best_and_the_latest(
+    best_k: int | None, recent: int | None, slack: int
+) -> None:
+    rng = np.random.default_rng(0)
+    history = [{"mean_return": float(m), "i": i} for i, m in enumerate(rng.integers(0, 10, size=80))]
+    limit, cut_backs, before = (best_k or 0) + (recent or 0) + slack, 0, []
+    for n in range(1, len(history) + 1):
+        shown = shown_history(history[:n], best_k, recent, slack)
+        ranked = sorted(history[:n], key=lambda r: (-r["mean_return"], r["i"]))
+        assert all(r in shown for r in ranked[: best_k or 0] + history[:n][n - (recent or 0) :])
+        assert len(shown) <= limit and [r["i"] for r in shown] == sorted(r["i"] for r in shown)
+        if shown != [*before, history[n - 1]]:  # not appended: cut back to the window, as the limit was reached
+            assert len(before) + 1 > limit and shown == shown_history(history[:n], best_k, recent)
+            cut_backs += 1
+        before = shown
+    longest_period = limit - max(best_k or 0, recent or 0) + 1  # a cut-back keeps at least the best or the latest
+    assert cut_backs >= 1 + (len(history) - limit - 1) // longest_period
+
+
+def test_history_slack_needs_a_compressed_history_and_a_count() -> None:
+    with pytest.raises(ValueError, match="history_slack needs a compressed history"):
+        R2PO("MlpLinear", "CartPole-v1", llm="example", history_slack=4)
+    with pytest.raises(ValueError, match="history_slack must be an integer >= 0"):
+        R2PO("MlpLinear", "CartPole-v1", llm="example", history_best_k=2, history_slack=-1)
+
+
 def test_list_reply_style_writes_every_vector_as_a_list(make_r2po) -> None:
     replies = [f"params: [{', '.join(['0.5'] * 9 + [str(i)])}]" for i in range(1, 10)]
     llm = ScriptedLLM(replies)

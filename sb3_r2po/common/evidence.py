@@ -138,7 +138,7 @@ def digits_apart(x: float, other: float | None, digits: int = 4) -> int:
     return 17
 
 
-def _rows(x: np.ndarray | list[Any]) -> np.ndarray | list[np.ndarray]:
+def _rows(x: np.ndarray | list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
     """The observations or actions of an episode as flat float64 rows, one per step: a 2-D array (a view of a float64
     array, as :func:`~sb3_r2po.common.rollouts.run_episodes` records them), or a list where the rows' shapes differ."""
     if isinstance(x, np.ndarray) and x.ndim >= 1 and x.size:
@@ -233,9 +233,7 @@ def render_trajectory(
         "capped": "stopped at the step cap",
         "non-finite": "stopped: the environment returned a non-finite value",
     }
-    lines.append(
-        f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(observations[-1], digits)}"
-    )
+    lines.append(f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(observations[-1], digits)}")
     omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
     return RenderedTrajectory(tuple(lines), omitted)
 

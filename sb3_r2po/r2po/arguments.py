@@ -90,6 +90,7 @@ def check_prompts(
     trajectory_digits: int,
     history_best_k: int | None,
     history_recent: int | None,
+    history_slack: int,
     history_excerpts: int | None,
     target_return: float | None,
     tau_c: float | None,
@@ -101,6 +102,9 @@ def check_prompts(
     check_int("trajectory_digits", trajectory_digits, 1)
     check_int("history_best_k", history_best_k, 0, optional=True)
     check_int("history_recent", history_recent, 0, optional=True)
+    check_int("history_slack", history_slack, 0)
+    if history_slack and history_best_k is None and history_recent is None:
+        raise ValueError("history_slack needs a compressed history (history_best_k or history_recent)")
     check_int("history_excerpts", history_excerpts, 0, optional=True)
     check_number("target_return", target_return, optional=True)
     check_number("tau_c", tau_c, optional=True)
@@ -147,7 +151,7 @@ def check(model: R2PO, llm_given: bool = True) -> None:
     check_int("seed", m.seed, 0, optional=True)
     check_budget(m.n_eval_episodes, m.warmup_episodes, m.max_episodes, m.max_episode_steps)
     check_search_space(m.param_bounds, m.param_decimals, m.step_size)
-    history = (m.history_best_k, m.history_recent, m.history_excerpts)
+    history = (m.history_best_k, m.history_recent, m.history_slack, m.history_excerpts)
     check_prompts(m.reply_style, m.max_trajectory_steps, m.trajectory_digits, *history, m.target_return, m.tau_c)
     check_llm_use(m.temperature, m.max_llm_retries, m.on_unusable_reply, m.max_iteration_attempts)
     check_racing(m.racing_chunk, m.racing_z)

@@ -34,14 +34,32 @@ def find(history: list[Record], params: np.ndarray) -> Record | None:
     return None
 
 
-def shown_history(history: list[Record], best_k: int | None, recent: int | None) -> list[Record]:
-    """The history as prompts show it: all of it, or the best ``best_k`` plus the ``recent`` latest (in order)."""
+def shown_history(history: list[Record], best_k: int | None, recent: int | None, slack: int = 0) -> list[Record]:
+    """
+    The history as prompts show it: all of it, or the best ``best_k`` plus the ``recent`` latest (in history order).
+
+    With ``slack`` > 0 the shown entries only grow, by appending, until there would be more than
+    ``best_k + recent + slack`` of them; then they are cut back to the best ``best_k`` plus the ``recent`` latest. Between
+    cut-backs a prompt's history is the previous prompt's plus the new entries (a prefix cache reuses all of it). The
+    best ``best_k`` and the ``recent`` latest are always among the shown entries.
+    """
     if best_k is None and recent is None:
         return history
-    n = len(history)
-    latest = set(range(max(0, n - (recent or 0)), n))
+    n, best_k, recent = len(history), best_k or 0, recent or 0
     ranked = sorted(range(n), key=lambda i: (-history[i]["mean_return"], i))
-    return [history[i] for i in sorted(latest | set(ranked[: best_k or 0]))]
+
+    def window(end: int) -> list[int]:  # the best best_k and the recent latest of history[:end], in history order
+        best = [i for i in ranked if i < end][:best_k] if end < n else ranked[:best_k]
+        return sorted(set(range(max(0, end - recent), end)).union(best))
+
+    if slack == 0:
+        return [history[i] for i in window(n)]
+    limit, cut = best_k + recent + slack, 0
+    kept: list[int] = []
+    while len(kept) + n - cut > limit:  # the window is cut back at the entry that would exceed the limit
+        cut += limit - len(kept) + 1
+        kept = window(cut)
+    return [history[i] for i in kept] + history[cut:]
 
 
 def duplicate_error(history: list[Record], params: np.ndarray) -> str | None:

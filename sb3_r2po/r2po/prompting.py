@@ -63,7 +63,7 @@ class PromptView:
         if model.max_episodes is not None:
             per_iteration = spec.candidates_per_iteration * model.n_eval_episodes
             planned = model.iteration + max(1, math.ceil(model.episodes_left / max(1, per_iteration)))
-        shown_entries = shown_history(model.history, model.history_best_k, model.history_recent)
+        shown_entries = shown_history(model.history, model.history_best_k, model.history_recent, model.history_slack)
         lines = self._history_lines(shown_entries, critic)
         lines += [HistoryLine(self.format(p), finite.mean(res.returns), len(res.episodes)) for p, res in shown]
         return PromptContext(

@@ -85,6 +85,10 @@ class R2PO(BaseAlgorithm):
     :param history_best_k: *Ours*, with ``history_recent``: prompts show the ``history_best_k`` best entries plus the
         ``history_recent`` latest (``None`` for both: the whole history; duplicate checks always use all of it).
     :param history_recent: See ``history_best_k``.
+    :param history_slack: *Ours*, with a compressed history: the shown entries grow by appending until there would be
+        more than ``history_best_k + history_recent + history_slack``, then are cut back to the best and the latest, so
+        consecutive prompts share their history as a prefix (a prefix cache reuses it) except at a cut-back. ``0``: the
+        best and the latest at every prompt.
     :param reply_style: How prompts write vectors and which reply they ask for: ``"indexed"`` (``params[0]: v, ...``,
         the reference's) or ``"list"`` (``params: [v, ...]``, *ours*, fewer tokens). The parser reads both.
     :param search_sees_task: *Ours*: the Search is shown the task and the policy layout (the reference's is a black box).
@@ -144,6 +148,7 @@ class R2PO(BaseAlgorithm):
         fold_repeated_steps: bool = False,
         history_best_k: int | None = None,
         history_recent: int | None = None,
+        history_slack: int = 0,
         reply_style: ReplyStyle = "indexed",
         search_sees_task: bool = False,
         critic_selection_hints: bool = False,
@@ -191,7 +196,7 @@ class R2PO(BaseAlgorithm):
         self.param_decimals: int = param_decimals
         self.max_trajectory_steps, self.trajectory_digits = max_trajectory_steps, trajectory_digits
         self.fold_repeated_steps, self.history_excerpts = fold_repeated_steps, history_excerpts
-        self.history_best_k, self.history_recent = history_best_k, history_recent
+        self.history_best_k, self.history_recent, self.history_slack = history_best_k, history_recent, history_slack
         self.reply_style: ReplyStyle = reply_style
         self.search_sees_task, self.critic_selection_hints = search_sees_task, critic_selection_hints
         self.extra_statistics, self.prompt_template_dir = extra_statistics, prompt_template_dir
