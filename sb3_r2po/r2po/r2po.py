@@ -85,10 +85,7 @@ class R2PO(BaseAlgorithm):
     :param history_best_k: *Ours*, with ``history_recent``: prompts show the ``history_best_k`` best entries plus the
         ``history_recent`` latest (``None`` for both: the whole history; duplicate checks always use all of it).
     :param history_recent: See ``history_best_k``.
-    :param history_slack: *Ours*, with a compressed history: the shown entries grow by appending until there would be
-        more than ``history_best_k + history_recent + history_slack``, then are cut back to the best and the latest, so
-        consecutive prompts share their history as a prefix (a prefix cache reuses it) except at a cut-back. ``0``: the
-        best and the latest at every prompt.
+    :param history_slack: *Ours*: entries a compressed history grows by, appending, before it is cut back (prefix reuse).
     :param reply_style: How prompts write vectors and which reply they ask for: ``"indexed"`` (``params[0]: v, ...``,
         the reference's) or ``"list"`` (``params: [v, ...]``, *ours*, fewer tokens). The parser reads both.
     :param search_sees_task: *Ours*: the Search is shown the task and the policy layout (the reference's is a black box).
