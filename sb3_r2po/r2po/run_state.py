@@ -76,10 +76,9 @@ def _deep_copy(value: Any) -> Any:
         return {key: _deep_copy(item) for key, item in value.items()}
     if type(value) is deque:
         return deque((_deep_copy(item) for item in value), maxlen=value.maxlen)
-    seeds = value.bit_generator.seed_seq if type(value) is np.random.Generator else None
-    if isinstance(seeds, np.random.SeedSequence) and type(seeds) is np.random.SeedSequence:
-        bits = value.bit_generator
-        fresh = type(bits)(seeds)
+    bits = value.bit_generator if type(value) is np.random.Generator else None
+    if bits is not None and type(bits.seed_seq) is np.random.SeedSequence:
+        fresh = type(bits)(bits.seed_seq)
         fresh.state = bits.state
         return np.random.Generator(fresh)
     return copy.deepcopy(value)
