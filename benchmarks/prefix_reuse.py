@@ -1,8 +1,8 @@
 """Prefix reuse: how much of each prompt an earlier call already processed, and what the embedded backend's prefix
 cache saves.
 
-    python benchmarks/prefix_reuse.py shares [--episodes 205] [--preset lean] [--order chronological] [--slack 0]
-    python benchmarks/prefix_reuse.py compare [--seeds 0 1] [--episodes 65] [--size 0.5b] [--slack 0] [--baseline-tree DIR]
+    python benchmarks/prefix_reuse.py shares [--episodes 205] [--preset lean] [--order chronological] [--slack N ...]
+    python benchmarks/prefix_reuse.py compare [--seeds 0 1] [--episodes 65] [--size 0.5b] [--slack N] [--baseline-tree DIR]
     python benchmarks/prefix_reuse.py paired RUN_DIR [--baseline RUN_DIR] [--also RUN_DIR] [--defaults-only] [--size 0.5b]
 
 ``shares`` runs R2PO with ``llm="example"`` (a deterministic local search, not an LLM: only the prompts matter) and a
@@ -13,12 +13,14 @@ shares and the pooled share (shared characters over all characters), over all ca
 ``--order`` renders the compressed history in another order (``best-first``: the best entries, best first, then the
 latest; ``blocks``: the best entries in history order, then the latest not among them) to compare with R2PO's
 (``chronological``: the shown entries in history order). ``--slack`` runs each order once per ``history_slack`` value
-given (the shown entries grow by appending until the window's size plus the slack, then are cut back). Beside the
+given (the shown entries grow by appending until the window's size plus the slack, then are cut back; without it, the
+preset's own: ``lean`` has 8). Beside the
 shares: the characters per call that are not a common prefix with the previous call of its role (what a per-role
 prefix cache has to process).
 
 ``compare`` runs the quickstart's configuration (CartPole, ``lean`` preset, K=5, 5 warm-up episodes, 65 episodes,
-the quickstart's loop options for small models; ``--slack N``: with ``history_slack=N``) with the embedded model, once
+the quickstart's loop options for small models; ``--slack N``: with ``history_slack=N`` instead of the preset's 8) with
+the embedded model, once
 with the prefix cache off and once on, for each seed, and prints a table: prompt tokens, prompt tokens served from a
 cache (all, and from the fifth iteration on), LLM seconds per iteration, wall seconds, and whether the two runs'
 histories are identical. Off is the backend without its prefix cache: llama.cpp then reuses only the prefix shared
@@ -173,7 +175,9 @@ ORDERS: dict[str, Callable[..., list[dict[str, Any]]] | None] = {
 }
 
 
-def example_transcript(directory: Path, preset: str, episodes: int, seed: int = 0, slack: int = 0) -> list[dict[str, Any]]:
+def example_transcript(
+    directory: Path, preset: str, episodes: int, seed: int = 0, slack: int | None = None
+) -> list[dict[str, Any]]:
     """Run R2PO with ``llm="example"`` and a ``checkpoint_dir`` in ``directory``; return its transcript's records."""
     model = R2PO(
         "MlpLinear",
@@ -190,9 +194,10 @@ def example_transcript(directory: Path, preset: str, episodes: int, seed: int = 
     return read_records(directory / "llm_calls.jsonl")
 
 
-def slack_option(slack: int) -> dict[str, int]:
-    """R2PO's ``history_slack`` argument; none for 0 (a source tree from before the option has none)."""
-    return {"history_slack": slack} if slack else {}
+def slack_option(slack: int | None) -> dict[str, int]:
+    """R2PO's ``history_slack`` argument; none for ``None``: the preset's own (a source tree from before the option has
+    none)."""
+    return {} if slack is None else {"history_slack": slack}
 
 
 def shares_main(args: argparse.Namespace) -> None:
@@ -205,9 +210,11 @@ def shares_main(args: argparse.Namespace) -> None:
         "consecutive, pooled | new characters per call | from |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    if any(args.slack) and args.order != ["chronological"]:
-        raise SystemExit("--slack applies to R2PO's own (chronological) order only")
-    for order, slack in itertools.product(args.order, args.slack):
+    preset_slack = int(prompt_preset(args.preset).get("history_slack", 0))
+    slacks = [preset_slack if slack is None else slack for slack in args.slack]
+    if any(slacks) and args.order != ["chronological"]:
+        raise SystemExit("a history_slack applies to R2PO's own (chronological) order only: add --slack 0")
+    for order, slack in itertools.product(args.order, slacks):
         chosen = ORDERS[order]
         original = history_module.shown_history
         if chosen is not None:  # the prompt view imports the function by name: replace it where it is used
@@ -246,7 +253,9 @@ def cache_option(prefix_cache: bool) -> dict[str, bool]:
     return {}
 
 
-def run_embedded(seed: int, prefix_cache: bool, episodes: int, size: str, directory: Path, slack: int = 0) -> dict[str, Any]:
+def run_embedded(
+    seed: int, prefix_cache: bool, episodes: int, size: str, directory: Path, slack: int | None = None
+) -> dict[str, Any]:
     """One quickstart run with the embedded model; what the table needs."""
     from sb3_r2po.llm.embedded import EmbeddedBackend
 
@@ -344,7 +353,7 @@ def compare_main(args: argparse.Namespace) -> None:
                 directory = out / f"seed{seed}-cache-{'on' if cache else 'off'}"
                 rows.append(run_embedded(seed, cache, args.episodes, args.size, directory, args.slack))
                 _progress(rows[-1])
-    slack = f", history_slack={args.slack}" if args.slack else ""
+    slack = f", history_slack={args.slack}" if args.slack is not None else ""
     print(
         f"Embedded {args.size}, CartPole-v1, quickstart settings (lean preset{slack}, K=5, 5 warm-up, {args.episodes} "
         "episodes)"
@@ -429,13 +438,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     shares.add_argument("--episodes", type=int, default=205, help="episode budget (205: 20 iterations)")
     shares.add_argument("--preset", default="lean")
     shares.add_argument("--order", nargs="+", default=["chronological"], choices=list(ORDERS))
-    shares.add_argument("--slack", type=int, nargs="+", default=[0], help="history_slack values (0: none)")
+    shares.add_argument("--slack", type=int, nargs="+", default=[None], help="history_slack values (default: the preset's)")
     compare = sub.add_parser("compare", help="the embedded model with the prefix cache off and on")
     compare.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     compare.add_argument("--episodes", type=int, default=65, help="episode budget (the quickstart's: 65)")
     compare.add_argument("--size", default="0.5b", choices=["0.5b", "1.5b"])
     compare.add_argument("--out", default=None, help="keep the run directories (transcripts) here")
-    compare.add_argument("--slack", type=int, default=0, help="history_slack of the runs on this tree (0: none)")
+    compare.add_argument("--slack", type=int, default=None, help="history_slack of the runs on this tree (default: lean's)")
     compare.add_argument("--baseline-tree", default=None, help="also run each seed on this source tree, without a cache")
     paired = sub.add_parser("paired", help="the calls of recorded runs again, each backend in turn")
     paired.add_argument("run_dir")

@@ -73,7 +73,8 @@ def main() -> None:
         tau_c=480,
         max_episodes=args.episodes,
         seed=args.seed,
-        # prompt size; the default "lean" preset, for CPU models: the 8 best and 4 latest history entries,
+        # prompt size; the default "lean" preset, for CPU models: the 8 best and 4 latest history entries (grown by
+        # appending up to 8 more before they are cut back, so each prompt starts with the previous one: prefix reuse),
         # 20 trajectory steps, 2 digits, vectors written as lists (params: [v, ...], what the embedded grammar enforces)
         **prompt_preset(args.prompts),
         **options,

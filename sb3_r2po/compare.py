@@ -110,7 +110,7 @@ __all__ = [
 
 
 def r2po_settings(n_eval_episodes: int | None, warmup_episodes: int | None, prompts: str | None) -> dict[str, Any]:
-    """The R2PO settings of the command line: the prompt preset's nine parameters, K and the warm-up (when given)."""
+    """The R2PO settings of the command line: the prompt preset's ten parameters, K and the warm-up (when given)."""
     settings: dict[str, Any] = dict(prompt_preset(prompts)) if prompts is not None else {}
     if n_eval_episodes is not None:
         settings["n_eval_episodes"] = n_eval_episodes

@@ -192,7 +192,7 @@ def test_cli_errors() -> None:
 
 
 def test_prompt_preset_reaches_r2po(tmp_path: Path) -> None:
-    """``--prompts tight`` sets the preset's nine prompt parameters on R2PO; the settings and the report name it."""
+    """``--prompts tight`` sets the preset's ten prompt parameters on R2PO; the settings and the report name it."""
     one_seed = [*TINY[: TINY.index("--seeds") + 1], "0", *TINY[TINY.index("--budget") :]]
     main(["--llm", "example:0", "--methods", "r2po", *one_seed, "--prompts", "tight", "--out", str(tmp_path), "--no-progress"])
     result = _runs(tmp_path)

@@ -147,7 +147,7 @@ def r2po_overrides(
 ) -> dict[str, Any]:
     """
     The R2PO hyperparameters set on top of ``zoo_configs/r2po.yml``: the LLM, the variant, the budget and, when
-    ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its nine prompt parameters. They win over the
+    ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its ten prompt parameters. They win over the
     file's settings for the variant (its ``variants:`` entry), as ``--hyperparams`` do in the zoo.
     """
     overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget}

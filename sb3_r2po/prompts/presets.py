@@ -1,7 +1,7 @@
 """Named prompt settings: how much history and trajectory R2PO's prompts show, how vectors are written, and which of
 our prompt additions are on.
 
-Each preset fixes all nine of R2PO's prompt-rendering parameters, so it reads the same whatever the defaults::
+Each preset fixes all ten of R2PO's prompt-rendering parameters, so it reads the same whatever the defaults::
 
     from sb3_r2po import R2PO
     from sb3_r2po.prompts import prompt_preset
@@ -34,6 +34,7 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
     "full": {
         "history_best_k": None,
         "history_recent": None,
+        "history_slack": 0,
         "max_trajectory_steps": None,
         "trajectory_digits": 3,
         "fold_repeated_steps": False,
@@ -42,11 +43,13 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
         "critic_selection_hints": False,
         "extra_statistics": False,
     },
-    # For CPU models (the quickstart's): the 8 best and 4 latest history entries, 20 trajectory steps (head and
-    # tail), 2 figures, repeated steps folded, vectors written as lists (params: [v, ...]), our additions on.
+    # For CPU models (the quickstart's): the 8 best and 4 latest history entries, grown by appending up to 8 more before
+    # the window is cut back (prefix reuse), 20 trajectory steps (head and tail), 2 figures, repeated steps folded,
+    # vectors written as lists (params: [v, ...]), our additions on.
     "lean": {
         "history_best_k": 8,
         "history_recent": 4,
+        "history_slack": 8,
         "max_trajectory_steps": 20,
         "trajectory_digits": 2,
         "fold_repeated_steps": True,
@@ -57,6 +60,7 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
     "tight": {
         "history_best_k": 5,
         "history_recent": 3,
+        "history_slack": 0,
         "max_trajectory_steps": 12,
         "trajectory_digits": 2,
         "fold_repeated_steps": True,
@@ -72,7 +76,7 @@ def prompt_preset(name: str) -> dict[str, Any]:
     The R2PO keyword arguments of a named prompt preset (a copy: change it freely).
 
     :param name: One of ``PROMPT_PRESETS``: ``"full"``, ``"lean"`` or ``"tight"``.
-    :return: ``history_best_k``, ``history_recent``, ``max_trajectory_steps``, ``trajectory_digits``,
+    :return: ``history_best_k``, ``history_recent``, ``history_slack``, ``max_trajectory_steps``, ``trajectory_digits``,
         ``fold_repeated_steps``, ``reply_style``, ``search_sees_task``, ``critic_selection_hints`` and ``extra_statistics``.
     :raises ValueError: for an unknown name.
     """
