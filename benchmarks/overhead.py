@@ -17,8 +17,9 @@ It prints the ratio of the two wall times, and beside it the same loop with the 
 ``learn()`` steps through: SB3 wraps every env an algorithm is given in one, for the ``infos[i]["episode"]`` that
 callbacks read), so the part of the ratio that is the Monitor's shows. Each round runs ``learn()`` and the loops once
 in a fresh process, per source tree; the table takes the best time of each over ``--repeats`` alternating rounds (the least
-disturbed by other load). ``--baseline-tree DIR`` adds a second source tree (a ``git worktree`` of another
-commit, imported through ``PYTHONPATH``) to the same rounds, side by side. ``--llm instant`` is an LLM that answers
+disturbed by other load), and, last, the ratio of the best CPU seconds (``time.process_time``, which leaves out the
+time a VM's host takes its cores away). ``--baseline-tree DIR`` adds a second source tree (a ``git worktree`` of
+another commit, imported through ``PYTHONPATH``) to the same rounds, side by side. ``--llm instant`` is an LLM that answers
 at once with ``ExampleLLM``'s replies: each tree's run is first recorded with ``llm="example"`` (a ``checkpoint_dir``
 transcript, not timed), and the rounds replay it (``llm="replay:<transcript>"``), so the history, the prompts and the
 steps are the same as with ``example``, without the stand-in's own prompt parsing.
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,20 +136,20 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
         checkpoint_dir=args.checkpoint_dir,
     )
     evaluations = record_evaluations(model, env)
-    start = time.perf_counter()
-    model.learn(total_timesteps=10**12)
-    learn_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    plain_steps = plain_loop(args.env, model, evaluations)
-    plain_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    plain_loop(args.env, model, evaluations, monitor=True)
-    monitor_seconds = time.perf_counter() - start
+    times: dict[str, float] = {}
+
+    def timed(name: str, run: Callable[[], Any]) -> Any:  # wall and CPU seconds (CPU time leaves out a VM's steal)
+        start, cpu = time.perf_counter(), time.process_time()
+        result = run()
+        times[name], times[f"{name}_cpu"] = time.perf_counter() - start, time.process_time() - cpu
+        return result
+
+    timed("learn", lambda: model.learn(total_timesteps=10**12))
+    plain_steps = timed("plain", lambda: plain_loop(args.env, model, evaluations))
+    timed("monitor", lambda: plain_loop(args.env, model, evaluations, monitor=True))
     return {
         "module": str(Path(sb3_r2po.__file__).parent),
-        "learn": learn_seconds,
-        "plain": plain_seconds,
-        "monitor": monitor_seconds,
+        **times,
         "steps": int(model.num_timesteps),
         "plain_steps": plain_steps,
         "iterations": int(model.iteration),
@@ -178,19 +180,23 @@ def versus_plain_loop(args: argparse.Namespace) -> None:
         f"{args.env}, llm={args.llm}, K={args.k}, {args.iterations} iterations; learn() against a plain gymnasium loop "
         f"stepping the same policies for the same steps; best of {args.repeats} alternating rounds"
     )
-    print("| source tree | commit | steps (learn / loop) | learn() s | plain loop s | ratio | loop in a Monitor s | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| source tree | commit | steps (learn / loop) | learn() s | plain loop s | ratio | loop in a Monitor s | ratio "
+        "| ratio of CPU seconds (learn / loop) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for tree, results in rounds.items():
         commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "sb3_r2po"], capture_output=True, text=True)
         label = commit.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
         learn, plain = min(r["learn"] for r in results), min(r["plain"] for r in results)
         monitor = min(r["monitor"] for r in results)
+        cpu = min(r["learn_cpu"] for r in results) / min(r["plain_cpu"] for r in results)
         steps = f"{results[0]['steps']} / {results[0]['plain_steps']}"
         assert all(r["module"].startswith(str(tree)) for r in results), f"{tree}: imported {results[0]['module']}"
         print(
             f"| {tree} | {label} | {steps} | {learn:.3f} | {plain:.3f} | {learn / plain:.2f} | {monitor:.3f} | "
-            f"{learn / monitor:.2f} |"
+            f"{learn / monitor:.2f} | {cpu:.2f} |"
         )
 
 
