@@ -120,11 +120,13 @@ def lean_run(make_r2po, max_episodes: int) -> list[str]:
 
 
 def test_each_lean_prompt_starts_with_the_previous_prompt_of_its_role_up_to_the_end_of_its_history(make_r2po) -> None:
-    """While the history fits lean's 8 best + 4 latest entries, it only grows at its end: everything of the previous
-    prompt of the same role up to its history's last line is a prefix of the next one."""
-    prompts = lean_run(make_r2po, max_episodes=2 + 4 * 4)  # 2 warm-up entries, then 4 iterations: at most 6 entries
+    """Until lean's history reaches 8 best + 4 latest + 8 of slack entries, it only grows at its end: everything of the
+    previous prompt of the same role up to its history's last line is a prefix of the next one (without the slack,
+    entries would leave the window from the 13th on)."""
+    prompts = lean_run(make_r2po, max_episodes=2 + 12 * 4)  # 2 warm-up entries, then 12 iterations: 14 entries
     searches, critics = [p for p in prompts if not is_critic(p)], [p for p in prompts if is_critic(p)]
-    assert len(searches) == len(critics) == 4
+    assert len(searches) == len(critics) == 12
+    assert "left out above" not in searches[-1]  # all 14 shown
     for role, ends in ((searches, "\n\nThe best "), (critics, "\n\n## Proposal")):
         for before, after in itertools.pairwise(role):
             shared = before.split(ends)[0]  # the prompt up to the end of its history
