@@ -14,17 +14,15 @@ shares and the pooled share (shared characters over all characters), over all ca
 latest; ``blocks``: the best entries in history order, then the latest not among them) to compare with R2PO's
 (``chronological``: the shown entries in history order). ``--slack`` runs each order once per ``history_slack`` value
 given (the shown entries grow by appending until the window's size plus the slack, then are cut back; without it, the
-preset's own: ``lean`` has 8). Beside the
-shares: the characters per call that are not a common prefix with the previous call of its role (what a per-role
-prefix cache has to process).
+preset's own: ``lean`` has 8). Beside the shares: the characters per call that are not a common prefix with the
+previous call of its role (what a per-role prefix cache has to process).
 
 ``compare`` runs the quickstart's configuration (CartPole, ``lean`` preset, K=5, 5 warm-up episodes, 65 episodes,
 the quickstart's loop options for small models; ``--slack N``: with ``history_slack=N`` instead of the preset's 8) with
-the embedded model, once
-with the prefix cache off and once on, for each seed, and prints a table: prompt tokens, prompt tokens served from a
-cache (all, and from the fifth iteration on), LLM seconds per iteration, wall seconds, and whether the two runs'
-histories are identical. Off is the backend without its prefix cache: llama.cpp then reuses only the prefix shared
-with the call just before.
+the embedded model, once with the prefix cache off and once on, for each seed, and prints a table: prompt tokens,
+prompt tokens served from a cache (all, and from the fifth iteration on), LLM seconds per iteration, wall seconds,
+and whether the two runs' histories are identical. Off is the backend without its prefix cache: llama.cpp then
+reuses only the prefix shared with the call just before.
 ``--baseline-tree DIR`` adds, for each seed, the same run on another source tree (a ``git worktree`` of an earlier
 commit, imported through ``PYTHONPATH`` in a child process), without a prefix cache: e.g. the commit before prefix
 reuse, whose prompts put the history and the candidate before the parts that stay the same. Its prompts differ, so
@@ -187,8 +185,7 @@ def example_transcript(
         seed=seed,
         checkpoint_dir=str(directory),
         **QUICKSTART,
-        **prompt_preset(preset),
-        **slack_option(slack),
+        **{**prompt_preset(preset), **slack_option(slack)},
     )
     model.learn(total_timesteps=10**9)
     return read_records(directory / "llm_calls.jsonl")
@@ -268,8 +265,7 @@ def run_embedded(
         seed=seed,
         checkpoint_dir=str(directory),
         **QUICKSTART,
-        **prompt_preset("lean"),
-        **slack_option(slack),
+        **{**prompt_preset("lean"), **slack_option(slack)},
     )
     backend.load()  # the load is not a call: keep it out of the wall time
     start = time.perf_counter()
