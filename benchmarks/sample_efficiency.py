@@ -23,7 +23,7 @@ without it R2PO keeps the prompt settings of ``zoo_configs/r2po.yml`` (R2PO's de
 into a results store (``--store``, default ``PATH.store``; :class:`sb3_r2po.experiments.ResultsStore`), so an R2PO run
 cut in the middle resumes from its checkpoint. The same command again reads the file, reruns nothing that is there
 and continues with the missing (method, seed) runs; a file written with other settings is refused, never
-overwritten.
+overwritten (a preset counts by its parameters, not only its name: ``lean`` gained ``history_slack=8`` on 2026-12-03).
 
 An existing ``python -m sb3_r2po.compare`` output with the same R2PO settings can stand in for the R2PO runs
 (``--r2po-runs comparison/runs.json``): the settings are checked and the table says where the runs came from.
@@ -230,7 +230,14 @@ def main() -> None:
         "seeds": args.seeds,
         "prompts": args.prompts,
     }
-    settings = {**r2po_settings, "baseline_budget": args.baseline_budget, "r2po_runs": args.r2po_runs}
+    # the preset's parameters as well as its name: a file written under another definition of the preset is refused
+    preset = prompt_preset(args.prompts) if args.prompts else None
+    settings = {
+        **r2po_settings,
+        "prompt_parameters": preset,
+        "baseline_budget": args.baseline_budget,
+        "r2po_runs": args.r2po_runs,
+    }
     json_path = Path(args.json) if args.json else None
     runs = load_progress(json_path, settings)
     if runs:

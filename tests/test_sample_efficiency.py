@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sb3_r2po.prompts import prompt_preset
+
 if importlib.util.find_spec("rl_zoo3") is None:  # the baselines run through RL Zoo's ExperimentManager
     pytest.skip("rl_zoo3 is not installed", allow_module_level=True)
 
@@ -79,3 +81,10 @@ def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path, f
     path.write_text(json.dumps({"settings": {}, "rows": []}))  # the format of the script before it kept runs
     old = run(*ARGS, "--json", str(path), check=False)
     assert old.returncode != 0 and "holds no per-run data" in old.stderr
+    # a preset counts by its parameters: a file of lean as it was before history_slack is not continued by today's lean
+    written = json.loads(first_command[1])
+    lean_before = {key: value for key, value in prompt_preset("lean").items() if key != "history_slack"}
+    written["settings"].update(prompts="lean", prompt_parameters=lean_before)
+    path.write_text(json.dumps(written))
+    redefined = run(*ARGS, "--prompts", "lean", "--json", str(path), check=False)
+    assert redefined.returncode != 0 and "written with other settings (prompt_parameters)" in redefined.stderr
