@@ -26,12 +26,14 @@ and continues with the missing (method, seed) runs; a file written with other se
 overwritten (a preset counts by its parameters, not only its name: ``lean`` gained ``history_slack=8`` on 2026-12-03).
 
 An existing ``python -m sb3_r2po.compare`` output with the same R2PO settings can stand in for the R2PO runs
-(``--r2po-runs comparison/runs.json``): the settings are checked and the table says where the runs came from.
+(``--r2po-runs comparison/runs.json``): the settings, and each run's prompt parameters against the preset's, are
+checked, and the table says where the runs came from.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import tempfile
@@ -39,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sb3_r2po import R2PO
 from sb3_r2po.common.files import atomic_write
 from sb3_r2po.experiments import ResultsStore, RunResult, RunSpec, SerialExecutor
 from sb3_r2po.experiments.stats import rolling_mean, summarize
@@ -54,13 +57,25 @@ KEPT = ("method", "seed", "returns", "episodes_run", "wall_time_s", "iterations"
 
 
 def r2po_runs_from(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """The R2PO runs of a compare ``runs.json`` whose settings match ``settings`` (a ``ValueError`` otherwise)."""
+    """The R2PO runs of a compare ``runs.json`` whose settings match ``settings`` and whose runs used the prompt preset's
+    parameters as it is defined now (a ``ValueError`` otherwise; a parameter a run does not name had R2PO's default)."""
     data = json.loads(path.read_text())
     theirs = data["settings"]
     for key, value in settings.items():
         if theirs.get(key) != value:
             raise ValueError(f"{path}: setting {key} is {theirs.get(key)!r}, this benchmark needs {value!r}")
-    return [run for run in data["runs"] if run["method"] == "r2po"]
+    runs = [run for run in data["runs"] if run["method"] == "r2po"]
+    preset = prompt_preset(settings["prompts"]) if settings.get("prompts") else {}
+    defaults = {name: p.default for name, p in inspect.signature(R2PO).parameters.items()}
+    for run in runs:
+        used = run.get("hyperparams") or {}
+        differ = sorted(key for key, value in preset.items() if used.get(key, defaults[key]) != value)
+        if differ:
+            raise ValueError(
+                f"{path}: run {run.get('run_id')} has other prompt parameters ({', '.join(differ)}) than the preset "
+                f"{settings['prompts']!r} has now"
+            )
+    return runs
 
 
 def load_progress(path: Path | None, settings: dict[str, Any]) -> list[dict[str, Any]]:

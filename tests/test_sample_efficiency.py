@@ -88,3 +88,24 @@ def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path, f
     path.write_text(json.dumps(written))
     redefined = run(*ARGS, "--prompts", "lean", "--json", str(path), check=False)
     assert redefined.returncode != 0 and "written with other settings (prompt_parameters)" in redefined.stderr
+
+
+def test_compare_runs_of_a_redefined_preset_are_not_reused(tmp_path: Path) -> None:
+    """``--r2po-runs``: a compare output made under ``--prompts lean`` stands in only if its runs used lean's parameters
+    as they are now (a parameter a run does not name had R2PO's default)."""
+    spec = importlib.util.spec_from_file_location("sample_efficiency", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    settings = {"env": "CartPole-v1", "llm": "example", "prompts": "lean"}
+    now = prompt_preset("lean")
+    before = {key: value for key, value in now.items() if key != "history_slack"}  # lean before 2026-12-03
+    path = tmp_path / "runs.json"
+    for hyperparams, reused in ((now, True), (before, False)):
+        runs = [{"method": "r2po", "run_id": "r2po-0", "hyperparams": hyperparams}, {"method": "ppo", "hyperparams": {}}]
+        path.write_text(json.dumps({"settings": settings, "runs": runs}))
+        if reused:
+            assert script.r2po_runs_from(path, settings) == runs[:1]
+        else:
+            with pytest.raises(ValueError, match=r"run r2po-0 has other prompt parameters \(history_slack\)"):
+                script.r2po_runs_from(path, settings)
