@@ -207,7 +207,7 @@ def shares_main(args: argparse.Namespace) -> None:
         "consecutive, pooled | new characters per call | from |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    preset_slack = int(prompt_preset(args.preset).get("history_slack", 0))
+    preset_slack = prompt_preset(args.preset)["history_slack"]
     slacks = [preset_slack if slack is None else slack for slack in args.slack]
     if any(slacks) and args.order != ["chronological"]:
         raise SystemExit("a history_slack applies to R2PO's own (chronological) order only: add --slack 0")

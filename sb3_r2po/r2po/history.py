@@ -49,7 +49,7 @@ def shown_history(history: list[Record], best_k: int | None, recent: int | None,
     ranked = sorted(range(n), key=lambda i: (-history[i]["mean_return"], i))
 
     def window(end: int) -> list[int]:  # the best best_k and the recent latest of history[:end], in history order
-        best = [i for i in ranked if i < end][:best_k] if end < n else ranked[:best_k]
+        best = [i for i in ranked if i < end][:best_k]
         return sorted(set(range(max(0, end - recent), end)).union(best))
 
     if slack == 0:
