@@ -64,14 +64,26 @@ def critic_text(prompt: str, reuse_order: bool, hints: bool = True) -> str:
     return PromptBuilder(reply_style="list").critic(ctx, candidate, evidence, prompt, "reward")[0]["content"]
 
 
+CLOSING = "Write your reply in the two-part layout given above."
+REPLY_LAYOUT_LAST = {  # the last line of each Critic prompt in the reference's order: its reply layout's
+    "r2po": "The following lines: explain what you changed and why.\n",
+    "rep_traj": "The following lines: explain what you changed and why, pointing to specific steps of the trajectory.\n",
+    "three_traj": "pointing to specific episodes and states of the summaries above.\n",
+    "critic_only": "The first line holds only the final revised parameters, not the draft.\n",
+}
+
+
 @pytest.mark.parametrize("prompt", ["r2po", "rep_traj", "three_traj", "critic_only"])
 def test_the_reuse_order_shows_the_same_lines_with_the_history_before_what_changes(prompt: str) -> None:
     reference, reuse = critic_text(prompt, reuse_order=False), critic_text(prompt, reuse_order=True)
-    # the same information: the same lines, once the history is no longer "above" the points that refer to it
+    # the same information: the same lines, once the history is no longer "above" the points that refer to it, and a
+    # closing line that points back to the reply layout, which the reuse order states before the history
+    assert reference.endswith(REPLY_LAYOUT_LAST[prompt]) and reuse.endswith(f"\n\n{CLOSING}\n")
     normalise = lambda text: sorted(line.replace(" above.", " below.") for line in text.splitlines() if line)  # noqa: E731
-    assert normalise(reuse) == normalise(reference) and reuse != reference
+    assert normalise(reuse.removesuffix(f"{CLOSING}\n")) == normalise(reference) and reuse != reference
     order = headings(reuse)
     assert order.index("## Your step") < order.index("## Previous attempts")
+    assert reuse.index("Your reply has exactly two parts") < reuse.index("## Previous attempts")
     new = [h for h in order if h in ("## Proposal", "## Result") or "test" in h or "trace" in h.lower()]
     assert new and all(order.index(h) > order.index("## Previous attempts") for h in new)  # what changes comes last
     reference_order = headings(reference)

@@ -133,10 +133,11 @@ class PromptContext:
     :param keep_best: Whether the revision must match the proposal to be kept (``selection_hints`` says so).
     :param history_omitted: History entries the compressed history leaves out.
     :param reuse_order: Ours: the Critic's sections in the order that lets a prefix cache reuse most of the previous
-        Critic prompt (opening, task, policy, steps and points, history, then the proposal, its result and its test;
-        the selection hints' threshold line with the result) instead of the reference's (opening, proposal, test,
-        history, steps); the Search states the planned iteration count only in its last line ("iteration i of N"),
-        not in its opening and rules as well (the count changes when an iteration spends fewer episodes than planned).
+        Critic prompt (opening, task, policy, steps and points, reply layout, history, then the proposal, its result and
+        its test, and a closing line pointing back to the reply layout; the selection hints' threshold line with the
+        result) instead of the reference's (opening, proposal, test, history, steps, reply layout); the Search states
+        the planned iteration count only in its last line ("iteration i of N"), not in its opening and rules as well
+        (the count changes when an iteration spends fewer episodes than planned).
     """
 
     task: TaskDescription | None

@@ -14,7 +14,7 @@ models on a CPU: besides shorter prompts they turn on our additions, which the r
 what the selection does with its revision) and ``extra_statistics`` (episode counts, the best value so far, the
 standard deviation and the episode endings). A run with them is a variant of R2PO, not the paper's method. With any
 of them (or a compressed history) the Critic's sections are ordered for prefix reuse: what stays the same during a
-run first, the history next, the proposal and its test last
+run first (the reply layout among it), the history next, the proposal and its test last
 (:class:`~sb3_r2po.prompts.builder.PromptContext`'s ``reuse_order``).
 
 Measured sizes and results of each preset: ``docs/performance.md`` (``benchmarks/prompt_tokens.py`` and
