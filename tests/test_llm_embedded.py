@@ -305,13 +305,13 @@ def test_grammar_reply_is_n_values_in_range(backend: EmbeddedBackend) -> None:
 def test_greedy_grammar_gives_the_replies_of_the_grammar_applied_first(backend: EmbeddedBackend) -> None:
     """At temperature 0 the default (the grammar checked against the greedy token) and ``grammar_first=True`` (applied
     to every token at every step, llama-cpp-python's way) give the same reply, here one where the greedy token is
-    rejected and the full pass decides (the prompt asks for the other reply shape)."""
+    rejected and the next best allowed token decides (the prompt asks for the other reply shape)."""
     space = ParameterSpace(size=10, low=-6.0, high=6.0, decimals=1)
     backend.constrain(space)
     messages = _messages(space, "params[0]: v0, params[1]: v1, ..., params[9]: v9")
     checked = backend.chat(messages).text
     greedy = backend.greedy_grammar
-    assert greedy is not None and greedy.full_passes > 0 and greedy.steps > greedy.full_passes
+    assert greedy is not None and greedy.rejections > 0 and greedy.steps > greedy.rejections
     steps = greedy.steps
     backend.grammar_first = True
     try:

@@ -268,10 +268,11 @@ def test_greedy_grammar_picks_what_the_grammar_applied_first_picks(vocab_model: 
         logits[[maybe_id, yes_id, no_id]] = 5.0, 3.0, 2.0  # the best token is not allowed
         out = checked(np.array([], dtype=np.intc), logits.copy())
         reference = _grammar_pass(vocab_model, text, [], logits)
-        assert checked.full_passes == 1 and int(np.argmax(out)) == int(np.argmax(reference)) == yes_id
-        np.testing.assert_array_equal(out, reference)
-        assert out[maybe_id] == -np.inf and out[yes_id] == 3.0
-        # "yes" was accepted: the grammar is complete, only an end token may follow
+        assert int(np.argmax(out)) == int(np.argmax(reference)) == yes_id and out[yes_id] == 3.0
+        assert (checked.rejections, checked.full_passes) == (1, 0)  # "yes", the next best candidate, decided
+        assert np.count_nonzero(out > -np.inf) == 1
+        # "yes" was accepted: the grammar is complete, only an end token may follow; it ties with 151,934 other tokens
+        # at 0, outside the candidates too, so the full pass decides
         logits = np.zeros(n, dtype=np.single)
         logits[maybe_id] = 9.0
         out = checked(np.array([], dtype=np.intc), logits.copy())
@@ -279,8 +280,63 @@ def test_greedy_grammar_picks_what_the_grammar_applied_first_picks(vocab_model: 
         import llama_cpp
 
         assert llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(vocab_model.model), int(np.argmax(out)))
-        assert checked.full_passes == 2
+        assert (checked.rejections, checked.full_passes) == (2, 1)
     finally:
         checked.close()
+    always_full = GreedyGrammar(vocab_model, text, candidates=0)  # a rejection always makes the full pass
+    try:
+        logits = np.zeros(n, dtype=np.single)
+        logits[[maybe_id, yes_id, no_id]] = 5.0, 3.0, 2.0
+        np.testing.assert_array_equal(always_full(np.array([], dtype=np.intc), logits.copy()), reference)
+        assert (always_full.rejections, always_full.full_passes) == (1, 1)
+    finally:
+        always_full.close()
+    # "yes" and "no" tie with 40 rejected tokens at the candidates' lowest logit: however many of them are candidates,
+    # the lowest id among the allowed tokens of that logit ("no") must win, as in the full pass
+    tied = np.random.default_rng(1).choice(n, 40, replace=False)
+    logits = np.zeros(n, dtype=np.single)
+    logits[[*tied, yes_id, no_id]] = 1.0
+    logits[maybe_id] = 5.0
+    reference = _grammar_pass(vocab_model, text, [], logits)
+    for candidates in range(2, 44, 4):
+        ties = GreedyGrammar(vocab_model, text, candidates=candidates)
+        try:
+            assert int(np.argmax(ties(np.array([], dtype=np.intc), logits.copy()))) == int(np.argmax(reference))
+        finally:
+            ties.close()
+    with pytest.raises(ValueError, match="candidates"):
+        GreedyGrammar(vocab_model, text, candidates=-1)
     with pytest.raises(ValueError, match="rejected"):
         GreedyGrammar(vocab_model, "root ::= undefined_rule")
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
+def test_checking_candidates_picks_the_token_the_full_pass_picks(vocab_model: Any) -> None:
+    """Through whole replies of a parameter grammar with random logits (the grammar's own tokens raised, so that the
+    candidates often decide, and in steps of 0.5, so that they tie), checking the highest-scoring candidates picks the
+    token a full pass over the vocabulary picks at every step."""
+    text = parameter_grammar(ParameterSpace(size=4, low=-6, high=6, decimals=1), style="list")
+    alphabet = {t for word in ("params: [", "0123456789", "-.,] ") for ch in word for t in vocab_model.tokenize(
+        ch.encode(), add_bos=False, special=False)}  # fmt: skip
+    raised = np.array(sorted(alphabet))
+    rng = np.random.default_rng(0)
+    checked, full = GreedyGrammar(vocab_model, text), GreedyGrammar(vocab_model, text, candidates=0)
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(vocab_model.model)
+    try:
+        replies = 0
+        for _ in range(160):
+            logits = rng.normal(0.0, 2.0, vocab_model.n_vocab()).astype(np.single)
+            logits[raised] = np.round(rng.normal(8.0, 2.0, len(raised)) * 2).astype(np.single) / 2
+            token = int(np.argmax(checked(np.array([], dtype=np.intc), logits.copy())))
+            assert token == int(np.argmax(full(np.array([], dtype=np.intc), logits.copy())))
+            if llama_cpp.llama_vocab_is_eog(vocab, token):  # a whole reply: start the next one
+                checked.reset(), full.reset()
+                replies += 1
+        assert replies >= 5
+        assert checked.rejections == full.rejections == full.full_passes > checked.full_passes > 0
+        assert checked.rejections - checked.full_passes > 100  # the candidates decided often
+    finally:
+        checked.close(), full.close()

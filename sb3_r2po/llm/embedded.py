@@ -11,8 +11,9 @@ no parameter-space argument, so a backend that can constrain its output exposes
 :class:`~sb3_r2po.common.parameters.ParameterSpace` before asking for parameters, and the backend then
 decodes every reply under a llama.cpp grammar (:mod:`sb3_r2po.llm.grammar`) that admits only a
 well-formed parameter reply with the right count of in-range values. ``constrain(None)`` lifts it. At temperature 0
-the grammar is checked only against the token greedy decoding picks, and applied to the whole vocabulary only when it
-rejects that token (:class:`~sb3_r2po.llm.grammar.GreedyGrammar`): the same replies as llama-cpp-python's own grammar
+the grammar is checked only against the token greedy decoding picks, and, when it rejects that token, against the next
+best ones (the whole vocabulary only when none of the 64 best decides: :class:`~sb3_r2po.llm.grammar.GreedyGrammar`):
+the same replies as llama-cpp-python's own grammar
 sampler, which applies it to every token at every step, at a fraction of its cost (``grammar_first=True`` restores
 that; measurements: ``docs/performance.md``).
 
@@ -277,8 +278,8 @@ class EmbeddedBackend(TransientState):
 
     @property
     def greedy_grammar(self) -> GreedyGrammar | None:
-        """The grammar checked against the greedy token, once a constrained call at temperature 0 used it (its ``steps``
-        and ``full_passes`` count the steps decoded under it since :meth:`constrain`); else ``None``."""
+        """The grammar checked against the greedy token, once a constrained call at temperature 0 used it (its ``steps``,
+        ``rejections`` and ``full_passes`` count the steps decoded under it since :meth:`constrain`); else ``None``."""
         return self._greedy
 
     def check_resources(self) -> None:

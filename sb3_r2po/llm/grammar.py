@@ -232,11 +232,13 @@ class GreedyGrammar:
 
     llama-cpp-python applies a grammar to every token of the vocabulary at every step (151,936 for Qwen2.5), which
     costs more than the step's forward pass on a small model. At temperature 0 only the highest-scoring allowed token
-    matters, so this processor checks the grammar against the token with the highest logit alone and, only when the
-    grammar rejects it, applies the grammar to the whole vocabulary, as llama.cpp's own ``common_sampler`` does
-    (``grammar_first=false``). Greedy decoding then picks the same token as under the grammar applied first: the
-    best token, when the grammar allows it, is also the best allowed token (ties go to the lowest token id in both),
-    and a rejection falls back to the full pass. The grammar is advanced with the token picked.
+    matters, so this processor checks the grammar against the token with the highest logit alone, as llama.cpp's own
+    ``common_sampler`` does (``grammar_first=false``). Greedy decoding then picks the same token as under the grammar
+    applied first: the best token, when the grammar allows it, is also the best allowed token (ties go to the lowest
+    token id in both). When the grammar rejects it, the next best tokens are checked one by one, in order of logit
+    (then token id), among the ``candidates`` highest: the first one allowed is the best allowed token when its logit
+    is above every logit outside them. Only when none of them decides, the grammar is applied to the whole vocabulary
+    (a full pass). The grammar is advanced with the token picked.
 
     Use it with ``temperature=0``, no grammar on the request and the default penalties (``repeat_penalty=1``, no
     frequency or presence penalty, which llama.cpp applies after the processor): ``create_chat_completion(...,
@@ -244,41 +246,73 @@ class GreedyGrammar:
 
     :param llama: The loaded ``llama_cpp.Llama`` whose vocabulary the grammar is checked against.
     :param text: The GBNF grammar (see :func:`parameter_grammar`).
+    :param candidates: How many of the highest-scoring tokens are checked one by one after a rejection, before a full
+        pass (``0``: a rejection always makes a full pass).
     :raises ValueError: when llama.cpp rejects the grammar.
     """
 
-    def __init__(self, llama: Any, text: str) -> None:
+    def __init__(self, llama: Any, text: str, candidates: int = 64) -> None:
         import llama_cpp
 
+        if candidates < 0:
+            raise ValueError(f"candidates must be >= 0, got {candidates}")
         self._llama_cpp = llama_cpp
         self._sampler = grammar_sampler(text, llama)
         self._one = (llama_cpp.llama_token_data * 1)()
         self._one_array = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
         self._full: np.ndarray | None = None  # the vocabulary as llama_token_data rows, for the full pass
+        self.candidates = int(candidates)
         self.steps = 0
+        """Steps decoded."""
+        self.rejections = 0
+        """Steps at which the grammar rejected the greedy token."""
         self.full_passes = 0
+        """Steps at which the grammar was applied to the whole vocabulary."""
 
     def reset(self) -> None:
         """Start a new reply: the grammar back at its start."""
         self._llama_cpp.llama_sampler_reset(self._sampler)
 
     def __call__(self, input_ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
-        """The logits of one step: unchanged when the grammar allows the best token, else with every token the grammar
-        rejects at ``-inf``."""
+        """The logits of one step: unchanged when the grammar allows the best token; else with every token but the best
+        allowed one at ``-inf``, or, after a full pass, every token the grammar rejects."""
         token = int(np.argmax(logits))
-        one = self._one[0]
-        one.id, one.logit, one.p = token, 0.0, 0.0  # type: ignore[assignment]  # ctypes converts the Python numbers
-        self._llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(self._one_array))
         self.steps += 1
-        if one.logit == -math.inf:
-            self.full_passes += 1
-            logits = self._constrained(logits)
+        if not self._allows(token):
+            self.rejections += 1
+            logits = self._best_candidate(logits)
             token = int(np.argmax(logits))
         self._llama_cpp.llama_sampler_accept(self._sampler, token)
         return logits
 
+    def _allows(self, token: int) -> bool:
+        """Whether the grammar, in its current state, allows ``token`` next."""
+        one = self._one[0]
+        one.id, one.logit, one.p = token, 0.0, 0.0  # type: ignore[assignment]  # ctypes converts the Python numbers
+        self._llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(self._one_array))
+        return one.logit != -math.inf
+
+    def _best_candidate(self, logits: np.ndarray) -> np.ndarray:
+        """After a rejection: logits whose highest entry is the best token the grammar allows. The best allowed among the
+        ``candidates`` highest-scoring tokens decides when its logit is above every other token's (then no token outside
+        them can score as high: the logits come back with every other token at ``-inf``); otherwise the full pass."""
+        k = min(self.candidates, len(logits) - 1)
+        if k > 0:
+            top = np.argpartition(logits, -k)[-k:]  # the k highest; every token outside them scores at most `boundary`
+            values = logits[top]
+            boundary = values.min()
+            for i in np.lexsort((top, -values)):  # highest logit first, then lowest token id
+                if not values[i] > boundary:  # a tie with tokens outside the candidates (or a NaN): the full pass decides
+                    break
+                if self._allows(int(top[i])):
+                    best = np.full_like(logits, -np.inf)
+                    best[top[i]] = values[i]
+                    return best
+        return self._constrained(logits)
+
     def _constrained(self, logits: np.ndarray) -> np.ndarray:
-        """``logits`` with the grammar applied to every token."""
+        """``logits`` with the grammar applied to every token (a full pass)."""
+        self.full_passes += 1
         llama_cpp = self._llama_cpp
         if self._full is None or len(self._full) != len(logits):
             self._full = np.zeros(len(logits), dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]))
