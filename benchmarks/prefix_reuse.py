@@ -185,16 +185,16 @@ def example_transcript(
         seed=seed,
         checkpoint_dir=str(directory),
         **QUICKSTART,
-        **{**prompt_preset(preset), **slack_option(slack)},
+        **preset_settings(preset, slack),
     )
     model.learn(total_timesteps=10**9)
     return read_records(directory / "llm_calls.jsonl")
 
 
-def slack_option(slack: int | None) -> dict[str, int]:
-    """R2PO's ``history_slack`` argument; none for ``None``: the preset's own (a source tree from before the option has
-    none)."""
-    return {} if slack is None else {"history_slack": slack}
+def preset_settings(preset: str, slack: int | None) -> dict[str, Any]:
+    """The prompt preset's R2PO arguments, with ``history_slack=slack`` unless ``slack`` is ``None`` (then the preset's
+    own: a source tree from before the option has none)."""
+    return {**prompt_preset(preset), **({} if slack is None else {"history_slack": slack})}
 
 
 def shares_main(args: argparse.Namespace) -> None:
@@ -265,7 +265,7 @@ def run_embedded(
         seed=seed,
         checkpoint_dir=str(directory),
         **QUICKSTART,
-        **{**prompt_preset("lean"), **slack_option(slack)},
+        **preset_settings("lean", slack),
     )
     backend.load()  # the load is not a call: keep it out of the wall time
     start = time.perf_counter()
