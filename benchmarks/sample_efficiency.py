@@ -33,7 +33,6 @@ checked, and the table says where the runs came from.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import tempfile
@@ -41,7 +40,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po import R2PO
 from sb3_r2po.common.files import atomic_write
 from sb3_r2po.experiments import ResultsStore, RunResult, RunSpec, SerialExecutor
 from sb3_r2po.experiments.stats import rolling_mean, summarize
@@ -58,7 +56,8 @@ KEPT = ("method", "seed", "returns", "episodes_run", "wall_time_s", "iterations"
 
 def r2po_runs_from(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """The R2PO runs of a compare ``runs.json`` whose settings match ``settings`` and whose runs used the prompt preset's
-    parameters as it is defined now (a ``ValueError`` otherwise; a parameter a run does not name had R2PO's default)."""
+    parameters as it is defined now (a ``ValueError`` otherwise; a parameter a run does not name had R2PO's default, the
+    ``full`` preset's value)."""
     data = json.loads(path.read_text())
     theirs = data["settings"]
     for key, value in settings.items():
@@ -66,7 +65,7 @@ def r2po_runs_from(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]
             raise ValueError(f"{path}: setting {key} is {theirs.get(key)!r}, this benchmark needs {value!r}")
     runs = [run for run in data["runs"] if run["method"] == "r2po"]
     preset = prompt_preset(settings["prompts"]) if settings.get("prompts") else {}
-    defaults = {name: p.default for name, p in inspect.signature(R2PO).parameters.items()}
+    defaults = prompt_preset("full")  # R2PO's defaults of the prompt parameters
     for run in runs:
         used = run.get("hyperparams") or {}
         differ = sorted(key for key, value in preset.items() if used.get(key, defaults[key]) != value)

@@ -1,3 +1,4 @@
+import inspect
 import re
 from dataclasses import replace
 
@@ -210,6 +211,11 @@ def test_prompt_preset_sets_every_prompt_parameter(name: str) -> None:
     assert {key: getattr(model, key) for key in settings} == settings
     settings["history_best_k"] = 99  # a copy: the preset itself is unchanged
     assert prompt_preset(name)["history_best_k"] != 99
+
+
+def test_the_full_preset_is_r2pos_defaults() -> None:
+    defaults = {name: p.default for name, p in inspect.signature(R2PO).parameters.items()}
+    assert {key: defaults[key] for key in prompt_preset("full")} == prompt_preset("full")
 
 
 def test_prompt_presets_shrink_the_critic_prompt_in_order(make_r2po) -> None:
