@@ -119,13 +119,11 @@ def plain_loop(env_id: str, model: R2PO, evaluations: list[Evaluation], monitor:
     return steps
 
 
-def one_round(args: argparse.Namespace) -> dict[str, Any]:
-    """``learn()`` once, then its evaluations in the plain loop; both wall times."""
-    import sb3_r2po
-
-    env = gym.make(args.env)
+def make_model(args: argparse.Namespace, env: gym.Env) -> R2PO:
+    """The measured configuration: ``--k`` episodes per candidate, 20 warm-up episodes, a budget of ``--iterations``
+    iterations of two candidates (a proposal and its revision), seed 0."""
     warmup = 20
-    model = R2PO(
+    return R2PO(
         "MlpLinear",
         env,
         llm=args.llm,
@@ -135,6 +133,14 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
         max_episodes=warmup + 2 * args.k * args.iterations,
         checkpoint_dir=args.checkpoint_dir,
     )
+
+
+def one_round(args: argparse.Namespace) -> dict[str, Any]:
+    """``learn()`` once, then its evaluations in the plain loop; both wall times."""
+    import sb3_r2po
+
+    env = gym.make(args.env)
+    model = make_model(args, env)
     evaluations = record_evaluations(model, env)
     times: dict[str, float] = {}
 
@@ -221,17 +227,7 @@ def main() -> None:
         return
 
     env = TimedEnv(gym.make(args.env))
-    warmup = 20
-    model = R2PO(
-        "MlpLinear",
-        env,
-        llm=args.llm,
-        n_eval_episodes=args.k,
-        warmup_episodes=warmup,
-        seed=0,
-        max_episodes=warmup + 2 * args.k * args.iterations,
-        checkpoint_dir=args.checkpoint_dir,
-    )
+    model = make_model(args, env)
     start = time.perf_counter()
     model.learn(total_timesteps=10**12)
     total = time.perf_counter() - start
