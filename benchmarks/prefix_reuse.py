@@ -39,6 +39,9 @@ shared machine differ by more than the cache saves). ``--also RUN_DIR`` adds the
 the two grammar-first backends of ``RUN_DIR``. Each backend sees its transcript's calls in their order, as in the run;
 every reply is checked against the recorded one. Prints each backend's prompt tokens, cached tokens and LLM seconds
 per iteration.
+
+``compare`` and ``paired`` name the machine in their tables' first line (the CPU, its cores and the instruction sets
+llama.cpp uses): the embedded model's replies and timings are that machine's (another CPU's kernels round otherwise).
 """
 
 from __future__ import annotations
@@ -326,6 +329,23 @@ def _commit(tree: Path) -> str:
     ).stdout.strip()
 
 
+def machine() -> str:
+    """The CPU and the instruction sets llama.cpp uses on it: the embedded model's replies depend on both (other kernels
+    round otherwise), so its figures are this machine's."""
+    import platform
+
+    import llama_cpp
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux
+        info = ""
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), cpu)
+    features = llama_cpp.llama_print_system_info().decode().strip().rstrip("|").strip()
+    return f"{cpu}, {os.cpu_count()} cores; llama.cpp: {features}"
+
+
 def _progress(row: dict[str, Any]) -> None:
     tree = f" on {row['tree']}" if "tree" in row else ""
     print(
@@ -352,7 +372,7 @@ def compare_main(args: argparse.Namespace) -> None:
     slack = f", history_slack={args.slack}" if args.slack is not None else ""
     print(
         f"Embedded {args.size}, CartPole-v1, quickstart settings (lean preset{slack}, K=5, 5 warm-up, {args.episodes} "
-        "episodes)"
+        f"episodes); machine: {machine()}"
     )
     print(
         "| seed | prefix cache | iterations | calls | prompt tokens | cached | cached from it. 5 | "
@@ -412,7 +432,10 @@ def paired_main(args: argparse.Namespace) -> None:
             total["same"] += reply.text == record["reply"]["text"]
         seconds = ", ".join(f"{name} {total['seconds']:.1f} s" for name, total in totals.items())
         print(f"after call {i + 1}: {seconds}", file=sys.stderr, flush=True)
-    print(f"Embedded {args.size}: the calls of {args.run_dir} (and {args.baseline}) again, call by call in turn")
+    print(
+        f"Embedded {args.size}: the calls of {args.run_dir} (and {args.baseline}) again, call by call in turn; "
+        f"machine: {machine()}"
+    )
     print(
         "| transcript | prefix cache, grammar | calls | iterations | prompt tokens | cached | LLM s | LLM s / it. "
         "| same replies |"
