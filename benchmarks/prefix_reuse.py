@@ -50,6 +50,7 @@ import argparse
 import itertools
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -330,20 +331,18 @@ def _commit(tree: Path) -> str:
 
 
 def machine() -> str:
-    """The CPU and the instruction sets llama.cpp uses on it: the embedded model's replies depend on both (other kernels
-    round otherwise), so its figures are this machine's."""
-    import platform
+    """The CPU, the cores this process may use and the instruction sets llama.cpp uses on them: the embedded model's
+    replies depend on them (other kernels round otherwise), so its figures are this machine's."""
+    from sb3_r2po.llm.cpu import default_threads, llama_system_info
 
-    import llama_cpp
-
-    cpu = platform.processor() or platform.machine()
     try:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:  # not Linux
         info = ""
-    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), cpu)
-    features = llama_cpp.llama_print_system_info().decode().strip().rstrip("|").strip()
-    return f"{cpu}, {os.cpu_count()} cores; llama.cpp: {features}"
+    names = (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name"))
+    cpu = next(names, platform.processor() or platform.machine())
+    features = llama_system_info().strip().rstrip("|").strip()
+    return f"{cpu}, {default_threads()} cores; llama.cpp: {features}"
 
 
 def _progress(row: dict[str, Any]) -> None:

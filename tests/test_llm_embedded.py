@@ -156,6 +156,24 @@ def test_check_resources_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     backend.check_resources()
 
 
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason=_NO_LLAMA)
+def test_amx_is_read_from_llama_cpps_system_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    import llama_cpp
+
+    import sb3_r2po.llm.cpu as cpu
+
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX2 = 1 | AMX_INT8 = 1 | ")
+    assert cpu.llama_system_info() == "CPU : AVX2 = 1 | AMX_INT8 = 1 | " and cpu.llama_build_has_amx()
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX2 = 1 | AMX_INT8 = 0 | ")
+    assert not cpu.llama_build_has_amx()
+
+    def unusual_build() -> bytes:
+        raise AttributeError("no system info")
+
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", unusual_build)
+    assert cpu.llama_system_info() == "" and not cpu.llama_build_has_amx()  # a build that cannot say: no AMX
+
+
 def test_adaptive_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     import sb3_r2po.llm.cpu as cpu
 

@@ -36,15 +36,21 @@ def available_memory() -> int | None:
 _PARAMS_LOCK = threading.Lock()
 
 
-def llama_build_has_amx() -> bool:
-    """Whether the installed llama.cpp was compiled with AMX kernels (``AMX_INT8 = 1`` in its system info)."""
+def llama_system_info() -> str:
+    """The instruction sets and features the installed llama.cpp uses on this CPU (``llama_print_system_info``, e.g.
+    ``CPU : SSE3 = 1 | ... | AVX512 = 1 | AMX_INT8 = 1 | ...``); empty where the build cannot say."""
     import llama_cpp
 
     try:
-        info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
-    except Exception:  # an older or unusual build: assume no AMX
-        return False
-    return "AMX_INT8 = 1" in info
+        return llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    except Exception:  # an older or unusual build
+        return ""
+
+
+def llama_build_has_amx() -> bool:
+    """Whether the installed llama.cpp was compiled with AMX kernels (``AMX_INT8 = 1`` in its system info; a build
+    that cannot say counts as without)."""
+    return "AMX_INT8 = 1" in llama_system_info()
 
 
 @contextlib.contextmanager
