@@ -50,8 +50,15 @@ TEST_LIMIT_S = 60
 
 BACKOFF = 0.1
 RETRIES = 2
+"""Client settings of the backend tests: 3 attempts, waits of 0.1 s and 0.2 s."""
+
 TIMEOUT = 0.4
-"""Client settings of the backend tests: 3 attempts, waits of 0.1 s and 0.2 s, 0.4 s per request."""
+"""The client's deadline per request where a test waits for it to pass (a server that hangs)."""
+
+PATIENT = 5.0
+"""The client's deadline per request everywhere else: far above what a loaded machine takes to answer on loopback,
+so that only the injected fault fails a request (with 0.4 s, a CI run on 2 busy cores once saw a 503 test's third
+request time out before the server had recorded it)."""
 
 W, K = 2, 2
 """Warm-up episodes and episodes per evaluation of the R2PO runs."""
@@ -67,9 +74,14 @@ HANDLER_LIMIT_S = 5.0
 
 
 def backend(url: str, **kwargs: Any) -> OpenAIBackend:
-    """A backend with the test's small timeout, retries and backoff (the model named: no ``/models`` request)."""
-    settings: dict[str, Any] = {"model": "fault-model", "timeout": TIMEOUT, "max_retries": RETRIES, "backoff": BACKOFF}
+    """A backend with the test's retries, backoff and patient deadline (the model named: no ``/models`` request)."""
+    settings: dict[str, Any] = {"model": "fault-model", "timeout": PATIENT, "max_retries": RETRIES, "backoff": BACKOFF}
     return OpenAIBackend(url, **{**settings, **kwargs})
+
+
+def deadline_for(fault: Action) -> float:
+    """The client's deadline for a server answering with ``fault``: short only where the test waits for it to pass."""
+    return TIMEOUT if fault.kind == "hang" else PATIENT
 
 
 def min_waits(retries: int = RETRIES, base: float = BACKOFF, cap: float = 30.0) -> list[float]:
@@ -111,7 +123,7 @@ FAULTS: dict[str, tuple[Action, str, int | None, float]] = {
 def test_fault_is_retried_with_backoff_then_a_typed_error(serve: Callable[..., FaultServer], name: str) -> None:
     fault, phrase, code, per_attempt = FAULTS[name]
     server = serve(default=fault)
-    llm = backend(server.url)
+    llm = backend(server.url, timeout=deadline_for(fault))
     start = time.monotonic()
     with pytest.raises(LLMServerError) as info:
         llm.chat(USER)
@@ -161,7 +173,7 @@ def test_other_4xx_is_not_retried(serve: Callable[..., FaultServer], code: int) 
 def test_faults_then_success_within_the_retry_budget(serve: Callable[..., FaultServer], name: str) -> None:
     fault = FAULTS[name][0]
     server = serve([fault] * RETRIES, default=ok("params: [1, 2]"))
-    llm = backend(server.url)
+    llm = backend(server.url, timeout=deadline_for(fault))
     reply = llm.chat(USER)
     assert reply.text == "params: [1, 2]" and reply.prompt_tokens == 10 and reply.completion_tokens == 5
     assert [r.action for r in server.chat_requests] == [fault.kind] * RETRIES + ["ok"]
@@ -287,7 +299,7 @@ def test_learn_raises_the_typed_error_and_keeps_every_finished_iteration(
     server = serve([ok(cartpole_reply)] * good, default=fault)
     run_dir = tmp_path / "run"
     model = make_r2po(
-        llm=backend(server.url),
+        llm=backend(server.url, timeout=deadline_for(fault)),
         n_eval_episodes=K,
         warmup_episodes=W,
         max_episodes=W + 4 * 2 * K,
@@ -349,7 +361,7 @@ def test_learn_survives_transient_faults_of_every_class(serve: Callable[..., Fau
     server = serve(script, default=ok(cartpole_reply))
     iterations = (len(faults) + 1) // 2
     model = make_r2po(
-        llm=backend(server.url, backoff=0.02),
+        llm=backend(server.url, backoff=0.02, timeout=1.5),  # the hang passes after 1.5 s, the others answer at once
         n_eval_episodes=K,
         warmup_episodes=W,
         max_episodes=W + iterations * 2 * K,

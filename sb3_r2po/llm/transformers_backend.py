@@ -153,7 +153,10 @@ class TransformersBackend(TransientState):
     :param batch_size: Most conversations per ``generate`` call in :meth:`chat_batch`; ``None``: all at once.
     :param memory_check: Refuse known-too-large models without a big enough GPU (before any download).
     :param trust_remote_code: Passed to the pipeline.
-    :param model_kwargs: Extra ``from_pretrained`` keyword arguments.
+    :param model_kwargs: Extra ``from_pretrained`` keyword arguments. With ``HF_HUB_OFFLINE`` set, ``use_kernels``
+        is ``False`` unless given here: transformers 5 loads a model's layers from the Hub's compiled kernels by
+        default, which cannot be fetched offline (the load failed on CUDA with ``device_map``; the model's own PyTorch
+        layers run instead).
     :param generate_kwargs: Extra ``generate`` keyword arguments (e.g. ``{"top_p": 1.0}``).
     """
 
@@ -243,22 +246,8 @@ class TransformersBackend(TransientState):
         from transformers import pipeline
 
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
-        if self.tokenizer is not None:
-            kwargs["tokenizer"] = self.tokenizer
-        if isinstance(self.model, str):
-            kwargs["dtype"] = self.dtype
-            if self.model_kwargs:
-                kwargs["model_kwargs"] = self.model_kwargs
-            placed = self.device not in (None, "cuda")  # a given device ("cuda:1") is honoured, not mapped away
-            if device.startswith("cuda") and not placed and self.device_map is not None and has_accelerate():
-                kwargs["device_map"] = self.device_map
-            else:
-                kwargs["device"] = device
-        elif self.device is not None:
-            kwargs["device"] = self.device
         try:
-            pipe = pipeline("text-generation", model=self.model, **kwargs)
+            pipe = pipeline("text-generation", model=self.model, **self._pipeline_kwargs(device))
         except LLMBackendError:
             raise
         except Exception as exc:  # missing files offline, unknown id, bad directory, out of memory, ...
@@ -275,6 +264,27 @@ class TransformersBackend(TransientState):
         tok.padding_side = "left"
         self._stop_ids = _stop_token_ids(pipe)
         return pipe
+
+    def _pipeline_kwargs(self, device: str) -> dict[str, Any]:
+        """The ``pipeline()`` keyword arguments besides the task and the model, for a model that runs on ``device``."""
+        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        if self.tokenizer is not None:
+            kwargs["tokenizer"] = self.tokenizer
+        if not isinstance(self.model, str):  # a model object is already loaded
+            return kwargs if self.device is None else {**kwargs, "device": self.device}
+        kwargs["dtype"] = self.dtype
+        model_kwargs = dict(self.model_kwargs)  # a copy: the pipeline adds to the dict it is given
+        if _offline() and "use_kernels" not in model_kwargs:
+            logger.info("HF_HUB_OFFLINE is set: loading %s without the Hub's kernels (use_kernels=False)", self.model_name)
+            model_kwargs["use_kernels"] = False
+        if model_kwargs:
+            kwargs["model_kwargs"] = model_kwargs
+        placed = self.device not in (None, "cuda")  # a given device ("cuda:1") is honoured, not mapped away
+        if device.startswith("cuda") and not placed and self.device_map is not None and has_accelerate():
+            kwargs["device_map"] = self.device_map
+        else:
+            kwargs["device"] = device
+        return kwargs
 
     # ------------------------------------------------------------------ chat
 

@@ -9,11 +9,11 @@
 # (HF_HUB_OFFLINE=1, TRANSFORMERS_OFFLINE=1: the tiny model is built by the tests).
 #
 # On any CUDA machine, from a checkout with the package installed (pip install -e ".[test]"):
-#     bash benchmarks/gpu_transformers_paths.sh
+#     bash benchmarks/gpu_session.sh
 # On a machine whose image lacks gymnasium and stable-baselines3 and has no network: first, on a machine with both,
 #     bash benchmarks/gpu_wheels.sh          (their wheels, and this machine's transformers, into .whl/)
 # then carry .whl/ along and run the same command there; the wheels are installed into /tmp/site and put on
-# PYTHONPATH with the checkout (for a lent device: run(command="bash benchmarks/gpu_transformers_paths.sh",
+# PYTHONPATH with the checkout (for a lent device: run(command="bash benchmarks/gpu_session.sh",
 # carry=[".whl"], timeout_s=540)).
 set -u
 cd "$(dirname "$0")/.."
