@@ -92,22 +92,29 @@ def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[An
     return llm, backend
 
 
-def _run_threads(threads: Sequence[threading.Thread], stop: threading.Event, ready: threading.Barrier) -> None:
+def _run_threads(
+    threads: Sequence[threading.Thread], finished: Sequence[threading.Event], stop: threading.Event, ready: threading.Barrier
+) -> None:
     """
-    Start ``threads`` and wait for all of them. An exception meanwhile (Ctrl-C) sets ``stop`` and breaks ``ready``, so
-    every model stops at its next step, waits for every thread that started, then propagates.
+    Start ``threads`` and wait until each has set its ``finished`` event. An exception meanwhile (Ctrl-C) sets ``stop``
+    and breaks ``ready``, so every model stops at its next step, waits for every thread that runs, then propagates.
+
+    The waits are on events, never ``Thread.join()``: a KeyboardInterrupt that lands in ``join()`` while the thread
+    still runs marks it stopped (its ``is_alive()`` turns False and later joins return at once; CPython issue 90882,
+    seen here on Python 3.11), so the caller was told every model had stopped while one still trained.
     """
     try:
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        for done in finished:
+            done.wait()
     except BaseException:  # Ctrl-C here: stop the models at their next step, then let it propagate
         stop.set()
         ready.abort()  # threads started before the interrupt may still wait for the others
-        for thread in threads:
-            if thread.ident is not None:  # started
-                thread.join()
+        for thread, done in zip(threads, finished, strict=True):
+            # a thread not alive without its event never ran train(), or will find the barrier broken and return
+            while not done.wait(0.05) and thread.is_alive():
+                pass
         raise
 
 
@@ -146,16 +153,20 @@ def learn_in_lockstep(
     errors: dict[int, BaseException] = {}
     ready = threading.Barrier(len(models))  # every worker registered before the first call: full first batch
     stop = threading.Event()
+    finished = [threading.Event() for _ in models]  # set by each thread as its last act
 
     def train(i: int) -> None:
-        with backend.worker():
-            try:
-                ready.wait()
-                models[i].learn(total_timesteps, callback=_with_stop(callbacks[i], stop), **learn_kwargs)
-            except threading.BrokenBarrierError:  # interrupted before every worker had started: nothing ran
-                pass
-            except BaseException as exc:  # reported after every thread has finished
-                errors[i] = exc
+        try:
+            with backend.worker():
+                try:
+                    ready.wait()
+                    models[i].learn(total_timesteps, callback=_with_stop(callbacks[i], stop), **learn_kwargs)
+                except threading.BrokenBarrierError:  # interrupted before every worker had started: nothing ran
+                    pass
+                except BaseException as exc:  # reported after every thread has finished
+                    errors[i] = exc
+        finally:
+            finished[i].set()
 
     for model in models:
         model.set_llm(backend)
@@ -164,7 +175,7 @@ def learn_in_lockstep(
         threads = [
             threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(models))
         ]
-        _run_threads(threads, stop, ready)
+        _run_threads(threads, finished, stop, ready)
     finally:
         for model in models:
             model.llm = llm  # the spec is what save() stores; the backend object is never saved

@@ -202,6 +202,40 @@ def test_an_interrupt_in_the_caller_stops_every_model(make_r2po) -> None:
     assert all(m.history[-1]["episodes"] < budget // 2 for m in models)  # stopped at the interrupt, not at the budget
 
 
+def test_an_interrupt_returns_only_once_a_model_inside_an_llm_call_has_stopped(make_r2po) -> None:
+    """Ctrl-C lands while the caller waits and a model waits for its Critic: learn_in_lockstep propagates it only once
+    that model has finished the iteration (the revision cut at its first step) and stopped. Waiting with Thread.join()
+    failed this: an interrupted join() marks the running thread stopped (CPython issue 90882), so it returned at once
+    and the model committed its iteration afterwards."""
+    import signal
+
+    example, calls = ExampleLLM(seed=0), 0
+
+    def critic_interrupted(messages: list[dict[str, str]]) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 4:  # iteration 2's Critic: Ctrl-C reaches the caller, and the reply comes 0.3 s later
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGALRM)
+            time.sleep(0.3)
+        return example.chat(messages).text
+
+    model = make_r2po(llm=critic_interrupted, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=600)
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            learn_in_lockstep([model], UNTIL_BUDGET)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert [r["iteration"] for r in model.history] == [0, 0, 1, 2] and calls == 4
+    assert model.history[-1]["revision"]["status"] == "interrupted"
+    time.sleep(0.3)
+    assert len(model.history) == 4 and calls == 4
+
+
 def test_a_function_callback_works_as_in_learn(make_r2po) -> None:
     """SB3 accepts a plain function ``(locals, globals) -> bool`` as a callback; so does the lockstep run."""
     seen = []
