@@ -26,8 +26,10 @@ from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, RequestDe
 USER = [{"role": "user", "content": "Propose a parameter vector."}]
 TIMEOUT = 0.5
 """The client's timeout (its deadline per request), seconds."""
-MARGIN = 0.35
-"""How far past the deadline a call may end (the watchdog's wake-up, the client unwinding); measured: < 0.05 s."""
+MARGIN = 0.9
+"""How far past the deadline a call may end (the watchdog's wake-up, the client unwinding): under 0.05 s on an idle
+machine, 0.54 s once on a loaded 2-core one (1.04 s for ``silence``), and well under what every pattern takes without a
+deadline (``test_the_patterns_are_hostile``), so a call that ignores the deadline still fails."""
 SLOWEST_GAP = 0.3
 """The longest gap between two sends of any pattern: every one is well under ``TIMEOUT``."""
 TEST_LIMIT_S = 60
@@ -82,7 +84,8 @@ def test_the_patterns_are_hostile() -> None:
             continue
         assert 0 < action.gap <= SLOWEST_GAP < TIMEOUT, name
         if not action.part.startswith("endless"):
-            assert 300 / action.chunk * action.gap > 2 * TIMEOUT or action.part == "headers", name  # a ~300-byte body
+            sent = 80 if action.part == "headers" else 300  # at least: the status line and headers, or the body
+            assert sent / action.chunk * action.gap > TIMEOUT + MARGIN, name
     assert len(HOSTILE_SERVERS) >= 10
 
 
