@@ -200,8 +200,8 @@ def test_backoff_is_capped_at_backoff_max(serve: Callable[..., FaultServer]) -> 
     start = time.monotonic()
     with pytest.raises(LLMServerError):
         llm.chat(USER)
-    assert 0.6 <= time.monotonic() - start < 1.3
-    assert all(gap >= 0.2 for gap in gaps(server))
+    assert time.monotonic() - start >= 0.6
+    assert all(0.2 <= gap < 0.8 for gap in gaps(server)), gaps(server)  # uncapped, the third wait alone is 0.8 s
 
 
 @pytest.mark.parametrize(
