@@ -254,14 +254,22 @@ def test_pickle_drops_the_loaded_pipeline(backend: TransformersBackend) -> None:
     assert clone.model == backend.model and clone.max_new_tokens == backend.max_new_tokens
 
 
-@pytest.mark.parametrize("asked, expected", [(None, False), (True, True)])
+@pytest.mark.parametrize(
+    "environment, asked, expected",
+    [
+        ({"HF_HUB_OFFLINE": "1"}, None, False),
+        ({"HF_HUB_OFFLINE": "1"}, True, True),
+        ({"HF_HUB_OFFLINE": "", "TRANSFORMERS_OFFLINE": "yes"}, None, False),  # the hub reads this one as offline too
+    ],
+)
 def test_the_hubs_kernels_are_not_asked_for_offline(
-    tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, asked: bool | None, expected: bool
+    tiny_dir: Path, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], asked: bool | None, expected: bool
 ) -> None:
     """Offline, the model runs its own layers: transformers 5 would fetch compiled kernels from the Hub (on CUDA with a
     device_map the load failed offline); use_kernels given in model_kwargs wins (on the CPU, where transformers finds no
     kernel to fetch: on CUDA, asking for them offline fails the load, as it should)."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
     model_kwargs = {} if asked is None else {"use_kernels": asked}
     backend = TransformersBackend(str(tiny_dir), max_new_tokens=64, device="cpu", model_kwargs=model_kwargs)
     assert backend.pipeline.model.use_kernels is expected

@@ -153,10 +153,10 @@ class TransformersBackend(TransientState):
     :param batch_size: Most conversations per ``generate`` call in :meth:`chat_batch`; ``None``: all at once.
     :param memory_check: Refuse known-too-large models without a big enough GPU (before any download).
     :param trust_remote_code: Passed to the pipeline.
-    :param model_kwargs: Extra ``from_pretrained`` keyword arguments. With ``HF_HUB_OFFLINE`` set, ``use_kernels``
-        is ``False`` unless given here: transformers 5 loads a model's layers from the Hub's compiled kernels by
-        default, which cannot be fetched offline (the load failed on CUDA with ``device_map``; the model's own PyTorch
-        layers run instead).
+    :param model_kwargs: Extra ``from_pretrained`` keyword arguments. With the Hub offline (``HF_HUB_OFFLINE``, or
+        ``TRANSFORMERS_OFFLINE`` where it is unset), ``use_kernels`` is ``False`` unless given here: transformers 5
+        loads a model's layers from the Hub's compiled kernels by default, which cannot be fetched offline (the load
+        failed on CUDA with ``device_map``; the model's own PyTorch layers run instead).
     :param generate_kwargs: Extra ``generate`` keyword arguments (e.g. ``{"top_p": 1.0}``).
     """
 
@@ -251,7 +251,7 @@ class TransformersBackend(TransientState):
         except LLMBackendError:
             raise
         except Exception as exc:  # missing files offline, unknown id, bad directory, out of memory, ...
-            hint = " (HF_HUB_OFFLINE is set: only already downloaded models can load)" if _offline() else ""
+            hint = " (the Hub is offline, HF_HUB_OFFLINE: only already downloaded models can load)" if _offline() else ""
             raise LLMBackendError(
                 f"Could not load llm={self.model_name!r} with transformers{hint}: {type(exc).__name__}: {exc}"
             ) from exc
@@ -275,7 +275,7 @@ class TransformersBackend(TransientState):
         kwargs["dtype"] = self.dtype
         model_kwargs = dict(self.model_kwargs)  # a copy: the pipeline adds to the dict it is given
         if _offline() and "use_kernels" not in model_kwargs:
-            logger.info("HF_HUB_OFFLINE is set: loading %s without the Hub's kernels (use_kernels=False)", self.model_name)
+            logger.info("the Hub is offline: loading %s without the Hub's kernels (use_kernels=False)", self.model_name)
             model_kwargs["use_kernels"] = False
         if model_kwargs:
             kwargs["model_kwargs"] = model_kwargs
@@ -419,7 +419,10 @@ def has_accelerate() -> bool:
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether the Hugging Face Hub is offline, read as ``huggingface_hub`` reads it: ``HF_HUB_OFFLINE``, or where that
+    is unset or empty, ``TRANSFORMERS_OFFLINE``."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _stop_token_ids(pipe: Any) -> list[int] | None:
