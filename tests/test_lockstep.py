@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +22,22 @@ from sb3_r2po.lockstep import LockstepError, learn_in_lockstep
 BUDGET = 3 + 3 * 6  # warm-up 3, then six 3-episode evaluations
 SETTINGS = dict(n_eval_episodes=3, warmup_episodes=3, max_episodes=BUDGET)
 """The runs of this module, on CartPole: K = 3, 3 warm-up episodes and the budget above."""
+
+
+@contextlib.contextmanager
+def sigalrm_is_ctrl_c() -> Iterator[None]:
+    """Within the block, SIGALRM raises KeyboardInterrupt in the main thread, as Ctrl-C does; the handler before is
+    restored after it, and an interval timer left running is cancelled."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class BatchCounter:
@@ -172,8 +190,6 @@ def test_set_llm_validates_and_takes_effect_at_the_next_learn(make_r2po) -> None
 
 def test_an_interrupt_in_the_caller_stops_every_model(make_r2po) -> None:
     """Ctrl-C while the models train: they stop at their next step and no thread trains on in the background."""
-    import signal
-
     example = ExampleLLM(seed=0)
 
     def slow(messages: list[dict[str, str]]) -> str:
@@ -184,17 +200,9 @@ def test_an_interrupt_in_the_caller_stops_every_model(make_r2po) -> None:
     budget = 600
     models = [make_r2po(llm=slow, n_eval_episodes=3, warmup_episodes=2, seed=s, max_episodes=budget) for s in range(2)]
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 0.5)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            learn_in_lockstep(models, UNTIL_BUDGET)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with sigalrm_is_ctrl_c(), pytest.raises(KeyboardInterrupt):
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        learn_in_lockstep(models, UNTIL_BUDGET)
     assert not [t for t in threading.enumerate() if t.name.startswith("r2po-lockstep") and t.is_alive()]
     lengths = [len(m.history) for m in models]
     time.sleep(0.3)
@@ -207,8 +215,6 @@ def test_an_interrupt_returns_only_once_a_model_inside_an_llm_call_has_stopped(m
     that model has finished the iteration (the revision cut at its first step) and stopped. Waiting with Thread.join()
     failed this: an interrupted join() marks the running thread stopped (CPython issue 90882), so it returned at once
     and the model committed its iteration afterwards."""
-    import signal
-
     example, calls = ExampleLLM(seed=0), 0
 
     def critic_interrupted(messages: list[dict[str, str]]) -> str:
@@ -221,15 +227,8 @@ def test_an_interrupt_returns_only_once_a_model_inside_an_llm_call_has_stopped(m
 
     model = make_r2po(llm=critic_interrupted, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=600)
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            learn_in_lockstep([model], UNTIL_BUDGET)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
+    with sigalrm_is_ctrl_c(), pytest.raises(KeyboardInterrupt):
+        learn_in_lockstep([model], UNTIL_BUDGET)
     assert [r["iteration"] for r in model.history] == [0, 0, 1, 2] and calls == 4
     assert model.history[-1]["revision"]["status"] == "interrupted"
     time.sleep(0.3)
