@@ -251,7 +251,7 @@ class TransformersBackend(TransientState):
         except LLMBackendError:
             raise
         except Exception as exc:  # missing files offline, unknown id, bad directory, out of memory, ...
-            hint = " (the Hub is offline, HF_HUB_OFFLINE: only already downloaded models can load)" if _offline() else ""
+            hint = " (the Hub is offline: only already downloaded models can load)" if _offline() else ""
             raise LLMBackendError(
                 f"Could not load llm={self.model_name!r} with transformers{hint}: {type(exc).__name__}: {exc}"
             ) from exc
