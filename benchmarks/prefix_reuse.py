@@ -29,13 +29,14 @@ reuse, whose prompts put the history and the candidate before the parts that sta
 its history and replies are not compared.
 
 ``paired`` times the calls of recorded runs (``compare --out``'s run directories) again, call by call, in one
-process: each call of ``RUN_DIR``'s transcript is asked of three backends (without the prefix cache and with the
+process: each call of ``RUN_DIR``'s transcript is asked of four backends (without the prefix cache and with the
 grammar applied to every token, ``grammar_first=True``, as before either change; with the cache and the grammar applied
-first; the defaults: with the cache, the grammar checked against the greedy token), and the same call of
+first; the defaults: with the cache, the grammar checked against the greedy token and the tokens it forces batched;
+the same with every token decoded, ``forced_tokens=False``), and the same call of
 ``--baseline``'s transcript (a run of another commit) of a fourth backend without the cache and with the grammar
 applied first, in turn, so all of them meet the same machine load at the same time (separate runs minutes apart on a
 shared machine differ by more than the cache saves). ``--also RUN_DIR`` adds the calls of one more run (e.g. one with
-``history_slack``) to the same rounds, asked of a fifth backend with the defaults; ``--defaults-only`` leaves out
+``history_slack``) to the same rounds, asked of one more backend with the defaults; ``--defaults-only`` leaves out
 the two grammar-first backends of ``RUN_DIR``. Each backend sees its transcript's calls in their order, as in the run;
 every reply is checked against the recorded one. Prints each backend's prompt tokens, cached tokens and LLM seconds
 per iteration.
@@ -403,9 +404,10 @@ def paired_main(args: argparse.Namespace) -> None:
         "off, grammar first": (run, {"prefix_cache": False, **first}),
         "on, grammar first": (run, {"prefix_cache": True, **first}),
         "on": (run, {"prefix_cache": True}),
+        "on, every token decoded": (run, {"prefix_cache": True, "forced_tokens": False}),
     }
     if args.defaults_only:
-        configurations = {"on": configurations["on"]}
+        configurations = {name: configurations[name] for name in ("on", "on, every token decoded")}
     if args.also:
         configurations["also: on"] = (Path(args.also), {"prefix_cache": True})
     if args.baseline:

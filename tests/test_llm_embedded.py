@@ -321,22 +321,33 @@ def test_grammar_reply_is_n_values_in_range(backend: EmbeddedBackend) -> None:
 
 @needs_model
 def test_greedy_grammar_gives_the_replies_of_the_grammar_applied_first(backend: EmbeddedBackend) -> None:
-    """At temperature 0 the default (the grammar checked against the greedy token) and ``grammar_first=True`` (applied
-    to every token at every step, llama-cpp-python's way) give the same reply, here one where the greedy token is
-    rejected and the next best allowed token decides (the prompt asks for the other reply shape)."""
+    """At temperature 0 the grammar checked against the greedy token and ``grammar_first=True`` (applied to every token
+    at every step, llama-cpp-python's way) give the same reply, here one where the greedy token is rejected and the
+    next best allowed token decides (the prompt asks for the other reply shape); so does the default, which also
+    batches the tokens the grammar forces instead of decoding them."""
     space = ParameterSpace(size=10, low=-6.0, high=6.0, decimals=1)
     backend.constrain(space)
     messages = _messages(space, "params[0]: v0, params[1]: v1, ..., params[9]: v9")
-    checked = backend.chat(messages).text
+    backend.forced_tokens = False
+    try:
+        checked = backend.chat(messages)  # every token decoded, the end too
+    finally:
+        backend.forced_tokens = True
     greedy = backend.greedy_grammar
     assert greedy is not None and greedy.rejections > 0 and greedy.steps > greedy.rejections
+    assert greedy.steps == checked.completion_tokens + 1 and greedy.forced_tokens == 0
     steps = greedy.steps
     backend.grammar_first = True
     try:
-        assert backend.chat(messages).text == checked
+        assert backend.chat(messages).text == checked.text
     finally:
         backend.grammar_first = False
     assert greedy.steps == steps  # that reply was decoded with llama.cpp's grammar sampler, not the check
+    batched = backend.chat(messages)
+    assert batched.text == checked.text and batched.completion_tokens == checked.completion_tokens
+    # the forced tokens (the ":" and the "." and "," of each value, the end) were not decoded
+    forced = greedy.forced_tokens
+    assert forced >= 20 and greedy.steps - steps + forced == checked.completion_tokens + 1
 
 
 @needs_model

@@ -17,7 +17,9 @@ import pytest
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.grammar import (
     GreedyGrammar,
+    TokenPieces,
     compile_grammar,
+    grammar_alphabet,
     grammar_sampler,
     magnitude_rule,
     max_reply_chars,
@@ -190,6 +192,18 @@ def test_huge_bounds_give_a_grammar(bound: float, decimals: int) -> None:
     assert top[:5] in grammar.replace('" "', "").replace('"', "")
 
 
+def test_the_alphabet_of_a_grammar_is_read_off_its_literals_and_classes() -> None:
+    text = parameter_grammar(ParameterSpace(size=10, low=-6, high=6, decimals=1))
+    assert grammar_alphabet(text) == frozenset("params: [0123456789-.,]")
+    discrete = parameter_grammar(ParameterSpace(size=3, values=(0, 2, -3)), style="indexed")
+    assert grammar_alphabet(discrete) == frozenset("params[012]: ,-3")
+    assert grammar_alphabet(r'root ::= "a\"b" [x-z\]] # not . this' + "\n") == frozenset('a"bxyz]')
+    # any character, or a grammar not read to its end: unknown
+    assert grammar_alphabet(parameter_grammar(ParameterSpace(size=2), reason_chars=20)) is None  # [^...]
+    for other in ('root ::= "a" .', 'root ::= "ab', "root ::= [ab", r'root ::= "\x41"'):
+        assert grammar_alphabet(other) is None, other
+
+
 @pytest.fixture(scope="module")
 def vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The 0.5B model's vocabulary in llama.cpp (joined into a temporary cache from the part wheels)."""
@@ -340,3 +354,48 @@ def test_checking_candidates_picks_the_token_the_full_pass_picks(vocab_model: An
         assert checked.rejections - checked.full_passes > 100  # the candidates decided often
     finally:
         checked.close(), full.close()
+
+
+@pytest.mark.embedded
+@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
+def test_forced_tokens_are_those_a_full_pass_leaves_alone(vocab_model: Any) -> None:
+    """Along random replies of several grammars, at every step the forced token is the one token a full pass over the
+    vocabulary allows, or an end-of-generation token where it allows only those, and ``None`` at every choice."""
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(vocab_model.model)
+    pieces = TokenPieces(vocab_model)
+    rejected = vocab_model.tokenize(b"x", add_bos=False, special=False)[0]  # never allowed: every step is a full pass
+    rng = np.random.default_rng(0)
+    forced = ends = 0
+    for space, style in [
+        (ParameterSpace(size=10, low=-6, high=6, decimals=1), "list"),
+        (ParameterSpace(size=4, low=-1.5, high=123.45, decimals=0), "indexed"),
+        (ParameterSpace(size=5, values=(0, 1, 2, 3)), "indexed"),
+        (ParameterSpace(size=3, low=0.5, high=3.0, decimals=2), "list"),
+    ]:
+        text = parameter_grammar(space, style=style)  # type: ignore[arg-type]
+        oracle, reference = GreedyGrammar(vocab_model, text, pieces=pieces), GreedyGrammar(vocab_model, text, candidates=0)
+        assert oracle.can_force and not reference.can_force
+        try:
+            while True:
+                logits = rng.normal(0.0, 1.0, vocab_model.n_vocab()).astype(np.single)
+                logits[rejected] = 100.0
+                allowed = np.flatnonzero(np.isfinite(reference(np.array([], dtype=np.intc), logits)))
+                eog = [t for t in allowed if llama_cpp.llama_vocab_is_eog(vocab, int(t))]
+                token = oracle.forced_token()
+                if eog and len(eog) == len(allowed):
+                    assert token is not None and token in eog
+                    ends += 1
+                    break
+                if len(allowed) == 1:
+                    assert token == allowed[0]
+                    forced += 1
+                else:
+                    assert token is None, (vocab_model.detokenize([token]), len(allowed))
+                picked = int(allowed[np.argmax(logits[allowed])])  # what the reference accepted
+                oracle.accept(picked)
+        finally:
+            oracle.close(), reference.close()
+    assert ends == 4 and forced > 30
+    assert not GreedyGrammar(vocab_model, parameter_grammar(ParameterSpace(size=2), reason_chars=9), pieces=pieces).can_force

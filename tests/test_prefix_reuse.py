@@ -206,6 +206,16 @@ def test_the_state_cache_serves_the_longest_common_prefix_and_drops_the_least_re
         PrefixStateCache(-1)
 
 
+def test_a_state_is_kept_under_the_tokens_it_evaluated() -> None:
+    """llama-cpp-python keys a call's state by its prompt and reply, whose last tokens the state may not hold (a reply cut
+    at max_tokens, tokens the grammar forced): it is kept, and counted as served, by the tokens it holds."""
+    cache = PrefixStateCache(capacity_bytes=10**6)
+    cache[[1, 2, 3, 4, 5]] = state([1, 2, 3])
+    assert list(cache.states) == [(1, 2, 3)]
+    cache[[1, 2, 3, 4, 5, 6]]
+    assert cache.served == (1, 2, 3) and reused_tokens([], cache.served, [1, 2, 3, 4, 5, 6]) == 3
+
+
 @pytest.mark.parametrize(
     "live, served, prompt, reused",
     [

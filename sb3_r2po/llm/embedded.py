@@ -15,7 +15,9 @@ the grammar is checked only against the token greedy decoding picks, and, when i
 best ones (the whole vocabulary only when none of the 64 best decides: :class:`~sb3_r2po.llm.grammar.GreedyGrammar`):
 the same replies as llama-cpp-python's own grammar
 sampler, which applies it to every token at every step, at a fraction of its cost (``grammar_first=True`` restores
-that; measurements: ``docs/performance.md``).
+that; measurements: ``docs/performance.md``). Where the grammar allows one token alone (``forced_tokens=True``,
+default), that token is not decoded on its own: it is evaluated in one batch with the token before it
+(:func:`forcing_generate`).
 
 **Cut-off replies.** A reply that hits ``max_tokens`` (llama.cpp's ``finish_reason == "length"``; only
 possible without the grammar, whose replies get a budget they always fit in) may end inside its last value
@@ -44,7 +46,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -62,7 +64,7 @@ from sb3_r2po.llm.cpu import (
     set_spin_count,
     set_threads,
 )
-from sb3_r2po.llm.grammar import GreedyGrammar, compile_grammar, max_reply_chars, parameter_grammar
+from sb3_r2po.llm.grammar import GreedyGrammar, TokenPieces, compile_grammar, max_reply_chars, parameter_grammar
 from sb3_r2po.llm.harmony import without_answer
 from sb3_r2po.llm.identity import request_hash, request_settings
 from sb3_r2po.llm.prefix_cache import PrefixStateCache, reused_tokens
@@ -103,6 +105,49 @@ _NO_LLAMA_CPP = (
     "llm='embedded' needs llama-cpp-python (it builds from source, a few minutes): "
     "pip install llama-cpp-python   (or: pip install 'sb3-r2po[embedded]')"
 )
+
+
+def _is_llama(llm: Any) -> bool:
+    """Whether ``llm`` is a ``llama_cpp.Llama`` (not a stand-in)."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return False
+    return isinstance(llm, Llama)
+
+
+def forcing_generate(llm: Any, greedy: GreedyGrammar) -> Callable[..., Iterator[int]]:
+    """
+    ``llm.generate`` (llama-cpp-python's token generator, which its completions iterate) for greedy decoding under
+    ``greedy``: after each token it picks, the tokens the grammar forces next (:meth:`GreedyGrammar.forced`) are
+    yielded without a decode of their own, and evaluated in one batch with that token; the scores are computed only
+    for the batch's last position, the one the next choice needs. When the grammar forces the end, the last tokens
+    are not evaluated at all. The prompt, its reuse of the context and the first token are llama-cpp-python's own.
+
+    Every token of a reply is the one greedy decoding under the grammar picks, up to the numerics of a batch of a few
+    tokens against one token at a time (measured: ``docs/performance.md``).
+
+    :param llm: The loaded ``llama_cpp.Llama``.
+    :param greedy: The grammar the completion decodes under (its logits processor), reset for this reply.
+    """
+    original = type(llm).generate.__get__(llm)
+
+    def generate(tokens: Sequence[int], **kwargs: Any) -> Iterator[int]:
+        inner = original(tokens, **kwargs)
+        try:
+            token = next(inner, None)
+        finally:
+            inner.close()
+        while token is not None:
+            forced = greedy.forced()
+            yield token
+            yield from forced
+            if forced and greedy.ends(forced[-1]):
+                return
+            llm.eval([token, *forced])
+            token = llm.sample()  # with the sampler generate set up: the grammar's logits processor, then greedy
+
+    return generate
 
 
 class EmbeddedBackend(TransientState):
@@ -152,9 +197,12 @@ class EmbeddedBackend(TransientState):
         from the longest prefix one of them processed (see the module's "Prefix reuse"); ``False``: llama.cpp reuses
         only the prefix shared with the call just before. Applies to a given ``llama`` too.
     :param prefix_cache_bytes: The most memory the kept states may take (the least recently used are dropped first).
+    :param forced_tokens: At temperature 0 under the grammar (checked against the greedy token), evaluate a token the
+        grammar allows alone in one batch with the token before it, instead of decoding it on its own
+        (:func:`forcing_generate`); ``False`` decodes every token. Needs a real ``llama_cpp.Llama``.
     """
 
-    _transient = ("_llm", "_grammar", "_greedy", "_threads", "_cache")  # the loaded model and what belongs to it
+    _transient = ("_llm", "_grammar", "_greedy", "_threads", "_cache", "_pieces")  # the loaded model and what belongs to it
 
     def __init__(
         self,
@@ -173,6 +221,7 @@ class EmbeddedBackend(TransientState):
         llama: Any = None,
         prefix_cache: bool = True,
         prefix_cache_bytes: int = 512 * 2**20,
+        forced_tokens: bool = True,
     ) -> None:
         self.spec = model_spec(size)
         if n_ctx < 256:
@@ -203,6 +252,7 @@ class EmbeddedBackend(TransientState):
         self.spin_count = spin_count
         self.prefix_cache = bool(prefix_cache)
         self.prefix_cache_bytes = int(prefix_cache_bytes)
+        self.forced_tokens = bool(forced_tokens)
         self.space: ParameterSpace | None = None
         self.grammar_text: str | None = None
         self.grammar_max_chars = 0
@@ -213,6 +263,7 @@ class EmbeddedBackend(TransientState):
         self._greedy: GreedyGrammar | None = None
         self._threads = 0
         self._cache: PrefixStateCache | None = None
+        self._pieces: TokenPieces | None = None
         self._lock = threading.Lock()
 
     SPEC_PATTERN: ClassVar[re.Pattern[str]] = re.compile(r"embedded(?::(0\.5b|1\.5b))?", re.IGNORECASE)
@@ -375,7 +426,9 @@ class EmbeddedBackend(TransientState):
         """The grammar checked against the greedy token (built once per grammar and model), reset for a new reply."""
         if self._greedy is None:
             assert self.grammar_text is not None
-            self._greedy = GreedyGrammar(self._llm, self.grammar_text)
+            if self._pieces is None and _is_llama(self._llm):  # once per model: forced tokens can be turned on any time
+                self._pieces = TokenPieces(self._llm)
+            self._greedy = GreedyGrammar(self._llm, self.grammar_text, pieces=self._pieces)
         self._greedy.reset()
         return self._greedy
 
@@ -393,7 +446,7 @@ class EmbeddedBackend(TransientState):
     def close(self) -> None:
         """Free the model and the kept states (the model is loaded again on the next call)."""
         with self._lock:
-            llm, self._llm, self._grammar, self._cache = self._llm, None, None, None
+            llm, self._llm, self._grammar, self._cache, self._pieces = self._llm, None, None, None, None
             self._drop_greedy()
         if llm is not None and hasattr(llm, "close"):
             llm.close()
@@ -427,13 +480,16 @@ class EmbeddedBackend(TransientState):
             # a constrained reply is short and bounded: never cut it (a cut reply cannot be parsed)
             max_tokens = max(self.max_tokens, self.grammar_max_chars + 1) if grammar is not None else self.max_tokens
             constraint: dict[str, Any] = {"grammar": grammar}
+            greedy = None
             if grammar is not None and temperature == 0 and not self.grammar_first:
-                constraint = {"grammar": None, "logits_processor": [self._greedy_grammar()]}
+                greedy = self._greedy_grammar()
+                constraint = {"grammar": None, "logits_processor": [greedy]}
             call_seed = self._call_seed(messages, temperature)
             self.calls += 1
             start = time.perf_counter()
             out, cached = self._complete(
                 llm,
+                greedy if greedy is not None and greedy.can_force and self.forced_tokens else None,
                 messages=[dict(m) for m in messages],
                 temperature=float(temperature),
                 max_tokens=max_tokens,
@@ -461,10 +517,11 @@ class EmbeddedBackend(TransientState):
             prompt_tokens_cached=cached,
         )
 
-    def _complete(self, llm: Any, **request: Any) -> tuple[dict[str, Any], int | None]:
+    def _complete(self, llm: Any, forcing: GreedyGrammar | None, **request: Any) -> tuple[dict[str, Any], int | None]:
         """
-        One ``create_chat_completion`` (the prefix cache attached first, when on) and the prompt tokens it took from
-        an earlier state instead of evaluating them (``None`` for a stand-in without ``input_ids``).
+        One ``create_chat_completion`` (the prefix cache attached first, when on; with ``forcing``, the tokens that
+        grammar forces batched, see :func:`forcing_generate`) and the prompt tokens it took from an earlier state
+        instead of evaluating them (``None`` for a stand-in without ``input_ids``).
         """
         if self.prefix_cache and self._cache is None and hasattr(llm, "set_cache"):
             self._cache = PrefixStateCache(self.prefix_cache_bytes)
@@ -473,12 +530,17 @@ class EmbeddedBackend(TransientState):
         live = ids[: int(llm.n_tokens)].tolist() if ids is not None else []
         if self._cache is not None:
             self._cache.forget_lookup()
+        if forcing is not None:
+            llm.generate = forcing_generate(llm, forcing)  # for this completion only (an instance attribute)
         try:
             out = llm.create_chat_completion(**request)
         except ValueError as exc:
             raise LLMBackendError(f"{self.spec.model}: {exc} (n_ctx={self.n_ctx}; raise n_ctx for longer prompts)") from exc
         except RuntimeError as exc:
             raise LLMBackendError(f"{self.spec.model} failed: {exc}") from exc
+        finally:
+            if forcing is not None:
+                del llm.generate
         prompt_tokens = (out.get("usage") or {}).get("prompt_tokens")
         if ids is None or not isinstance(prompt_tokens, int):
             return out, None
@@ -490,5 +552,5 @@ class EmbeddedBackend(TransientState):
     def __repr__(self) -> str:
         return (
             f"EmbeddedBackend(size={self.size!r}, n_ctx={self.n_ctx}, max_tokens={self.max_tokens}, grammar={self.grammar}, "
-            f"reply_style={self.reply_style!r}, grammar_first={self.grammar_first})"
+            f"reply_style={self.reply_style!r}, grammar_first={self.grammar_first}, forced_tokens={self.forced_tokens})"
         )

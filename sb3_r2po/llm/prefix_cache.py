@@ -113,6 +113,12 @@ class PrefixStateCache:
         return self._longest(tuple(int(t) for t in key)) is not None
 
     def __setitem__(self, key: Sequence[int], state: Any) -> None:
+        """Keep ``state`` under the tokens it evaluated (its ``input_ids[:n_tokens]``), else under ``key``: llama-cpp-python
+        passes the prompt and reply, whose last tokens a state need not hold (a reply cut at ``max_tokens``, forced
+        tokens never evaluated: :func:`~sb3_r2po.llm.embedded.forcing_generate`)."""
+        ids, n_tokens = getattr(state, "input_ids", None), getattr(state, "n_tokens", None)
+        if isinstance(ids, np.ndarray) and isinstance(n_tokens, int):
+            key = ids[:n_tokens].tolist()
         key = tuple(int(t) for t in key)
         _slim(state)
         self.states.pop(key, None)
