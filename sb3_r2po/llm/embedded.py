@@ -119,13 +119,15 @@ def _is_llama(llm: Any) -> bool:
 def forcing_generate(llm: Any, greedy: GreedyGrammar) -> Callable[..., Iterator[int]]:
     """
     ``llm.generate`` (llama-cpp-python's token generator, which its completions iterate) for greedy decoding under
-    ``greedy``: after each token it picks, the tokens the grammar forces next (:meth:`GreedyGrammar.forced`) are
-    yielded without a decode of their own, and evaluated in one batch with that token; the scores are computed only
-    for the batch's last position, the one the next choice needs. When the grammar forces the end, the last tokens
-    are not evaluated at all. The prompt, its reuse of the context and the first token are llama-cpp-python's own.
+    ``greedy``: after each token it picks, the tokens the grammar forces next
+    (:meth:`~sb3_r2po.llm.grammar.GreedyGrammar.forced`) are yielded without a decode of their own, and evaluated in
+    one batch with that token; the scores are computed only for the batch's last position, the one the next choice
+    needs. When the grammar forces the end, the last tokens are not evaluated at all. The prompt, its reuse of the
+    context and the first token are llama-cpp-python's own.
 
-    Every token of a reply is the one greedy decoding under the grammar picks, up to the numerics of a batch of a few
-    tokens against one token at a time (measured: ``docs/performance.md``).
+    Every token of a reply is the one greedy decoding under the grammar picks, up to llama.cpp's rounding, which
+    depends on how the tokens are batched and on the context's layout (how often replies differed:
+    ``docs/performance.md``).
 
     :param llm: The loaded ``llama_cpp.Llama``.
     :param greedy: The grammar the completion decodes under (its logits processor), reset for this reply.
