@@ -9,6 +9,7 @@ import itertools
 import re
 from collections.abc import Iterator
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -399,3 +400,6 @@ def test_forced_tokens_are_those_a_full_pass_leaves_alone(vocab_model: Any) -> N
             oracle.close(), reference.close()
     assert ends == 4 and forced > 30
     assert not GreedyGrammar(vocab_model, parameter_grammar(ParameterSpace(size=2), reason_chars=9), pieces=pieces).can_force
+    # a vocabulary without a token of its own for "." cannot show that any token is forced: none is looked for
+    lacking = SimpleNamespace(pieces=[b"" if piece == b"." else piece for piece in pieces.pieces], eog=pieces.eog)
+    assert not GreedyGrammar(vocab_model, parameter_grammar(ParameterSpace(size=2)), pieces=lacking).can_force

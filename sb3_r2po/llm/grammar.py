@@ -307,10 +307,11 @@ class _Forcing:
 
         allowed = {ord(c) for c in alphabet}
         singles = {piece[0]: token for token, piece in enumerate(pieces.pieces) if len(piece) == 1 and piece[0] in allowed}
-        if set(singles) != allowed or not pieces.eog:
-            raise ValueError("the vocabulary lacks a token for a character of the grammar, or an end token")
+        self.complete = set(singles) == allowed and bool(pieces.eog)
+        """Whether every character of the alphabet has a token of its own and the vocabulary has an end token: without
+        them no token can be shown to be forced."""
         self.singles = singles
-        self.end = pieces.eog[0]
+        self.end = pieces.eog[0] if pieces.eog else -1
         dtype = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)])
         groups: dict[int, list[int]] = {}
         for token, piece in enumerate(pieces.pieces):
@@ -371,7 +372,8 @@ class GreedyGrammar:
         self.forced_tokens = 0
         """Tokens :meth:`forced` returned (end tokens included)."""
         alphabet = grammar_alphabet(text) if pieces is not None else None
-        self._forcing = _Forcing(pieces, alphabet) if pieces is not None and alphabet is not None else None
+        forcing = _Forcing(pieces, alphabet) if pieces is not None and alphabet is not None else None
+        self._forcing = forcing if forcing is not None and forcing.complete else None
 
     @property
     def can_force(self) -> bool:
