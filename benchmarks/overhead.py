@@ -172,6 +172,13 @@ def one_round(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def source_label(tree: Path) -> str:
+    """The commit of the source tree ``tree``, and whether its ``sb3_r2po`` has uncommitted changes."""
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "sb3_r2po"], capture_output=True, text=True)
+    return commit.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+
+
 def versus_plain_loop(args: argparse.Namespace) -> None:
     """Alternate rounds over the source trees in fresh processes; print the best times and their ratio per tree."""
     trees = [ROOT] + ([Path(args.baseline_tree).resolve()] if args.baseline_tree else [])
@@ -201,9 +208,7 @@ def versus_plain_loop(args: argparse.Namespace) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for tree, results in rounds.items():
-        commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "sb3_r2po"], capture_output=True, text=True)
-        label = commit.stdout.strip() + (" + uncommitted changes" if dirty.stdout.strip() else "")
+        label = source_label(tree)
         learn, plain = min(r["learn"] for r in results), min(r["plain"] for r in results)
         monitor = min(r["monitor"] for r in results)
         cpu = min(r["learn_cpu"] for r in results) / min(r["plain_cpu"] for r in results)
@@ -243,9 +248,9 @@ def instructions(args: argparse.Namespace) -> None:
         subprocess.run([*child, "--round", "--llm", "example", "--checkpoint-dir", directory], check=True, capture_output=True)
         child += ["--llm", f"replay:{Path(directory) / 'llm_calls.jsonl'}", "--evaluations", str(Path(directory) / "ev.pkl")]
         counts: dict[str, int] = {}
+        valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
         for part in COUNTED:  # learn first: it writes the evaluations the loops replay
             names = (part, f"{part}-setup")
-            valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
             procs = [subprocess.Popen([*valgrind, *child, "--count", n], stderr=subprocess.PIPE, text=True) for n in names]
             for name, proc in zip(names, procs, strict=True):
                 _, stderr = proc.communicate()
@@ -254,7 +259,6 @@ def instructions(args: argparse.Namespace) -> None:
                     raise SystemExit(f"{name} failed under callgrind:\n{stderr[-3000:]}")
                 counts[name] = int(refs[-1].split(":")[-1].strip())
     net = {part: counts[part] - counts[f"{part}-setup"] for part in COUNTED}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(
         f"{args.env}, llm=instant, K={args.k}, {args.iterations} iterations; CPU instructions (callgrind), each part "
         "minus its set-up"
@@ -263,7 +267,7 @@ def instructions(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|")
     learn, plain, monitor = net["learn"], net["plain"], net["monitor"]
     print(
-        f"| {commit.stdout.strip()} | {learn / 1e9:.3f} G | {plain / 1e9:.3f} G | {learn / plain:.3f} | {monitor / 1e9:.3f} G "
+        f"| {source_label(ROOT)} | {learn / 1e9:.3f} G | {plain / 1e9:.3f} G | {learn / plain:.3f} | {monitor / 1e9:.3f} G "
         f"| {learn / monitor:.3f} |"
     )
 
