@@ -45,3 +45,8 @@ autodoc_mock_imports = [name for name in OPTIONAL if importlib.util.find_spec(na
 html_theme = "sphinx_rtd_theme"
 html_title = f"sb3_r2po {release}"
 html_show_sourcelink = False
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]  # code wraps instead of being clipped; option names in tables do not break
+
+# A code block without a language is shown as plain text (console output, tables), not highlighted as Python.
+highlight_language = "text"
