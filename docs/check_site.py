@@ -79,7 +79,9 @@ class Browser:
         self.next_id = 0
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        self.send("Emulation.setDeviceMetricsOverride", session=True, width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False)
+        self.send(
+            "Emulation.setDeviceMetricsOverride", session=True, width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False
+        )
         self.send("Page.enable", session=True)
 
     def send(self, method: str, session: bool = False, **params: Any) -> dict[str, Any]:
