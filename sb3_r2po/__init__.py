@@ -2,8 +2,19 @@
 
 import sb3_r2po.envs  # noqa: F401  (registers the custom envs and the task descriptions)
 from sb3_r2po.llm import ChatBackend, ChatReply, ExampleLLM, make_backend
-from sb3_r2po.r2po import R2PO, LinearPolicy, TabularPolicy
+from sb3_r2po.r2po import R2PO, LinearPolicy, ProjectedMlpPolicy, RandomFeaturesPolicy, TabularPolicy
 
 __version__ = "0.1.0"
 
-__all__ = ["R2PO", "ChatBackend", "ChatReply", "ExampleLLM", "LinearPolicy", "TabularPolicy", "__version__", "make_backend"]
+__all__ = [
+    "R2PO",
+    "ChatBackend",
+    "ChatReply",
+    "ExampleLLM",
+    "LinearPolicy",
+    "ProjectedMlpPolicy",
+    "RandomFeaturesPolicy",
+    "TabularPolicy",
+    "__version__",
+    "make_backend",
+]

@@ -41,12 +41,18 @@ variant                         LLM calls  episodes                    selection
 ==============================  =========  ==========================  ===========================
 
 (With ``skip_unchanged_revisions=True``, ours, an iteration whose revision equals its candidate spends K episodes.)
+
+As in the reference, r2po, props and props_plus clip a linear policy's continuous actions to the action bounds,
+the six ablations step the env with the raw output (``Variant.clip_actions``), and each variant reads replies as
+the reference's agent of it does, for linear and for tabular policies (``Variant.reading``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from sb3_r2po.common.parsing import Reading
 
 SearchMode = Literal["one", "two_independent", "two_sequential", "none"]
 SearchPrompt = Literal["r2po", "props", "props_plus"]
@@ -67,30 +73,6 @@ How a prompt writes the history, oldest first:
 
 EXCERPT_STEPS = 8
 """Steps of a history entry's rollout excerpt: the first 4 and the last 4 (the reference's ``max_steps=8``)."""
-
-HISTORY_EXCERPTS = {
-    "CartPole-v1": 5,
-    "InvertedPendulum-v5": 3,
-    "InvertedDoublePendulum-v5": 5,
-    "MountainCar-v0": 5,
-    "MountainCarContinuous-v0": 2,
-    "Swimmer-v5": 3,
-    "R2PO/Pong-v0": 5,
-    "FrozenLake-v1": 100,
-    "R2PO/Maze3x3-v0": 100,
-    "R2PO/Nim-v0": 100,
-}
-"""
-History entries (the latest) whose rollout excerpt the rep_traj, always_critic and critic_only Critics see: the
-reference configs' ``traj_history_last_n`` per env (``configs/<env>/<env>_{reptraj,always_critic,critic_only}.yaml``).
-"""
-
-
-def default_history_excerpts(env_id: str | None, tabular: bool) -> int:
-    """The reference's number of excerpted history entries for ``env_id``; other envs: 100 if tabular, else 5."""
-    if env_id is not None and env_id in HISTORY_EXCERPTS:
-        return HISTORY_EXCERPTS[env_id]
-    return 100 if tabular else 5
 
 
 @dataclass(frozen=True)
@@ -138,6 +120,11 @@ class Variant:
     :param search_history: How the Search prompt writes the history (see :data:`HistoryStyle`).
     :param search_trajectories: Whether, on tabular tasks, the Search prompt shows each history entry's first
         evaluation episode (ProPS+).
+    :param clip_actions: Whether a linear policy's continuous action is clipped to the action bounds before the env
+        steps with it (the reference: r2po, props and props_plus clip; its six ablations step the env with the raw
+        linear output, so an env that charges a control cost charges it on the raw value).
+    :param reading: How a reply is read (see :data:`~sb3_r2po.common.parsing.Reading`) for a linear policy and for a
+        tabular one: the reference's ``parse_parameters`` of the variant's linear and tabular agents.
     """
 
     name: str
@@ -148,6 +135,8 @@ class Variant:
     search_prompt: SearchPrompt = "r2po"
     search_history: HistoryStyle = "r2po"
     search_trajectories: bool = False
+    clip_actions: bool = True
+    reading: tuple[Reading, Reading] = ("first", "last")
 
     @property
     def calls_per_iteration(self) -> int:
@@ -178,6 +167,7 @@ VARIANTS: dict[str, Variant] = {
             critic=None,
             search_prompt="props",
             search_history="f",
+            reading=("first_line", "last"),
         ),
         Variant(
             "props_plus",
@@ -186,6 +176,7 @@ VARIANTS: dict[str, Variant] = {
             search_prompt="props_plus",
             search_history="f",
             search_trajectories=True,
+            reading=("first_line", "last"),
         ),
         Variant(
             "pure_search",
@@ -194,6 +185,8 @@ VARIANTS: dict[str, Variant] = {
             None,
             search_prompt="props",
             search_history="f",
+            clip_actions=False,
+            reading=("first", "first"),
         ),
         Variant(
             "actor_second_pass",
@@ -202,6 +195,8 @@ VARIANTS: dict[str, Variant] = {
             None,
             search_prompt="props",
             search_history="f",
+            clip_actions=False,
+            reading=("first", "first"),
         ),
         Variant(
             "critic_only",
@@ -211,6 +206,8 @@ VARIANTS: dict[str, Variant] = {
                 "critic_only", statistics=False, trajectories=("mean",), rule=False, step_rewards=True, history="reward"
             ),
             keep_best=False,
+            clip_actions=False,
+            reading=("first", "first"),
         ),
         Variant(
             "rep_traj",
@@ -218,6 +215,7 @@ VARIANTS: dict[str, Variant] = {
             critic=_REP_TRAJ,
             search_prompt="props",
             search_history="f",
+            clip_actions=False,
         ),
         Variant(
             "always_critic",
@@ -226,6 +224,7 @@ VARIANTS: dict[str, Variant] = {
             keep_best=False,
             search_prompt="props",
             search_history="f",
+            clip_actions=False,
         ),
         Variant(
             "three_traj",
@@ -240,6 +239,7 @@ VARIANTS: dict[str, Variant] = {
             ),
             search_prompt="props",
             search_history="labelled",
+            clip_actions=False,
         ),
     ]
 }

@@ -119,7 +119,7 @@ def test_runs_start_from_the_zoo_config(
     model = _model(monkeypatch, env_id, max_episodes=1)  # one warm-up episode (or none): no LLM call
     assert (model.target, model.revision_threshold, model.step_size) == (target, tau_c, step)
     assert model.warmup_episodes == warmup and model.n_eval_episodes == 20 and model.max_episodes == 1
-    assert isinstance(model.policy, policy) and model.param_bounds == (-6.0, 6.0)
+    assert isinstance(model.policy, policy) and model.param_bounds is None  # the policy's own: -6..6 or the action set
     entry = r2po_entry(env_id)
     assert (
         model.max_episode_steps == entry["max_episode_steps"] and model.max_trajectory_steps == entry["max_trajectory_steps"]

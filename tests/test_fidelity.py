@@ -15,9 +15,11 @@ import pytest
 from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
+from sb3_r2po.common.evidence import sig
 from sb3_r2po.llm.base import ChatReply
 from sb3_r2po.prompts.tasks import describe_task
-from sb3_r2po.variants import HISTORY_EXCERPTS, VARIANTS
+from sb3_r2po.variants import VARIANTS
+from sb3_r2po.zoo.settings import reference_settings
 
 K = 3
 WARMUP = 7  # more than CartPole's 5 excerpted entries: the excerpts cover only the latest ones
@@ -125,10 +127,12 @@ def test_props_plus_search_shows_the_task(prompts, env_id: str) -> None:
 def test_props_plus_shows_each_entrys_first_episode_on_tabular_tasks_only(run, prompts) -> None:
     model, _ = run("props_plus", "FrozenLake-v1")
     last = prompts("props_plus", "FrozenLake-v1", "search")[-1]
-    assert last.count("its first episode, one step per line:") == len(model.history) - 1  # all but the newest entry
+    # the reference's str(TrajectoryBuffer): a header, then "state | action | reward" per step; all but the newest entry
+    assert last.count("\nTrajectory: State | Action | Reward\n") == len(model.history) - 1
+    assert re.search(r"^\d+ \| [0-3] \| [01]\.0$", last, re.M)
     assert "think step by step" in last and "which action each state should take" in last
     linear = prompts("props_plus", "CartPole-v1", "search")[-1]
-    assert "first episode" not in linear and "t=0:" not in linear and "think step by step" not in linear
+    assert "Trajectory:" not in linear and "State | Action" not in linear and "think step by step" not in linear
 
 
 @pytest.mark.parametrize("env_id", ENVS)
@@ -140,14 +144,22 @@ def test_search_template_and_history_format_per_variant(prompts, variant: str, e
         return
     assert searches
     for prompt in searches:
-        if variant == "r2po":
-            assert "## Evaluated so far" in prompt and "; reward of its one episode: " in prompt
-            assert "f(params) = " not in prompt and "Warm-up trial" not in prompt
+        lines = prompt.split("\n")
+        if variant == "r2po":  # the reference's build_search_llm_history_text: one line per entry, indexed from 0
+            assert "## Evaluated so far" in prompt and re.search(
+                r"^Trial 0: params=\[[^] ]+\] rollout_reward=\d+\.\d\d$", prompt, re.M
+            )
+            assert [line.split(":")[0] for line in lines if line.startswith("Trial ")] == [
+                f"Trial {i}" for i in range(WARMUP + searches.index(prompt))
+            ]
+            assert "; f(params): " not in prompt and "Warmup trial" not in prompt and "\n\nTrial 1" not in prompt
         elif variant == "three_traj":  # ProPS's prompt with three_traj's labelled history and its note
             assert "Below are examples of params with their value f(params)" in prompt
-            assert "Warm-up trial: params[0]" in prompt and "lucky warm-up rollout" in prompt
-        else:  # ProPS's format: warm-up entries not told apart
-            assert "; f(params) = " in prompt and "warm-up" not in prompt.lower() and "## Evaluated so far" not in prompt
+            assert re.search(r"^Warmup trial 0: params=\[[^] ]+\] rollout_reward=\d+\.\d\d$", prompt, re.M)
+            assert "lucky warm-up rollout" in prompt
+        else:  # ProPS's str_nd_examples: "params[0]: v; ...; f(params): x.xx", warm-up entries not told apart
+            assert re.search(r"^params\[0\]: [^\n]+; f\(params\): -?\d+\.\d\d$", prompt, re.M)
+            assert "warm-up" not in prompt.lower() and "## Evaluated so far" not in prompt and "Trial " not in prompt
         if variant in PROPS_SEARCH:
             assert "Below are examples of params with their value f(params)" in prompt
         assert "excerpt" not in prompt  # rollout excerpts are for the Critic
@@ -176,17 +188,26 @@ def test_critic_sees_the_task_and_no_selection_hints_by_default(prompts, variant
 @pytest.mark.parametrize("env_id", ENVS)
 def test_r2po_critic_shows_the_statistics_and_the_whole_median_episode(prompts, env_id: str) -> None:
     for prompt in prompts("r2po", env_id, "critic"):
-        assert "Reward: mean " in prompt and "Episode length: mean " in prompt and "Reached the target reward" in prompt
+        # the reference's build_median_trajectory_stats_summary: its statistics lines, then the whole median rollout
+        assert re.search(r"^Reward: mean=-?\d+\.\d\d, min=-?\d+\.\d\d, max=-?\d+\.\d\d$", prompt, re.M)
+        assert re.search(r"^Episode length: mean=\d+\.\d, min=\d+, max=\d+$", prompt, re.M)
+        assert re.search(rf"^Success rate: \d+/{K} rollouts reached reward>=\d+\.\d\d$", prompt, re.M)
+        assert re.search(rf"^Failure rate: \d+/{K} rollouts finished below reward=\d+\.\d\d$", prompt, re.M)
         assert "std" not in prompt and "Endings" not in prompt  # ours, with extra_statistics
-        assert "Median episode" in prompt and "steps omitted" not in prompt and "identical steps" not in prompt
-        length = int(re.search(r"end after (\d+) steps", prompt).group(1))
-        steps = re.findall(r"^t=(\d+): ", prompt, re.M)
-        assert [int(t) for t in steps] == list(range(length))  # every step, in order
-        assert ", r=" not in prompt  # states and actions, as the reference shows them
+        header = re.search(r"^Median rollout \(rollout \d, reward=-?\d+\.\d{4}, length=(\d+)\):\n(.*)$", prompt, re.M)
+        assert header is not None and "omitted" not in prompt
+        steps = header.group(2).split(" | ")  # every step, s->a->s', on one line
+        assert len(steps) == int(header.group(1))
+        assert all(step.count("->") == 2 for step in steps) and steps[-1].endswith("->[TERMINATED]")
+        assert all(steps[t].split("->")[2] == steps[t + 1].split("->")[0] for t in range(len(steps) - 1))
+        assert "reward=" not in header.group(2)  # states and actions, as the reference shows them
 
 
 def test_r2po_critic_shows_a_long_median_episode_whole(prompts) -> None:
-    lengths = [int(re.search(r"end after (\d+) steps", p).group(1)) for p in prompts("r2po", "CartPole-v1", "critic")]
+    lengths = [
+        int(re.search(r"^Median rollout .*length=(\d+)\):$", p, re.M).group(1))
+        for p in prompts("r2po", "CartPole-v1", "critic")
+    ]
     assert max(lengths) > 40  # longer than our old default budget of 40 steps, shown whole
 
 
@@ -195,20 +216,22 @@ def test_r2po_critic_shows_a_long_median_episode_whole(prompts) -> None:
     [
         (
             "CartPole-v1",
-            "- When the mean reward is 451.2 or more, prefer no change at all, or only one very small edit",
+            "- When the mean reward is {tau} or more, prefer no change at all, or only one very small edit",
             "consistent failure",
         ),
         (
             "FrozenLake-v1",
-            "- If the proposed policy already has a mean reward of 0.665 or more and the evidence shows no consistent "
+            "- If the proposed policy already has a mean reward of {tau} or more and the evidence shows no consistent "
             "failure, keep the parameters unchanged, or make at most one very small edit that is strongly justified.",
             "prefer no change at all",
         ),
     ],
 )
-def test_r2po_rule_wording_per_action_type(prompts, env_id: str, rule: str, other: str) -> None:
+def test_r2po_rule_wording_per_action_type(run, prompts, env_id: str, rule: str, other: str) -> None:
+    model, _ = run("r2po", env_id)
+    assert model.revision_threshold is not None
     for prompt in prompts("r2po", env_id, "critic"):
-        assert rule in prompt
+        assert rule.format(tau=sig(model.revision_threshold, 4)) in prompt
         assert other not in prompt.split("Points to consider")[1]
 
 
@@ -217,13 +240,23 @@ def test_r2po_rule_wording_per_action_type(prompts, env_id: str, rule: str, othe
 def test_excerpt_critics_show_the_trace_with_rewards_and_excerpts_of_the_latest_entries(
     prompts, variant: str, env_id: str
 ) -> None:
-    n = HISTORY_EXCERPTS[env_id]
+    n = reference_settings(env_id, variant)["history_excerpts"]  # the reference's traj_history_last_n
     for i, prompt in enumerate(prompts(variant, env_id, "critic")):
         entries = WARMUP + i
-        assert prompt.count("  excerpt of its representative episode: t=0: ") == min(n, entries)
+        # the reference's _build_history_text: "Trial i: params=[v, v] mean_reward=x.xx", a blank line between entries,
+        # and for the latest entries "  rollout_excerpt=s->a->s' | ... | s->a->[TERMINATED]" (4 first, 4 last steps)
+        assert re.search(
+            r"^Trial 0: params=\[[^]]+, [^]]+\] mean_reward=-?\d+\.\d\d(\n  rollout_excerpt=.*)?\n\nTrial 1: ", prompt, re.M
+        )
+        excerpts = re.findall(r"^  rollout_excerpt=(.*)$", prompt, re.M)
+        assert len(excerpts) == min(n, entries)
+        assert all(e.endswith(("->[TERMINATED]", "->[ROLLOUT_CAP]")) and "reward" not in e for e in excerpts)
         assert "Reward: mean" not in prompt and " or more" not in prompt  # no statistics, no rule
-        trace = prompt.split("one line per step: observation s, then action a, then that step's reward r")[1]
-        assert "(reward " in trace.split("\n")[1] or ", r=" in trace  # each step's reward (one line when constant)
+        # the reference's format_trajectory_summary: a header, then one line per step with its reward
+        header = re.search(r"^Trajectory 0 \(length=(\d+)(, step_reward_sum=-?\d+\.\d\d)?\):$", prompt, re.M)
+        assert header is not None and (header.group(2) is None) == (variant == "critic_only")
+        steps = re.findall(r"^  step (\d+): state=\S.* -> action=\S+ -> reward=(\S+)$", prompt, re.M)
+        assert [int(t) for t, _ in steps] == list(range(int(header.group(1))))  # every step, each with its reward
         assert "Do not propose parameters that already appear in the previous attempts above." in prompt
     if env_id == "CartPole-v1":
         assert n == 5 < WARMUP  # only the latest entries
@@ -234,16 +267,20 @@ def test_critic_only_is_one_draft_critique_revise_prompt(prompts) -> None:
         for prompt in prompts("critic_only", env_id, "critic"):
             assert "in a single pass" in prompt and "Draft a first" in prompt and "Revise it once" in prompt
             assert "proposed" not in prompt and "Candidate" not in prompt and "## Proposal" not in prompt
-            assert "## What happened in the latest test" in prompt and "Representative episode" in prompt
+            assert "## What happened in the latest test" in prompt and "\nTrajectory 0 (length=" in prompt
             assert prompt.index("## Previous attempts") < prompt.index("## What happened in the latest test")
 
 
 @pytest.mark.parametrize("env_id", ENVS)
 def test_three_traj_critic_shows_worst_median_best_and_the_labelled_history(prompts, env_id: str) -> None:
     for prompt in prompts("three_traj", env_id, "critic"):
-        for title in ("Worst episode", "Median episode", "Best episode"):
-            assert title in prompt
-        assert "Warm-up trial: params[0]" in prompt and "a training trial comes from the optimization loop" in prompt
+        # the reference's build_three_trajectory_summary: each rollout on one line, its parts' last steps marked
+        # [GOAL] (a positive reward) or [END]
+        for title in ("Worst", "Median", "Best"):
+            trace = re.search(rf"^{title} rollout \(rollout \d, reward=-?\d+\.\d{{4}}\):\n(.*)$", prompt, re.M)
+            assert trace is not None and trace.group(1).endswith(("->[GOAL]", "->[END]"))
+        assert re.search(r"^Warmup trial 0: params=\[[^] ]+\] rollout_reward=\d+\.\d\d\n\nWarmup trial 1: ", prompt, re.M)
+        assert "a training trial comes from the optimization loop" in prompt
         assert "excerpt" not in prompt and "Reward: mean" not in prompt and " or more" not in prompt
 
 
@@ -290,7 +327,7 @@ def test_pure_search_asks_twice_with_the_same_prompt_and_evaluates_both(run) -> 
 def test_actor_second_pass_shows_the_first_proposal_to_the_second_call(run) -> None:
     model, llm = run("actor_second_pass", "CartPole-v1")
     first = model.history[WARMUP]["search"]["params"]
-    row = ", ".join(f"params[{i}]: {v:.1f}" for i, v in enumerate(first)) + "; f(params) = "
+    row = "".join(f"params[{i}]: {v:.5g}; " for i, v in enumerate(first)) + "f(params): "
     assert row not in llm.prompts()[0] and row in llm.prompts()[1]
 
 
@@ -308,7 +345,7 @@ def test_an_unchanged_revision_is_evaluated_again(make_r2po, variant: str) -> No
 class CompliantLLM:
     """Does what the prompt says: repeats the proposal when told that repeating it keeps it, else proposes anew."""
 
-    _PROPOSAL = re.compile(r"(?:proposed these parameters:\n|## Candidate under review\n)(params[^\n;]*)")
+    _PROPOSAL = re.compile(r"(?:proposed these parameters:\n|## Candidate under review\n)(params[^\n]*)")
 
     def __init__(self, size: int) -> None:
         self.size, self.calls, self.n = size, 0, 0
@@ -374,7 +411,7 @@ def test_history_excerpts_can_be_overridden(make_r2po) -> None:
     )
     model.learn(UNTIL_BUDGET)
     critic = next(p for p in llm.prompts() if is_critic(p))
-    assert critic.count("excerpt of its representative episode: ") == 1
+    assert critic.count("rollout_excerpt=") == 1
     latest = critic.split("## Previous attempts")[1].split("## Your step")[0].strip().split("\n")
-    assert latest[-1].startswith("  excerpt of its representative episode: t=0: ")  # the latest entry's
+    assert latest[-1].startswith("  rollout_excerpt=")  # the latest entry's
     assert model.history[3]["rollout_excerpt"] in latest[-1]

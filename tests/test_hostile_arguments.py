@@ -19,7 +19,7 @@ NOT_A_FLAG: list[Any] = ["yes", "False", 1, 0, None, 1.0, [True]]
 
 CORPUS: list[tuple[str, Any, str]] = [
     *[("temperature", v, "temperature") for v in [*NOT_A_NUMBER, -0.1]],
-    *[("step_size", v, "step_size") for v in [*NOT_A_NUMBER, 0.0, -1.0]],
+    *[("step_size", v, "step_size") for v in [*NOT_A_NUMBER, 0.0, -1.0] if v is not None],  # None: the table's, else 1.0
     *[("racing_z", v, "racing_z") for v in [*NOT_A_NUMBER, -1.0]],
     *[("target_return", v, "target_return") for v in ["500", [500], True, float("nan"), float("inf")]],
     *[("tau_c", v, "tau_c") for v in ["480", float("nan"), -float("inf"), b"1"]],
@@ -35,7 +35,6 @@ CORPUS: list[tuple[str, Any, str]] = [
             (0.0, 0.0),
             (float("nan"), 1.0),
             (-float("inf"), 1.0),
-            None,
             5,
         ]
     ],
@@ -44,7 +43,8 @@ CORPUS: list[tuple[str, Any, str]] = [
         for name in ("n_eval_episodes", "max_iteration_attempts", "trajectory_digits")
         for v in [*NOT_AN_INTEGER, 0]
     ],
-    *[("warmup_episodes", v, "warmup_episodes") for v in NOT_AN_INTEGER],
+    *[("warmup_episodes", v, "warmup_episodes") for v in NOT_AN_INTEGER if v is not None],  # None: the table's, else 20
+    *[("max_iterations", v, "max_iterations") for v in ["100", 2.5, True, 0, -5]],
     *[("max_episodes", v, "max_episodes") for v in ["10", 2.5, True, 0, -5]],
     *[("max_episode_steps", v, "max_episode_steps") for v in ["1000", 0, 1e3]],
     *[("param_decimals", v, "param_decimals") for v in ["1", 1.5, -1]],
@@ -55,7 +55,10 @@ CORPUS: list[tuple[str, Any, str]] = [
     *[("seed", v, "seed") for v in ["0", 1.5, -1, True, [0]]],
     *[(name, v, name) for name in ("racing", "stop_at_target", "reject_duplicates", "search_sees_task") for v in NOT_A_FLAG],
     *[("on_unusable_reply", v, "on_unusable_reply") for v in ["retry", "RERUN", None, 1]],
+    *[("reply_reading", v, "reply_reading") for v in ["first", "Reference", None, 1]],
+    *[(name, v, name) for name in ("reject_cut_off_replies", "clip_actions") for v in ["yes", 1, 0.0]],
     *[("reply_style", v, "reply_style") for v in ["json", None, "Indexed"]],
+    *[("prompt_layout", v, "prompt_layout") for v in ["full", None, "Reference", ["compact"]]],
     *[("variant", v, "variant") for v in ["R2PO", "propss", "", None]],
     *[("checkpoint_dir", v, "checkpoint_dir") for v in [1, ["runs"], b"runs"]],
     *[("prompt_template_dir", v, "prompt_template_dir") for v in [1, 2.5]],

@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import MAX_REASON_CHARS, ParseResult, bound_reason, parse_params
+from sb3_r2po.common.parsing import MAX_REASON_CHARS, READINGS, ParseResult, bound_reason, parse_params
 from sb3_r2po.llm.asking import MAX_ECHOED_REPLY_CHARS, ask_for_params
 from sb3_r2po.llm.base import Message
 
@@ -369,7 +369,8 @@ def _harmony() -> list[Case]:
         Case(c, "raw, spaced channel", "<|channel|> final <|message|>params: [1, 2, 3]<|return|>", [1.0, 2.0, 3.0]),
         Case(c, "raw, empty final", "<|channel|>final<|message|><|return|>", Rejected("no parameter vector")),
         Case(c, "raw, special inside the list", "<|channel|>final<|message|>params: [1, 2<|end|>, 3]", Rejected()),
-        Case(c, "raw, finals repeated 100k times", "<|channel|>final<|message|>" * 100_000, Rejected("no parameter vector")),
+        # an unended final channel is a reply cut off at the token limit, here before its first line ended
+        Case(c, "raw, finals repeated 100k times", "<|channel|>final<|message|>" * 100_000, Rejected("cut off")),
         Case(
             c,
             "raw, final then 100k channels",
@@ -601,8 +602,27 @@ def test_corpus_size_and_categories() -> None:
 @pytest.mark.parametrize("case", CORPUS, ids=IDS)
 def test_hostile_reply_is_read_exactly_or_rejected_with_a_bounded_reason(case: Case) -> None:
     with time_limit(budget(case.reply)):
-        result = parse_params(case.reply, case.space)
+        result = parse_params(case.reply, case.space, "last_vector")  # the reading the corpus was written for
     check_result(case, result)
+
+
+@pytest.mark.parametrize("reading", ["first", "last", "first_line"])
+@pytest.mark.parametrize("case", CORPUS, ids=IDS)
+def test_hostile_reply_under_the_reference_readings(case: Case, reading: str) -> None:
+    """The reference's readings (cut-off replies read, not rejected) keep the parser's guarantees on the whole corpus:
+    nothing raised, linear time, a bounded reason, and an accepted vector inside the space; a reply the corpus reads as
+    exactly one vector (a single one, not cut off) is read as that vector by each of them."""
+    with time_limit(budget(case.reply)):
+        result = parse_params(case.reply, case.space, reading)  # type: ignore[arg-type]
+    assert isinstance(result, ParseResult)
+    if not result.ok:
+        assert_bounded_reason(result.error)
+        return
+    assert result.params is not None and result.params.shape == (case.space.size,)
+    if case.space.values is not None:
+        assert set(result.params.tolist()) <= set(case.space.values)
+    else:
+        assert np.all(result.params >= case.space.low) and np.all(result.params <= case.space.high)
 
 
 def retry(reason: str) -> Message:
@@ -615,7 +635,9 @@ def test_hostile_reply_through_ask_for_params(case: Case) -> None:
     llm = ScriptedLLM([case.reply])
     prompt = [{"role": "user", "content": "propose"}]
     with time_limit(2 * budget(case.reply)):
-        answer = ask_for_params(llm, prompt, case.space, role="search", retry_message=retry, max_retries=1)
+        answer = ask_for_params(
+            llm, prompt, case.space, role="search", retry_message=retry, max_retries=1, reading="last_vector"
+        )
     if isinstance(case.expected, Rejected):
         assert answer.params is None and len(answer.failures) == 2
         for failure in answer.failures:
@@ -658,13 +680,14 @@ def test_parsing_time_of_a_1_mb_reply_is_linear(fragment: str) -> None:
     reply = fragment * (MB // len(fragment))
     for text in (reply, "assistantfinal" + reply, lst(reply, 1, 2), "params[0]: " + reply):
         start = time.perf_counter()
-        with time_limit(budget(text)):
-            result = parse_params(text, SPACE)
-        elapsed = time.perf_counter() - start
-        assert elapsed < budget(text)
-        assert isinstance(result, ParseResult)
-        if not result.ok:
-            assert_bounded_reason(result.error)
+        for reading in READINGS:
+            with time_limit(budget(text)):
+                result = parse_params(text, SPACE, reading)
+            elapsed = time.perf_counter() - start
+            assert elapsed < len(READINGS) * budget(text)
+            assert isinstance(result, ParseResult)
+            if not result.ok:
+                assert_bounded_reason(result.error)
 
 
 def test_a_long_reason_from_a_check_is_bounded_too() -> None:

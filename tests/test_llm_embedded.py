@@ -220,18 +220,19 @@ class _FakeLlama:
         }
 
 
-def test_a_reply_cut_at_max_tokens_is_no_answer(caplog: pytest.LogCaptureFixture) -> None:
-    """A cut reply may end inside its last value (-1 of -1.75): it must fail to parse, with a warning."""
-    from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
-    from sb3_r2po.llm.harmony import final_channel
+def test_a_reply_cut_at_max_tokens_is_a_cut_off_reply(caplog: pytest.LogCaptureFixture) -> None:
+    """A cut reply may end inside its last value (-1 of -1.75): it comes back as a cut-off reply, with a warning, whose
+    unfinished line is never read (it fails to parse here)."""
+    from sb3_r2po.common.parsing import parse_params
+    from sb3_r2po.llm.harmony import final_channel, final_is_truncated
 
     backend = EmbeddedBackend(max_tokens=16, n_threads=1, grammar=False, llama=_FakeLlama("params: [0.5, 2.25, -1", "length"))
     assert backend.loaded
     with caplog.at_level("WARNING", logger="sb3_r2po.llm.embedded"):
         reply = backend.chat([{"role": "user", "content": "propose"}])
-    assert final_channel(reply.text) is None and "params: [0.5, 2.25, -1" in reply.text
-    assert parse_params(reply.text, ParameterSpace(3, -6, 6, 2)).error == NO_FINAL_ANSWER
-    assert any("cut off" in r.getMessage() and "no answer" in r.getMessage() for r in caplog.records)
+    assert final_is_truncated(reply.text) and final_channel(reply.text) == "params: [0.5, 2.25, -1"
+    assert "cut off" in str(parse_params(reply.text, ParameterSpace(3, -6, 6, 2)).error)
+    assert any("cut off" in r.getMessage() and "complete lines" in r.getMessage() for r in caplog.records)
     backend = EmbeddedBackend(
         max_tokens=16, n_threads=1, grammar=False, llama=_FakeLlama("params: [0.5, 2.25, -1.75]", "stop")
     )

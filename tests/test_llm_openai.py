@@ -21,15 +21,16 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from servers import SCRIPTED_MODEL, RealServer, Response, ScriptedServer, completion, error, free_port, real_tiny_server
 from tiny_gptoss import DEFAULT_FINAL, harmony_reply, tiny_model
 
 import sb3_r2po
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
+from sb3_r2po.common.parsing import parse_params
 from sb3_r2po.llm.base import LLMBackendError
-from sb3_r2po.llm.harmony import final_channel
+from sb3_r2po.llm.harmony import final_channel, final_is_truncated
 from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, split_model_url
 from sb3_r2po.llm.resolve import make_backend
 
@@ -263,21 +264,31 @@ CUT_ANSWER = "params[0]: 0.50, params[1]: 2.25, params[2]: -1"  # meant: params[
     ],
     ids=["raw harmony", "flattened harmony", "plain text"],
 )
-def test_reply_cut_off_by_the_token_limit_is_not_an_answer(scripted: ScriptedServer, content: str, kept: str | None) -> None:
-    """A reply cut at ``max_tokens`` may end inside its last value: it must fail to parse, never give -1."""
+def test_reply_cut_off_by_the_token_limit_is_a_cut_off_reply(scripted: ScriptedServer, content: str, kept: str | None) -> None:
+    """A reply cut at ``max_tokens`` after its answer began is passed on as a cut-off reply, not retried (the reference
+    reads a cut reply): its unfinished line may end inside its last value, so it never gives -1; with a line break
+    after the vector, the vector is read; with ``reject_cut_off`` it is unusable."""
+    space = ParameterSpace(3, -6, 6, 2)
     scripted.default = completion(content, finish_reason="length")
     b = fast(scripted.url, max_tokens=50)
     reply = b.chat(USER)
-    assert len(scripted.chat_requests) == 2 and b.stats["retries"] == 1 and b.stats["no_final"] == 1
-    assert final_channel(reply.text) is None
+    assert len(scripted.chat_requests) == 1 and b.stats["retries"] == 0 and b.stats["no_final"] == 0
+    assert final_is_truncated(reply.text) and final_channel(reply.text) == CUT_ANSWER
     if kept is not None:
-        assert reply.text == kept  # what came before the answer
-    result = parse_params(reply.text, ParameterSpace(3, -6, 6, 2))
-    assert not result.ok and result.error == NO_FINAL_ANSWER
+        assert reply.text.startswith(kept.rpartition("<|end|>")[0])  # what came before the answer
+    result = parse_params(reply.text, space)
+    assert not result.ok and "cut off at the token limit before its first line ended" in result.error
+    scripted.default = completion(
+        content.replace(CUT_ANSWER, CUT_ANSWER + ".75\nBecause params[2]: -1"), finish_reason="length"
+    )
+    read = parse_params(b.chat(USER).text, space)
+    np.testing.assert_array_equal(read.params, [0.5, 2.25, -1.75])
+    assert not parse_params(b.chat(USER).text, space, reject_cut_off=True).ok
 
 
 def test_cut_reply_then_a_complete_one_is_the_answer(scripted: ScriptedServer) -> None:
-    scripted.script = [completion(CUT_ANSWER, finish_reason="length"), completion("params: [0.5, 2.25, -1.75]")]
+    cut = completion("<|channel|>analysis<|message|>think", finish_reason="length")  # cut before the answer began
+    scripted.script = [cut, completion("params: [0.5, 2.25, -1.75]")]
     b = fast(scripted.url, max_tokens=50)
     assert b.chat(USER).text == "params: [0.5, 2.25, -1.75]"
     assert b.stats["retries"] == 1 and b.stats["no_final"] == 0
@@ -296,7 +307,7 @@ def test_cut_reply_then_a_complete_one_is_the_answer(scripted: ScriptedServer) -
 def test_the_answer_retry_is_skipped_when_it_would_send_the_same_request(
     scripted: ScriptedServer, settings: dict[str, Any], requests: int
 ) -> None:
-    scripted.default = completion(CUT_ANSWER, finish_reason="length")
+    scripted.default = completion("<|channel|>analysis<|message|>think", finish_reason="length")
     b = fast(scripted.url, **settings)
     assert final_channel(b.chat(USER).text) is None
     assert len(scripted.chat_requests) == requests

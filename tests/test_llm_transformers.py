@@ -29,7 +29,7 @@ import sb3_r2po.llm.transformers_backend as tb
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.parsing import parse_params
 from sb3_r2po.llm.base import ChatReply, LLMBackendError
-from sb3_r2po.llm.harmony import complete_answer, final_channel
+from sb3_r2po.llm.harmony import complete_answer, final_channel, final_is_truncated
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.llm.transformers_backend import TransformersBackend, required_gpu_memory_gb
 
@@ -196,22 +196,22 @@ def scripted_generate(monkeypatch: pytest.MonkeyPatch, texts: list[str]) -> list
     return pipe.calls
 
 
-def test_final_channel_still_cut_off_after_the_retry_is_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A final channel cut by the budget may end inside its last value (-1 of -1.75): never an answer."""
+def test_a_final_channel_cut_off_is_a_cut_off_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A final channel cut by the budget may end inside its last value (-1 of -1.75): it is passed on as a cut-off
+    reply, not retried (the reference reads a cut reply), and its unfinished line is never read."""
     b = TransformersBackend("some/model", memory_check=False, max_new_tokens=50, reasoning_effort="low")
     calls = scripted_generate(monkeypatch, [CUT_FINAL])
     reply = b.chat(USER)
-    assert final_channel(reply.text) is None
-    assert reply.text == "<|channel|>analysis<|message|>think<|end|><|start|>assistant"
-    assert b.stats["retries"] == 1 and b.stats["no_final"] == 1
-    assert not parse_params(reply.text, ParameterSpace(3, -6, 6, 2)).ok
-    assert calls == [("low", 50), ("low", 100)]  # the retry is never the same request: it has more budget
+    assert reply.text == CUT_FINAL and final_is_truncated(reply.text)
+    assert b.stats["retries"] == 0 and b.stats["no_final"] == 0
+    assert "cut off" in str(parse_params(reply.text, ParameterSpace(3, -6, 6, 2)).error)
+    assert calls == [("low", 50)]
 
 
-def test_cut_off_final_channel_then_a_complete_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_final_channel_then_a_complete_one(monkeypatch: pytest.MonkeyPatch) -> None:
     b = TransformersBackend("some/model", memory_check=False, max_new_tokens=50, retry_budget_factor=1.0)
     complete = harmony_reply("params: [0.5, 2.25, -1.75]")
-    calls = scripted_generate(monkeypatch, [CUT_FINAL, complete])
+    calls = scripted_generate(monkeypatch, [CUT_FINAL.partition("<|end|>")[0], complete])
     assert b.chat(USER).text == "params: [0.5, 2.25, -1.75]"
     assert b.stats["no_final"] == 0 and calls == [("medium", 50), ("low", 51)]
 

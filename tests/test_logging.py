@@ -87,6 +87,8 @@ def test_a_preparable_backend_is_prepared_once_and_shown_at_verbose_1(capsys, ma
     if verbose == 0:
         assert progress == []
         return
+    settings = progress.pop(0)  # at construction: where the settings came from (an env without an id: derived)
+    assert settings.startswith("R2PO settings for an env without an id, variant r2po: given: warmup_episodes=1; derived:")
     assert progress[0] == "R2PO: preparing the LLM _SlowToLoad"
     assert progress[1] == "R2PO: joining the model file"
     assert progress[2].startswith("R2PO: LLM ready in ")

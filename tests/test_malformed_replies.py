@@ -109,7 +109,7 @@ TABULAR = [
 
 # our recovery from unusable replies (re-ask with the error, then fall back; duplicates of the history unusable),
 # not the reference's rerun of the iteration: these tests exercise it
-RECOVERY = {"on_unusable_reply": "reask", "reject_duplicates": True}
+RECOVERY = {"on_unusable_reply": "reask", "reject_duplicates": True, "reply_reading": "last_vector"}  # the corpus's reading
 
 
 def search_outcome(model: R2PO) -> dict:

@@ -39,7 +39,7 @@ RECOVERY = {"on_unusable_reply": "reask", "reject_duplicates": True}
     ],
 )
 def test_accepted_replies(reply: str, expected: list[float] | None) -> None:
-    result = parse_params(reply, SPACE)
+    result = parse_params(reply, SPACE, "last_vector")
     if expected is None:
         assert not result.ok
     else:
@@ -64,7 +64,7 @@ def test_accepted_replies(reply: str, expected: list[float] | None) -> None:
     ],
 )
 def test_rejected_replies(reply: str, reason: str) -> None:
-    result = parse_params(reply, SPACE)
+    result = parse_params(reply, SPACE, "last_vector")
     assert not result.ok and reason in result.error
 
 
@@ -263,7 +263,13 @@ def test_tolerated_variants_read_as_the_vector(reply: str) -> None:
     ],
 )
 def test_irregular_indices_without_a_complete_vector_first_stay_rejected(reply: str) -> None:
-    assert not parse_params(reply, SPACE).ok
+    assert not parse_params(reply, SPACE, "last_vector").ok
+    # the reference's reading takes the first value of each index 0..n-1 and ignores the others (params[3] included)
+    first = parse_params(reply, SPACE, "first")
+    if "params[2]" in reply:
+        np.testing.assert_array_equal(first.params, [1.0, 2.0, 3.0])
+    else:
+        assert not first.ok and "missing params[2]" in first.error
 
 
 def test_a_plain_reply_starting_with_analysis_colon_is_read() -> None:

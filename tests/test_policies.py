@@ -42,6 +42,24 @@ def test_box_actions_are_clipped() -> None:
     np.testing.assert_allclose(wide.act(np.array([[1.0], [-1.0]])), [[1.0, 3.0], [-1.0, -3.0]])
 
 
+def test_the_raw_actor_does_not_clip_but_predict_does() -> None:
+    """``actor(params, clip=False)`` is the reference ablations' rule (the env gets the raw output); the policy's own
+    forward pass, hence ``predict()``, always clips."""
+    policy = LinearPolicy(spaces.Box(-1, 1, (1,)), spaces.Box(-2, 2, (1,), dtype=np.float32))
+    params = np.array([10.0, 0.5])
+    observations = np.array([[1.0], [-1.0], [0.1]])
+    raw = policy.actor(params, clip=False)(observations)
+    np.testing.assert_allclose(raw.reshape(-1), [10.5, -9.5, 1.5])
+    assert raw.dtype == np.float32 and raw.shape == (3, 1)
+    np.testing.assert_allclose(policy.actor(params)(observations).reshape(-1), [2.0, -2.0, 1.5])
+    policy.set_flat(params)
+    predicted, _ = policy.predict(observations.astype(np.float32), deterministic=True)
+    np.testing.assert_allclose(predicted.reshape(-1), [2.0, -2.0, 1.5])
+    discrete = LinearPolicy(spaces.Box(-1, 1, (1,)), spaces.Discrete(2))  # argmax: always inside the space
+    discrete_params = np.array([1.0, -1.0, 0.0, 0.0])
+    assert discrete.actor(discrete_params, clip=False)(observations).tolist() == [0, 1, 0]
+
+
 def test_tabular_policy() -> None:
     policy = TabularPolicy(spaces.Discrete(4), spaces.Discrete(3))
     assert policy.parameter_space.values == (0, 1, 2)

@@ -26,17 +26,19 @@ CARTPOLE_REPLIES = [vector(*([0.5] * 9 + [float(i)])) for i in range(1, 10)]
 
 def test_search_prompt_content(make_r2po) -> None:
     llm = ScriptedLLM(CARTPOLE_REPLIES)
-    make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, max_episodes=2 + 6, seed=0).learn(UNTIL_BUDGET)
+    model = make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, max_episodes=2 + 6, seed=0)
+    model.learn(UNTIL_BUDGET)
     search = llm.calls[0]
     assert [m["role"] for m in search] == ["user"]  # one user message, no system message: the reference's calls
     prompt = search[0]["content"]
     assert "global maximum of an unknown function f(params)" in prompt  # a black box
     assert "Balance a pole" not in prompt and "## Task" not in prompt and "b (bias)" not in prompt
     assert "There are 10 parameters" in prompt and "[-6.0, 6.0]" in prompt
-    assert "The global maximum of f should be about 475. Below that" in prompt and "explore rather than exploit" in prompt
-    assert prompt.count("; reward of its one episode: ") == 2  # the two warm-up entries
+    assert f"The global maximum of f should be about {sig(model.target, 4)}. Below that" in prompt
+    assert "explore rather than exploit" in prompt
+    assert prompt.count(" rollout_reward=") == 2  # the two warm-up entries
     assert "Never propose params that have already been evaluated" in prompt and "in steps of about 1.0" in prompt
-    assert "This is iteration 1 of 1." in prompt
+    assert re.search(r"This is iteration 1 of \d+\.", prompt)
     assert "Median episode" not in prompt and "so far is" not in prompt
 
 
@@ -51,14 +53,16 @@ def test_search_sees_task_adds_the_task_and_the_layout(make_r2po) -> None:
 
 def test_critic_prompt_holds_the_evidence_package(make_r2po) -> None:
     llm = ScriptedLLM(CARTPOLE_REPLIES)
-    make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, max_episodes=2 + 6, seed=0).learn(UNTIL_BUDGET)
+    model = make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, max_episodes=2 + 6, seed=0)
+    model.learn(UNTIL_BUDGET)
     assert [m["role"] for m in llm.calls[1]] == ["user"]
     prompt = llm.calls[1][0]["content"]
     assert is_critic(prompt) and "## Task\n" in prompt and "b (bias)" in prompt
     assert "The optimizer proposed these parameters:\nparams[0]: 0.5" in prompt
-    assert "Reward: mean " in prompt and "Reached the target reward 475 in 0 of 3 episodes" in prompt
-    assert "Median episode" in prompt and "Worst episode" not in prompt
-    assert "When the mean reward is 451.2 or more, prefer no change at all" in prompt
+    assert model.target is not None and model.revision_threshold is not None
+    assert "Reward: mean=" in prompt and f"Success rate: 0/3 rollouts reached reward>={model.target:.2f}" in prompt
+    assert "Median rollout (rollout " in prompt and "Worst rollout" not in prompt
+    assert f"When the mean reward is {sig(model.revision_threshold, 4)} or more, prefer no change at all" in prompt
     assert "below the threshold" not in prompt and "repeat its parameters" not in prompt  # no selection hints
     assert "systematic" in prompt and "changes of 1.0 or less per parameter" in prompt
 
@@ -130,7 +134,7 @@ def test_history_compression_keeps_the_best_and_the_most_recent(make_r2po) -> No
     history = last_search.split("## Evaluated so far")[1].split("This is iteration")[0]
     omitted = r"\(\d+ entries so far; the \d+ left out above are neither among the best nor the most recent\.\)"
     assert re.fullmatch(omitted, history.strip().splitlines()[-1])  # after the lines: the lines before it stay a prefix
-    assert 0 < history.count("; mean reward: ") + history.count("; reward of its one episode: ") <= 5
+    assert 0 < len(re.findall(r"^Trial \d+: params=", history, re.M)) <= 5
 
 
 @pytest.mark.parametrize(
@@ -180,7 +184,9 @@ def test_history_slack_needs_a_compressed_history_and_a_count() -> None:
 def test_list_reply_style_writes_every_vector_as_a_list(make_r2po) -> None:
     replies = [f"params: [{', '.join(['0.5'] * 9 + [str(i)])}]" for i in range(1, 10)]
     llm = ScriptedLLM(replies)
-    model = make_r2po(llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=8, reply_style="list")
+    model = make_r2po(
+        llm=llm, n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=8, reply_style="list", prompt_layout="compact"
+    )
     model.learn(UNTIL_BUDGET)
     search, critic = llm.prompts()[:2]
     assert "written as `params: [<value>, <value>, ..., <value>]`" in search
@@ -220,14 +226,17 @@ def test_the_full_preset_is_r2pos_defaults() -> None:
 
 def test_prompt_presets_shrink_the_critic_prompt_in_order(make_r2po) -> None:
     sizes = {}
-    for name in ("full", "lean", "tight"):
+    presets = {name: prompt_preset(name) for name in PROMPT_PRESETS}
+    presets["full, compact layout"] = {**prompt_preset("full"), "prompt_layout": "compact"}
+    for name, settings in presets.items():
         llm = ScriptedLLM([vector(*([0.1 * (i % 7)] * 9 + [i / 10])) for i in range(1, 40)])
-        model = make_r2po(llm=llm, n_eval_episodes=1, warmup_episodes=6, seed=0, max_episodes=26, **prompt_preset(name))
+        model = make_r2po(llm=llm, n_eval_episodes=1, warmup_episodes=6, seed=0, max_episodes=26, **settings)
         model.learn(UNTIL_BUDGET)
         critics = [prompt for prompt in llm.prompts() if is_critic(prompt)]
         assert len(model.history) > 12  # more entries than lean (8 + 4) or tight (5 + 3) show
         sizes[name] = len(critics[-1])
-    assert sizes["full"] > sizes["lean"] > sizes["tight"]
+    assert sizes["full, compact layout"] > sizes["lean"] > sizes["tight"]
+    assert sizes["full"] > sizes["tight"]  # the reference's layout, whole history: fewer characters per entry
 
 
 def test_unknown_prompt_preset_is_rejected() -> None:
@@ -242,7 +251,7 @@ def critic_prompt(
     episodes = [Episode([np.zeros(2)] * (n + 1), [np.array(0)] * n, [1.0] * n, "terminated") for n in (10, 20, 30)]
     evidence = build_evidence(episodes, 100.0, tau_c, **evidence_kwargs)
     space = space or ParameterSpace(3)
-    ctx = replace(PromptContext(None, ("layout",), space, 100.0, (), 1, None, 1.0), **options)
+    ctx = replace(PromptContext(None, ("layout",), space, 100.0, (), 1, None, 1.0), **{"prompt_layout": "compact", **options})
     params = ", ".join(f"params[{i}]: 0" for i in range(space.size))
     return PromptBuilder().critic(ctx, HistoryLine(params, 20.0, 3), evidence, prompt)[0]["content"]
 
@@ -293,7 +302,19 @@ def test_best_line_counts_k_episode_candidates_and_history_marks_warmup() -> Non
         HistoryLine("params[0]: 2.0", 9.0, 1, warmup=True),
         HistoryLine("params[0]: 3.0", 10.4, 5),
     )
-    ctx = PromptContext(None, ("layout",), ParameterSpace(1), 475.0, history, 2, 10, 1.0, best=10.4, extra_statistics=True)
+    ctx = PromptContext(
+        None,
+        ("layout",),
+        ParameterSpace(1),
+        475.0,
+        history,
+        2,
+        10,
+        1.0,
+        best=10.4,
+        extra_statistics=True,
+        prompt_layout="compact",
+    )
     prompt = PromptBuilder().search(ctx)[0]["content"]
     assert "params[0]: 1.0; reward of its one episode: 61 (1 warm-up episode)" in prompt
     assert "params[0]: 3.0; mean reward: 10.4 (5 episodes)" in prompt
@@ -321,6 +342,7 @@ def test_best_line_agrees_with_the_history_in_real_runs(make_r2po, k: int) -> No
         seed=0,
         max_episodes=10 + 6 * k,
         extra_statistics=True,
+        prompt_layout="compact",
     )
     model.learn(UNTIL_BUDGET)
     searches = [prompt for prompt in llm.prompts() if not is_critic(prompt)]
@@ -454,10 +476,11 @@ def test_search_prompt_explores_below_a_target_and_balances_without_one() -> Non
 
 
 def test_history_section_counts_omitted_entries_and_says_when_it_is_empty() -> None:
-    empty = PromptBuilder().search(PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0))[0]["content"]
+    compact = PromptContext(None, ("layout",), ParameterSpace(1), None, (), 1, None, 1.0, prompt_layout="compact")
+    empty = PromptBuilder().search(compact)[0]["content"]
     assert "oldest first:\nNothing has been evaluated yet." in empty
     history = (HistoryLine("params[0]: 1.0", 3.0, 5), HistoryLine("params[0]: 2.0", 4.0, 5))
-    ctx = PromptContext(None, ("layout",), ParameterSpace(1), None, history, 9, None, 1.0, best=4.0, history_omitted=7)
+    ctx = replace(compact, history=history, iteration=9, best=4.0, history_omitted=7)
     prompt = PromptBuilder().search(ctx)[0]["content"]
     omitted = "(9 entries so far; the 7 left out above are neither among the best nor the most recent.)"
     assert "params[0]: 2.0; mean reward: 4\n" + omitted in prompt  # after the lines

@@ -1,4 +1,5 @@
 import re
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -160,11 +161,13 @@ def test_seeded_runs_are_identical(make_r2po) -> None:
 
 
 def test_target_and_tau_c_from_reward_threshold() -> None:
-    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM())
-    assert model.target == gym.spec("CartPole-v1").reward_threshold == 475.0
-    assert model.revision_threshold == pytest.approx(475.0 - 0.05 * 475.0)
-    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), target_return=500, tau_c=480)
-    assert (model.target, model.revision_threshold) == (500, 480)
+    model = R2PO("MlpLinear", "Acrobot-v1", llm=ExampleLLM())  # an env the settings table lacks
+    assert model.target == gym.spec("Acrobot-v1").reward_threshold == -100.0
+    assert model.revision_threshold == pytest.approx(-100.0 - 0.05 * 100.0)
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM())  # the table's: the reference's optimum and tau_c
+    assert (model.target, model.revision_threshold) == (500, 480) != (gym.spec("CartPole-v1").reward_threshold, 451.25)
+    model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), target_return=475, tau_c=470)
+    assert (model.target, model.revision_threshold) == (475, 470)
     model = R2PO("MlpLinear", "Pendulum-v1", llm=ExampleLLM())
     assert model.target is None and model.revision_threshold is None
 
@@ -189,7 +192,7 @@ def test_non_finite_env_values_are_cut_and_never_reach_a_prompt(make_r2po, bias:
     record = model.history[-1]
     assert record["non_finite_episodes"] == 2 and record["mean_return"] == total and record["mean_length"] == length
     critic = llm.calls[1][-1]["content"]
-    assert "nan" not in critic.lower().replace("non-finite", "") and "non-finite value" in critic
+    assert "nan" not in critic.lower().replace("non_finite", "") and "->[NON_FINITE]" in critic
 
 
 TOWARD_3 = [vector(1.0, 2.0), vector(1.0, 2.0), vector(2.0, 2.0)]
@@ -306,8 +309,9 @@ def test_clipped_or_rounded_reply_values_are_kept_in_the_history_and_reported(ca
     assert "search reply adjusted" in capsys.readouterr().err
 
 
-def test_warmup_ends_when_the_space_has_no_new_vector(make_r2po) -> None:
-    """Bounds (-0.5, 0.5) at 0 decimals hold one vector: the warm-up stops with a warning instead of looping."""
+def test_warmup_repeats_vectors_when_the_space_has_no_new_one(make_r2po) -> None:
+    """Bounds (-0.5, 0.5) at 0 decimals hold one vector: the warm-up draws it every time, as the reference's warm-up
+    draws without looking at the history, and runs all its episodes (no warning, no loop)."""
     model = make_r2po(
         BanditEnv(),
         llm=ScriptedLLM(["params: [0, 0]"]),
@@ -318,9 +322,11 @@ def test_warmup_ends_when_the_space_has_no_new_vector(make_r2po) -> None:
         max_episodes=1 + 2 * 2,
         seed=0,
     )
-    with pytest.warns(RuntimeWarning, match="no new warm-up vector in 1000 draws; the warm-up ends after 1 of 3"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         model.learn(UNTIL_BUDGET)
-    assert sum(r["kind"] == "warmup" for r in model.history) == 1 and model.iteration >= 1
+    warmup = [r for r in model.history if r["kind"] == "warmup"]
+    assert len(warmup) == 3 and all(r["params"] == [0.0, 0.0] for r in warmup) and model.iteration >= 1
 
 
 @pytest.mark.parametrize("wrap", ["normalize", "frame_stack"])
@@ -404,3 +410,47 @@ def test_critic_only_without_warm_up_asks_the_llm_with_an_empty_history(make_r2p
     model.learn(UNTIL_BUDGET)
     assert [r["kind"] for r in model.history] == ["critic", "critic"] and model.llm_stats["fallbacks"] == 0
     assert model.history[0]["params"] == [1.0, 0.5] and len(llm.calls) == 2
+
+
+# the budget as the reference counts it: a plan of completed iterations, discarded attempts on top
+
+DISCARDING = [vector(1.0, 1.0), "no vector here", vector(0.5, 0.5), vector(1.0, 1.5)]
+"""Iteration 1: the Search is usable, the Critic is not (the attempt and its K episodes are discarded), then a usable
+attempt; every later call answers [1.0, 1.5]."""
+
+
+def test_discarded_attempts_come_on_top_of_the_planned_iterations(make_r2po, tmp_path) -> None:
+    from stable_baselines3.common.logger import configure
+
+    llm = ScriptedLLM(DISCARDING)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=None, max_iterations=3)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(UNTIL_BUDGET)
+    assert model.iteration == 3  # the plan, whole: the discarded attempt did not shorten it
+    assert model.episodes_used == 3 * 2 * 2 + 2  # 3 iterations of 2K, plus the discarded attempt's K on top
+    assert model.llm_stats["discarded_attempts"] == 1 and model.llm_stats["discarded_episodes"] == 2
+    assert model.history[0]["discarded_attempts"][0]["episodes"] == 2  # reported in the history
+    counted = [re.search(r"This is iteration (\d+ of \d+)\.", prompt) for prompt in llm.prompts()]
+    assert [m.group(1) for m in counted if m] == ["1 of 3", "1 of 3", "2 of 3", "3 of 3"]  # the plan in every Search
+    rows = (tmp_path / "progress.csv").read_text().splitlines()
+    header, last = rows[0].split(","), rows[-1].split(",")
+    assert (
+        float(last[header.index("llm/discarded_episodes")]) == 2 and float(last[header.index("llm/discarded_attempts")]) == 1
+    )
+    model.learn(UNTIL_BUDGET, reset_num_timesteps=False)  # the plan is complete: nothing more runs
+    assert model.iteration == 3 and model.episodes_used == 14
+
+
+def test_max_episodes_stays_a_hard_cap_on_episodes(make_r2po) -> None:
+    # the discarded attempt's 2 episodes count against max_episodes=7: after iteration 1 (6 episodes) one is left
+    llm = ScriptedLLM(DISCARDING)
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=0, max_episodes=7, max_iterations=3)
+    model.learn(UNTIL_BUDGET)
+    assert model.iteration == 1 and model.episodes_used == 6  # not the 3 planned
+
+
+def test_total_timesteps_stops_before_the_plan(make_r2po) -> None:
+    llm = ScriptedLLM([vector(1.0, 1.0)])
+    model = make_r2po(BanditEnv(), llm=llm, n_eval_episodes=2, warmup_episodes=1, max_episodes=None, max_iterations=100)
+    model.learn(1 + 4 * 2)  # BanditEnv: one step an episode; the warm-up, then 2 iterations of 4 episodes
+    assert model.iteration == 2 and model.num_timesteps == 9

@@ -100,7 +100,7 @@ def test_critic_only_resumes_with_the_last_candidates_episodes(tmp_path, make_r2
     first.save(tmp_path / "half.zip")
     resumed = R2PO.load(tmp_path / "half.zip", env=gym.make("CartPole-v1"), llm=llm)
     resumed.learn(UNTIL_BUDGET, reset_num_timesteps=False)
-    assert "t=0" in expected[len(prompts) - (resumed.iteration - first.iteration)]  # the Critic is shown a trajectory
+    assert "  step 0: state=" in expected[len(prompts) - (resumed.iteration - first.iteration)]  # the Critic sees a trajectory
     assert prompts == expected and resumed.history == reference.history
 
 

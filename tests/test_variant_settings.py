@@ -1,6 +1,7 @@
 """
 The paper's baselines and ablations get the reference's own settings per env (``variants:`` of zoo_configs/r2po.yml),
-through every path that builds a variant from the file: ``python -m sb3_r2po.zoo train``, ``compare`` and ``ablate``.
+through every path that builds a variant from the file: ``python -m sb3_r2po.zoo train``, ``compare``, ``ablate`` and
+a plain ``R2PO(policy, env_id, variant=...)``, which reads the same table (the packaged copy of the file).
 """
 
 from __future__ import annotations
@@ -17,16 +18,25 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
+from helpers import ScriptedLLM, vector
 
 import sb3_r2po
 from sb3_r2po import R2PO
 from sb3_r2po.ablate import run_one, run_settings
 from sb3_r2po.compare import episode_cap, r2po_entry
 from sb3_r2po.r2po.prompting import PromptView
-from sb3_r2po.variants import HISTORY_EXCERPTS
 from sb3_r2po.variants import VARIANTS as VARIANT_SPECS
 from sb3_r2po.zoo import config_dir, config_file
-from sb3_r2po.zoo.settings import HISTORY_EXCERPTS_KEY, VARIANTS_KEY, apply_variant
+from sb3_r2po.zoo.settings import (
+    HISTORY_EXCERPTS_KEY,
+    POLICIES_KEY,
+    REFERENCE_KEYS,
+    SETTINGS_FILE,
+    VARIANTS_KEY,
+    apply_variant,
+    reference_env_ids,
+    reference_settings,
+)
 
 HAS_ZOO = importlib.util.find_spec("rl_zoo3") is not None  # not importorskip: importing rl_zoo3 patches TimeLimit
 needs_zoo = pytest.mark.skipif(not HAS_ZOO, reason="rl_zoo3 is not installed")
@@ -105,13 +115,15 @@ def test_every_variant_resolves_to_the_reference_settings(env_id: str) -> None:
         assert VARIANTS_KEY not in entry
         got = {"warmup": entry["warmup_episodes"], "target": entry["target_return"], "tau_c": entry["tau_c"]}
         got["cap"] = episode_cap(env_id, variant)[0]
-        assert HISTORY_EXCERPTS_KEY not in raw[VARIANTS_KEY].get(variant, {})  # R2PO's default: not repeated here
+        assert HISTORY_EXCERPTS_KEY not in raw[VARIANTS_KEY].get(variant, {})  # the env's N, one per env
         excerpts = VARIANT_SPECS[variant].critic is not None and VARIANT_SPECS[variant].critic.excerpts
-        got["N"] = HISTORY_EXCERPTS[env_id] if excerpts else None
+        got["N"] = entry[HISTORY_EXCERPTS_KEY] if excerpts else None
+        assert entry[HISTORY_EXCERPTS_KEY] == REF_N[env_id], env_id
         k = entry["n_eval_episodes"]
         per_iteration = k * (1 if variant in ONE_CALL else 2)
-        got["iterations"] = (entry["max_episodes"] - entry["warmup_episodes"]) / per_iteration
+        got["iterations"] = entry["max_iterations"]
         assert got == expected, (env_id, variant)
+        assert (entry["max_episodes"] - entry["warmup_episodes"]) / per_iteration == entry["max_iterations"]
         assert k == 20 and entry["max_episodes"] == 4000 + entry["warmup_episodes"], (env_id, variant)
         assert entry["n_timesteps"] >= entry["max_episodes"] * got["cap"], f"{env_id} {variant}: n_timesteps stops first"
         assert entry["variant"] == "r2po"  # the variant is the caller's (the zoo's --hyperparams, compare, ablate)
@@ -119,7 +131,7 @@ def test_every_variant_resolves_to_the_reference_settings(env_id: str) -> None:
 
 def test_r2po_keeps_its_own_entry() -> None:
     for env_id, raw in _raw_entries().items():
-        expected = {key: value for key, value in raw.items() if key != VARIANTS_KEY}
+        expected = {key: value for key, value in raw.items() if key not in (VARIANTS_KEY, POLICIES_KEY)}
         assert r2po_entry(env_id) == r2po_entry(env_id, "r2po") == expected, env_id
         assert "r2po" not in (raw.get(VARIANTS_KEY) or {})
 
@@ -128,6 +140,7 @@ def test_the_packaged_copy_is_the_same_file() -> None:
     packaged = Path(sb3_r2po.__file__).resolve().parent / "zoo" / "configs"
     for path in config_dir().glob("*.yml"):
         assert (packaged / path.name).read_bytes() == path.read_bytes(), path.name
+    assert SETTINGS_FILE == packaged / "r2po.yml"  # the table a plain R2PO reads is the one the package ships
 
 
 def test_apply_variant_merges_env_kwargs_keeps_explicit_keys_and_refuses_unknown_variants() -> None:
@@ -187,8 +200,8 @@ def _check_model(model: R2PO, env_id: str, variant: str) -> None:
     assert model.variant == variant
     assert model.warmup_episodes == expected["warmup"] and model.target == expected["target"], (env_id, variant)
     assert model.tau_c == expected["tau_c"] and model.episode_cap == expected["cap"], (env_id, variant)
-    if expected["N"] is not None:  # the reference's N is R2PO's own default for the env
-        assert model.history_excerpts is None and PromptView(model).excerpted_entries() == expected["N"]
+    if expected["N"] is not None:
+        assert PromptView(model).excerpted_entries() == expected["N"]
 
 
 def _skip_without_mujoco(env_id: str) -> None:
@@ -326,3 +339,124 @@ def test_ablate_options_of_the_user_win(monkeypatch: pytest.MonkeyPatch) -> None
     assert (model.warmup_episodes, model.target, model.tau_c, model.episode_cap) == (3, 0.5, None, 100)
     settings = run_settings("R2PO/Maze3x3-v0", "props", {"env_kwargs": {"max_episode_steps": 30}, "tau_c": 0.7})
     assert settings["env_kwargs"] == {"max_episode_steps": 30} and settings["tau_c"] == 0.7
+
+
+# ---------------------------------------------------------------------------------------------- a plain R2PO(...)
+
+
+@pytest.mark.parametrize("env_id", list(REF_R2PO))
+def test_a_plain_r2po_resolves_every_variant_as_the_zoo_file_does(env_id: str) -> None:
+    """``R2PO(policy, env_id, variant=...)`` without settings gets the reference's for every (env, variant) pair: the
+    values the zoo, compare and ablate read from the file, and the reference's as this module states them."""
+    _skip_without_mujoco(env_id)
+    assert env_id in reference_env_ids()
+    policy = "Tabular" if _raw_entries()[env_id]["policy"] == "Tabular" else "MlpLinear"
+    for variant in ("r2po", *VARIANT_NAMES):
+        model = R2PO(policy, env_id, llm="example:0", variant=variant)
+        try:
+            _check_model(model, env_id, variant)
+            entry = r2po_entry(env_id, variant)  # the zoo path's resolution of the same table
+            assert {key: getattr(model, key) for key in REFERENCE_KEYS} == {key: entry[key] for key in REFERENCE_KEYS}
+            assert model.max_iterations == reference(env_id, variant)["iterations"], (env_id, variant)
+            assert model.max_episodes is None  # the plan is the iteration count; no cap on episodes
+            table = reference_settings(env_id, variant)
+            assert table is not None
+            expected = {key: "derived" if table[key] is None else "reference" for key in REFERENCE_KEYS}
+            assert model.settings_source == expected, (env_id, variant)
+        finally:
+            model.env.close()
+
+
+def _first_iteration_prompts(model: R2PO, llm: ScriptedLLM) -> tuple[str, str]:
+    model.learn(1)  # the warm-up
+    model.learn(1, reset_num_timesteps=False)  # one iteration
+    search, critic = llm.prompts()[:2]
+    return search, critic
+
+
+def test_a_plain_cartpole_prompts_with_the_references_500_480_and_100() -> None:
+    llm = ScriptedLLM([vector(*[0.1] * 10)])
+    model = R2PO("MlpLinear", "CartPole-v1", llm=llm, seed=0, n_eval_episodes=1, warmup_episodes=2)
+    assert (model.target, model.revision_threshold, model.max_iterations) == (500, 480, 100)
+    search, critic = _first_iteration_prompts(model, llm)
+    assert "(100)" in search and "iteration 1 of 100" in search and "about 500" in search
+    assert "480 or more" in critic and "500" in critic
+    assert "475" not in search + critic and "451" not in critic  # not the reward_threshold derivation
+
+
+def test_explicit_settings_win_over_the_table() -> None:
+    given = dict(target_return=300, tau_c=250, warmup_episodes=3, step_size=0.5, max_episode_steps=50)
+    given |= dict(history_excerpts=2, max_iterations=7)
+    model = R2PO("MlpLinear", "CartPole-v1", llm="example:0", **given)
+    assert {key: getattr(model, key) for key in REFERENCE_KEYS} == given
+    assert model.settings_source == dict.fromkeys(REFERENCE_KEYS, "given")
+    model = R2PO("MlpLinear", "CartPole-v1", llm="example:0", tau_c=400)
+    assert model.settings_source["tau_c"] == "given" and model.settings_source["target_return"] == "reference"
+    assert (model.target, model.revision_threshold) == (500, 400)
+
+
+def test_an_env_the_table_lacks_keeps_the_documented_derivation() -> None:
+    model = R2PO("MlpLinear", "Acrobot-v1", llm="example:0")
+    assert "Acrobot-v1" not in reference_env_ids() and reference_settings("Acrobot-v1", "r2po") is None
+    assert model.target == -100 and model.revision_threshold == pytest.approx(-105)  # reward_threshold - 5 %
+    assert (model.warmup_episodes, model.step_size, model.max_episode_steps, model.max_iterations) == (20, 1.0, 1000, None)
+    assert model.history_excerpts is None and PromptView(model).excerpted_entries() == 5
+    assert model.settings_source == dict.fromkeys(REFERENCE_KEYS, "derived")
+
+
+def test_verbose_says_which_settings_applied(capsys: pytest.CaptureFixture[str]) -> None:
+    R2PO("MlpLinear", "CartPole-v1", llm="example:0", warmup_episodes=3, verbose=1)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("R2PO settings")]
+    assert lines == [
+        "R2PO settings for CartPole-v1, variant r2po: the reference's (settings table): target_return=500, tau_c=480, "
+        "step_size=1.0, max_episode_steps=1000, history_excerpts=5, max_iterations=100; given: warmup_episodes=3"
+    ]
+
+
+def test_a_model_saved_before_the_table_loads_with_its_own_settings() -> None:
+    """A model saved without ``max_iterations`` and with ``target_return=None`` keeps the derivation it was saved
+    with after load (load() never reads the table)."""
+    import io
+
+    import gymnasium as gym
+
+    model = R2PO("MlpLinear", "CartPole-v1", llm="example:0", warmup_episodes=1)
+    model.target_return = model.tau_c = model.history_excerpts = None  # what an old model saved
+    del model.__dict__["max_iterations"], model.__dict__["settings_source"]
+    buffer = io.BytesIO()
+    model.save(buffer)
+    buffer.seek(0)
+    loaded = R2PO.load(buffer, env=gym.make("CartPole-v1"), llm="example:0")
+    assert (loaded.target, loaded.revision_threshold, loaded.max_iterations) == (475, pytest.approx(451.25), None)
+    assert loaded.warmup_episodes == 1 and loaded.settings_source == {}
+    assert PromptView(loaded).excerpted_entries() == 5  # None: the table's N for the env, as before
+    buffer = io.BytesIO()
+    R2PO("MlpLinear", "CartPole-v1", llm="example:0", warmup_episodes=3).save(buffer)
+    buffer.seek(0)
+    loaded = R2PO.load(buffer, env=gym.make("CartPole-v1"), llm="example:0")  # a new save keeps its settings and sources
+    assert (loaded.target, loaded.revision_threshold, loaded.max_iterations, loaded.warmup_episodes) == (500, 480, 100, 3)
+    assert loaded.settings_source["warmup_episodes"] == "given" and loaded.settings_source["tau_c"] == "reference"
+
+
+@pytest.mark.parametrize(
+    "policy, variant, warmup, bounds",
+    [
+        ("ProjectedMlp", "props", 20, (-6.0, 6.0)),  # swimmer_props_random_projection_qr.yaml
+        ("ProjectedMlp", "props_plus", 20, (-6.0, 6.0)),  # swimmer_propsp_random_projection_qr.yaml: not ProPS+'s 100
+        ("RandomFeatures", "props_plus", 100, (-2.0, 2.0)),  # swimmer_propsp_random_features_tanh_same_dim.yaml
+        ("MlpLinear", "props_plus", 100, (-6.0, 6.0)),  # swimmer_propsp.yaml
+    ],
+)
+def test_the_reference_nonlinear_policy_configs_through_the_table(policy: str, variant: str, warmup: int, bounds) -> None:
+    """The reference's three Swimmer configs of its nonlinear policies, on a plain R2PO(...) and through the zoo's
+    resolution of the table (its ``policies:`` layer), which agree; a class given instead of its alias resolves the same."""
+    from sb3_r2po.r2po.policies import POLICY_ALIASES
+
+    for given in (policy, POLICY_ALIASES[policy]):
+        model = R2PO(given, "Swimmer-v5", llm="example", variant=variant)
+        assert (model.warmup_episodes, model.max_iterations, model.step_size, model.target_return) == (warmup, 200, 0.1, 250)
+        space = model.policy.parameter_space
+        assert (space.low, space.high) == bounds
+    settings, _ = apply_variant(_raw_entries()["Swimmer-v5"], variant, policy=policy)
+    assert settings["warmup_episodes"] == warmup and settings["max_episodes"] == 4000 + warmup
+    assert POLICIES_KEY not in settings and settings["param_bounds"] is None  # None: the policy's own bounds

@@ -52,11 +52,11 @@ def test_task_description_presence(make_r2po, variant: str) -> None:
 @pytest.mark.parametrize(
     "variant, statistics, titles, rule",
     [
-        ("r2po", True, ["Median episode"], True),
-        ("rep_traj", False, ["Representative episode"], False),
-        ("always_critic", False, ["Representative episode"], False),
-        ("three_traj", False, ["Worst episode", "Median episode", "Best episode"], False),
-        ("critic_only", False, ["Representative episode"], False),
+        ("r2po", True, ["Median rollout ("], True),
+        ("rep_traj", False, ["Trajectory 0 ("], False),
+        ("always_critic", False, ["Trajectory 0 ("], False),
+        ("three_traj", False, ["Worst rollout (", "Median rollout (", "Best rollout ("], False),
+        ("critic_only", False, ["Trajectory 0 ("], False),
     ],
 )
 def test_critic_evidence(make_r2po, variant: str, statistics: bool, titles: list[str], rule: bool) -> None:
@@ -70,7 +70,7 @@ def test_critic_evidence(make_r2po, variant: str, statistics: bool, titles: list
     assert ("480 or more" in critic) is rule
     for title in titles:
         assert title in critic
-    for title in {"Median episode", "Worst episode", "Best episode", "Representative episode"} - set(titles):
+    for title in {"Median rollout (", "Worst rollout (", "Best rollout (", "Trajectory 0 ("} - set(titles):
         assert title not in critic
 
 
@@ -81,8 +81,10 @@ def test_three_traj_truncates_head_and_tail_at_25_steps(make_r2po) -> None:
     )
     model.learn(UNTIL_BUDGET)
     critic = llm.calls[1][0]["content"]
-    assert "t=24:" in critic and "t=25:" not in critic.split("Worst episode")[1].split("steps omitted")[0]
-    assert critic.count("steps omitted") == 3
+    for title in ("Worst", "Median", "Best"):  # the reference's 25 first and 25 last steps, whatever the step budget
+        steps = critic.split(f"{title} rollout (")[1].split("\n")[1].split(" | ")
+        assert len(steps) == 51 and steps[25].endswith(" omitted steps ...")
+    assert critic.count(" omitted steps ...") == 3
 
 
 def test_pure_search_second_proposal_must_differ(make_r2po) -> None:
@@ -106,8 +108,8 @@ def test_actor_second_pass_shows_the_first_candidate(make_r2po) -> None:
     llm = ScriptedLLM([GOOD_CARTPOLE, EDITED_CARTPOLE])
     model = make_r2po(llm=llm, variant="actor_second_pass", n_eval_episodes=4, warmup_episodes=1, max_episodes=1 + 8)
     model.learn(UNTIL_BUDGET)
-    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" in llm.calls[1][0]["content"]
-    assert "params[5]: 1.0, params[6]: 0.0, params[7]: 1.0" not in llm.calls[0][0]["content"]
+    assert "params[5]: 1; params[6]: 0; params[7]: 1; " in llm.calls[1][0]["content"]
+    assert "params[5]: 1; params[6]: 0; params[7]: 1; " not in llm.calls[0][0]["content"]
 
 
 def test_always_critic_commits_a_worse_revision_and_r2po_never_does(make_r2po) -> None:
@@ -206,7 +208,7 @@ def test_critic_only_revises_the_last_entry_with_its_own_episode_count_and_diagn
     first, second = llm.prompts()
     assert "proposed" not in first and "Candidate" not in first  # no candidate under review: the latest trace instead
     latest = "## What happened in the latest test\n"
-    assert "end after 1 steps" in first.split(latest)[1] and "params[0]: 1.0, params[1]: 1.0; mean reward: 2" in second
+    assert "Trajectory 0 (length=1):" in first.split(latest)[1] and "Trial 1: params=[1, 1] mean_reward=2.00" in second
     first, second = (r["diagnostics"] for r in model.history[1:])
     assert first["accepted"]
     # the candidate revised second returned exactly tau_c: at the threshold counts as above it

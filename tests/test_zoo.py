@@ -30,7 +30,7 @@ from sb3_r2po.zoo import (
     register_r2po,
     resolve_train_args,
 )
-from sb3_r2po.zoo.settings import VARIANTS_KEY
+from sb3_r2po.zoo.settings import POLICIES_KEY, VARIANTS_KEY
 
 EXAMPLE_LLM = "llm:'example:0'"
 MAZE = dict(llm="example:0", warmup_episodes=2, n_eval_episodes=2, max_episodes=6, seed=0)
@@ -191,13 +191,13 @@ def test_r2po_yml_has_the_paper_settings() -> None:
     assert set(entries) == {"default", *PAPER_SETTINGS}
     constructor = set(inspect.signature(R2PO.__init__).parameters) - {"self", "env", "policy"}
     for env_id, entry in entries.items():
-        unknown = set(entry) - ZOO_KEYS - constructor - {VARIANTS_KEY}
+        unknown = set(entry) - ZOO_KEYS - constructor - {VARIANTS_KEY, POLICIES_KEY}
         assert not unknown, f"{env_id}: not R2PO hyperparameters: {unknown}"
         for variant, overrides in (entry.get(VARIANTS_KEY) or {}).items():  # tests/test_variant_settings.py: the values
             unknown = set(overrides) - ZOO_KEYS - constructor
             assert variant in VARIANTS and not unknown, f"{env_id} {variant}: not R2PO hyperparameters: {unknown}"
         assert "llm" not in entry  # left at R2PO's default
-        assert entry["n_eval_episodes"] == 20 and entry["param_bounds"] == [-6.0, 6.0] and entry["param_decimals"] == 1
+        assert entry["n_eval_episodes"] == 20 and entry["param_bounds"] is None and entry["param_decimals"] == 1
         if env_id == "default":
             continue
         gym.spec(env_id)  # registered (the custom ids by `import sb3_r2po`)
@@ -247,7 +247,7 @@ def test_every_config_entry_builds(tmp_path: Path, algo: str, env_id: str) -> No
         pytest.importorskip("mujoco")
     model = _build_with_zoo(tmp_path, algo, env_id, {"llm": "example:0"} if algo == "r2po" else None)
     if algo == "r2po":
-        assert isinstance(model, R2PO) and model.param_bounds == (-6.0, 6.0) and model.llm == "example:0"
+        assert isinstance(model, R2PO) and model.param_bounds is None and model.llm == "example:0"  # None: the policy's own
         assert model.n_eval_episodes == 20 and model.max_episodes is not None and model.target == PAPER_SETTINGS[env_id][1]
     elif env_id in TABULAR:
         assert model.observation_space.shape == (gym.make(env_id).observation_space.n,)  # one-hot
@@ -262,7 +262,7 @@ def test_hyperparams_values_are_python(tmp_path: Path) -> None:
     parsed = parser.parse_args(["--hyperparams", EXAMPLE_LLM, "param_bounds:(-3,3)", "target_return:None"]).hyperparams
     assert parsed == {"llm": "example:0", "param_bounds": (-3, 3), "target_return": None}
     model = _build_with_zoo(tmp_path, "r2po", "CartPole-v1", parsed)
-    assert model.param_bounds == (-3.0, 3.0) and model.target_return is None
+    assert model.param_bounds == (-3.0, 3.0) and model.target_return == 500  # None: the table's (the reference's)
 
 
 # ---------------------------------------------------------------------------------------------- end to end

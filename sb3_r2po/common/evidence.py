@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -171,10 +172,12 @@ class RenderedTrajectory:
     :param lines: One line per shown step (``t: s -> a``, plus ``r`` when rewards vary), then a marker for
         omitted steps if any, then the end line with the final observation.
     :param omitted: Number of steps left out (0 when the whole episode is shown).
+    :param length: The episode's number of steps (0: not recorded).
     """
 
     lines: tuple[str, ...]
     omitted: int
+    length: int = 0
 
 
 def render_trajectory(
@@ -235,7 +238,7 @@ def render_trajectory(
     }
     lines.append(f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(observations[-1], digits)}")
     omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
-    return RenderedTrajectory(tuple(lines), omitted)
+    return RenderedTrajectory(tuple(lines), omitted, n)
 
 
 def render_excerpt(episode: Episode, max_steps: int = 8, digits: int = 3) -> str:
@@ -245,6 +248,169 @@ def render_excerpt(episode: Episode, max_steps: int = 8, digits: int = 3) -> str
     rep_traj, always_critic and critic_only, ``max_steps=8``).
     """
     return " | ".join(render_trajectory(episode, max_steps, digits, fold=False, rewards=False).lines)
+
+
+TraceStyle = Literal["chain", "ends", "steps"]
+"""How the reference writes a Critic's trajectory: ``chain``, one line ``s->a->s' | ... | s->a->[TERMINATED]`` (its
+r2po); ``ends``, the same with the first and last 25 steps of a longer episode and each part's last step marked
+``[GOAL]`` (positive reward) or ``[END]`` (its three_traj); ``steps``, one line per step with its reward (its rep_traj,
+always_critic and critic_only)."""
+
+ValueStyle = Literal["int", "list", "wrapped", "nested"]
+"""How the reference writes an observation or an action (its ``_format_value`` of what its agents store): ``int`` a
+state index or a tabular action (``5``); ``list`` a vector (``[0.0123, -1.5]``, 3 significant figures); ``wrapped``
+a discrete action of a linear policy (``[1]``); ``nested`` a continuous action (``[[0.123...]]``, every digit: the
+reference stores it with a leading batch axis, which its formatter prints with Python's ``str``)."""
+
+
+@dataclass(frozen=True)
+class ReferenceTrace:
+    """
+    The reference's trajectory format of one variant.
+
+    :param trace: How the Critic's trajectories are written.
+    :param observation: How observations are written.
+    :param action: How actions are written.
+    :param cap: An episode of at least this many steps ends ``[ROLLOUT_CAP]`` (the reference's ``max_traj_length``),
+        a shorter one ``[TERMINATED]``; an episode our own step cap stopped always ends ``[ROLLOUT_CAP]``.
+    """
+
+    trace: TraceStyle = "chain"
+    observation: ValueStyle = "list"
+    action: ValueStyle = "list"
+    cap: int = 1000
+
+
+def reference_number(x: float, digits: int = 3) -> str:
+    """A number as the reference's ``_format_number`` writes a float: 3 significant figures (``9``, ``-0.0123``,
+    ``1.23e+03``); ``digits`` other than 3 is ours (``trajectory_digits``)."""
+    return format(float(x), _G_FORMATS[digits] if digits < len(_G_FORMATS) else f".{digits}g")
+
+
+def reference_value(row: np.ndarray, style: ValueStyle, digits: int = 3) -> str:
+    """An observation or action (a row of :func:`_rows`) as the reference writes it (see :data:`ValueStyle`; with
+    ``digits`` other than 3, ours, continuous actions too get ``digits`` figures); a non-finite entry (only an env's
+    reset observation can hold one, or an action computed from it) is written ``non-finite``, as in
+    :func:`render_trajectory`."""
+    values = row.tolist()
+    if not all(math.isfinite(v) for v in values):
+        texts = [reference_number(v, digits) if math.isfinite(v) else "non-finite" for v in values]
+        return texts[0] if style == "int" else "[" + ", ".join(texts) + "]"
+    if style == "int":
+        return str(int(values[0]))
+    if style == "wrapped":
+        return "[" + ", ".join(str(int(v)) for v in values) + "]"
+    if style == "nested" and digits == 3:
+        return "[" + str(values) + "]"
+    text = "[" + ", ".join(reference_number(v, digits) for v in values) + "]"
+    return "[" + text + "]" if style == "nested" else text
+
+
+def _reference_steps(episode: Episode, fmt: ReferenceTrace, digits: int = 3) -> list[tuple[str, str, float]]:
+    """Each step's observation and action texts and its reward."""
+    observations, actions = _rows(episode.observations), _rows(episode.actions)
+    return [
+        (
+            reference_value(observations[t], fmt.observation, digits),
+            reference_value(actions[t], fmt.action, digits),
+            float(episode.rewards[t]),
+        )
+        for t in range(episode.length)
+    ]
+
+
+def _chain(steps: list[tuple[str, str, float]], last: str | None) -> list[str]:
+    """``s->a->s'`` per step; the last step's next state is replaced by ``last`` (``None``: ``[GOAL]`` when its
+    reward is positive, else ``[END]``)."""
+    texts = [f"{s}->{a}->{steps[t + 1][0]}" for t, (s, a, _) in enumerate(steps[:-1])]
+    if steps:
+        s, a, r = steps[-1]
+        texts.append(f"{s}->{a}->{last if last is not None else ('[GOAL]' if r > 0 else '[END]')}")
+    return texts
+
+
+def reference_marker(episode: Episode, cap: int) -> str:
+    """How the reference ends an episode's trace: ``[ROLLOUT_CAP]`` at the step cap, else ``[TERMINATED]``; ours, an
+    episode cut where the env returned a non-finite value (the reference has no such case): ``[NON_FINITE]``."""
+    if episode.end == "non-finite":
+        return "[NON_FINITE]"
+    return "[ROLLOUT_CAP]" if episode.length >= cap or episode.end == "capped" else "[TERMINATED]"
+
+
+def _reference_part(
+    episode: Episode, steps: list[tuple[str, str, float]], part: range, trace: TraceStyle, marker: str, digits: int, fold: bool
+) -> list[str]:
+    """The texts of the steps in ``part`` (``chain`` or ``steps``), a run of identical steps once with ``fold``."""
+    texts, t = [], part.start
+    while t < part.stop:
+        u = t  # the run of steps identical to step t: t..u
+        while fold and u + 1 < part.stop and _same_step(episode, t, u + 1):
+            u += 1
+        s, a, r = steps[t]
+        if trace == "steps":
+            label = f"step {t}" if u == t else f"steps {t}-{u} ({u - t + 1} identical steps)"
+            texts.append(f"  {label}: state={s} -> action={a} -> reward={reference_number(r, digits)}")
+        else:
+            if u > t:  # steps t..u-1 led back to the same state
+                texts.append(f"{s}->{a}->{s} ({u - t} identical steps)")
+            texts.append(f"{s}->{a}->{steps[u + 1][0] if u + 1 < len(steps) else marker}")
+        t = u + 1
+    return texts
+
+
+def reference_trajectory(
+    episode: Episode, fmt: ReferenceTrace, max_steps: int | None = None, digits: int = 3, fold: bool = False
+) -> RenderedTrajectory:
+    """
+    An episode as the reference's Critics write it (:data:`TraceStyle`); the state the last action led to is never
+    shown. ``chain`` and ``ends`` give one line; ``steps`` one line per step, ``  step t: state=s -> action=a ->
+    reward=r``. ``ends`` keeps its 25 first and 25 last steps; ours, for ``chain`` and ``steps``: ``max_steps`` keeps
+    the first and last ``max_steps / 2`` around ``... n omitted steps ...``, ``digits`` sets the significant figures,
+    ``fold`` writes a run of identical steps (exactly equal observation, action and reward) once with its count.
+    """
+    steps = _reference_steps(episode, fmt, digits)
+    n = len(steps)
+    if not steps:
+        return RenderedTrajectory(("No trajectory available.",), 0, 0)
+    if fmt.trace == "ends":
+        if n <= 50:
+            return RenderedTrajectory((" | ".join(_chain(steps, None)),), 0, n)
+        parts = [*_chain(steps[:25], None), f"... {n - 50} omitted steps ...", *_chain(steps[-25:], None)]
+        return RenderedTrajectory((" | ".join(parts),), n - 50, n)
+    shown = [range(n)]
+    if max_steps is not None and n > max_steps:
+        head = max(1, max_steps // 2)
+        shown = [range(head), range(n - max(0, max_steps - head), n)]
+    marker, texts = reference_marker(episode, fmt.cap), []
+    for part in shown:
+        if part is not shown[0]:
+            omitted = part.start - shown[0].stop
+            texts.append(f"... {omitted} omitted steps ..." if fmt.trace == "chain" else f"  ... {omitted} omitted steps ...")
+        texts += _reference_part(episode, steps, part, fmt.trace, marker, digits, fold)
+    omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
+    return RenderedTrajectory((" | ".join(texts),) if fmt.trace == "chain" else tuple(texts), omitted, n)
+
+
+def reference_excerpt(episode: Episode, fmt: ReferenceTrace, max_steps: int = 8, digits: int = 3) -> str:
+    """A history entry's ``rollout_excerpt`` as the reference writes it: the first and last ``max_steps / 2`` steps
+    as ``s->a->s'`` joined by ``" | "`` around ``... n omitted steps ...``, the last ending ``[TERMINATED]`` or
+    ``[ROLLOUT_CAP]`` (``digits``: significant figures, 3 in the reference)."""
+    steps = _reference_steps(episode, fmt, digits)
+    if not steps:
+        return "No trajectory available."
+    marker = reference_marker(episode, fmt.cap)
+    if len(steps) <= max_steps:
+        return " | ".join(_chain(steps, marker))
+    head = max_steps // 2
+    # the head's last step shows its next state, as every step but the episode's last
+    parts = [f"{s}->{a}->{steps[t + 1][0]}" for t, (s, a, _) in enumerate(steps[:head])]
+    return " | ".join([*parts, f"... {len(steps) - max_steps} omitted steps ...", *_chain(steps[head - max_steps :], marker)])
+
+
+def reference_table(episode: Episode, fmt: ReferenceTrace) -> tuple[str, ...]:
+    """An episode as the reference's ProPS+ tabular history writes it: ``State | Action | Reward``, then
+    ``s | a | r`` per step (the reward as Python prints a float: ``0.0``)."""
+    return ("State | Action | Reward", *(f"{s} | {a} | {r}" for s, a, r in _reference_steps(episode, fmt)))
 
 
 @dataclass(frozen=True)
@@ -258,6 +424,8 @@ class EvidencePackage:
     :param tau_c: Revision-rule threshold (``None``: no rule).
     :param above_tau_c: Whether the candidate's mean return reaches ``tau_c``.
     :param step_rewards: Whether the rendered trajectories show the rewards.
+    :param trajectory_indices: The position of each shown trajectory among the K episodes, by name.
+    :param reference: Whether the trajectories are written in the reference's format (:class:`ReferenceTrace`).
     """
 
     statistics: EpisodeStatistics | None
@@ -266,6 +434,8 @@ class EvidencePackage:
     tau_c: float | None
     above_tau_c: bool
     step_rewards: bool = True
+    trajectory_indices: dict[str, int] = field(default_factory=dict)
+    reference: bool = False
 
 
 SELECTORS = {
@@ -289,6 +459,7 @@ def build_evidence(
     trajectories: Sequence[str] = ("median",),
     rule: bool = True,
     step_rewards: bool = True,
+    reference: ReferenceTrace | None = None,
 ) -> EvidencePackage:
     """
     The evidence package of a candidate. R2PO's defaults: statistics, the median trajectory and (when
@@ -304,16 +475,26 @@ def build_evidence(
     :param trajectories: Which trajectories to show, by name (see :data:`SELECTORS`).
     :param rule: Whether to include the revision rule (needs ``tau_c``).
     :param step_rewards: Whether rendered trajectories show the rewards (see :func:`render_trajectory`).
+    :param reference: Write the trajectories in the reference's format (:func:`reference_trajectory`, which shows
+        each step's reward where the reference does: ``step_rewards`` does not apply); ``None``: ours
+        (:func:`render_trajectory`).
     """
     stats = summarize(episodes, target)
     returns = [ep.total_return for ep in episodes]
-    shown = {name: episodes[SELECTORS[name](returns)] for name in trajectories}
+    indices = {name: SELECTORS[name](returns) for name in trajectories}
+    shown = {name: episodes[i] for name, i in indices.items()}
     threshold = tau_c if rule else None
+    if reference is None:
+        rendered = {name: render_trajectory(ep, max_steps, digits, fold, step_rewards) for name, ep in shown.items()}
+    else:
+        rendered = {name: reference_trajectory(ep, reference, max_steps, digits, fold) for name, ep in shown.items()}
     return EvidencePackage(
         statistics=stats if statistics else None,
-        trajectories={name: render_trajectory(ep, max_steps, digits, fold, step_rewards) for name, ep in shown.items()},
+        trajectories=rendered,
         trajectory_returns={name: ep.total_return for name, ep in shown.items()},
         tau_c=threshold,
         above_tau_c=threshold is not None and stats.mean_return >= threshold,
         step_rewards=step_rewards,
+        trajectory_indices=indices,
+        reference=reference is not None,
     )

@@ -49,6 +49,8 @@ class ParameterSpace:
     :param high: Upper bound of every parameter (continuous spaces).
     :param decimals: Number of decimals kept after rounding (continuous spaces).
     :param values: The allowed values (discrete spaces), e.g. ``(0, 1, 2, 3)`` for four actions.
+    :param init_std: Standard deviation of a random candidate's values (:meth:`sample`; continuous spaces): the
+        reference's warm-up draws of the policy (3 for linear policies).
     """
 
     size: int
@@ -56,6 +58,7 @@ class ParameterSpace:
     high: float = 6.0
     decimals: int = 1
     values: tuple[int, ...] | None = None
+    init_std: float = 3.0
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -70,6 +73,8 @@ class ParameterSpace:
             raise ValueError(f"Parameter bounds are empty or reversed: low={self.low} must be < high={self.high}")
         if self.decimals < 0:
             raise ValueError(f"decimals must be >= 0, got {self.decimals}")
+        if not (np.isfinite(self.init_std) and self.init_std > 0):
+            raise ValueError(f"init_std must be a finite number > 0, got {self.init_std}")
         grid_low, grid_high = self.grid_bounds()
         if grid_low > grid_high:
             raise ValueError(
@@ -135,14 +140,14 @@ class ParameterSpace:
         rounded[rounded == 0.0] = 0.0
         return Projection(rounded, tuple(notes))
 
-    def sample(self, rng: np.random.Generator, std: float = 3.0) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, std: float | None = None) -> np.ndarray:
         """
-        A random candidate: N(0, std) per parameter, clipped and rounded (continuous), or uniform over
-        the value set (discrete).
+        A random candidate: N(0, std) per parameter (``None``: :attr:`init_std`), clipped and rounded (continuous),
+        or uniform over the value set (discrete).
         """
         if self.values is not None:
             return rng.choice(np.asarray(self.values, dtype=np.float64), size=self.size)
-        return self.project(rng.normal(0.0, std, size=self.size)).params
+        return self.project(rng.normal(0.0, self.init_std if std is None else std, size=self.size)).params
 
     def perturb(self, center: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
         """
@@ -181,7 +186,14 @@ class ParameterSpace:
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-serialisable description."""
-        return {"size": self.size, "low": self.low, "high": self.high, "decimals": self.decimals, "values": self.values}
+        return {
+            "size": self.size,
+            "low": self.low,
+            "high": self.high,
+            "decimals": self.decimals,
+            "values": self.values,
+            "init_std": self.init_std,
+        }
 
 
 def short_number(value: float) -> str:

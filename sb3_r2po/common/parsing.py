@@ -8,8 +8,19 @@ Accepted, anywhere in the reply (for gpt-oss, in the final channel):
 ``params`` must be a word of its own: ``old_params: [...]`` or ``my_params[0]: v`` are not answers. Markdown
 emphasis or backticks around ``params[i]`` or a value are ignored.
 
-When the reply holds several vectors, the last one wins (models often restate their answer, and an
-echoed prompt comes before the answer). An indexed vector starts at every ``params[0]``; its indices must
+**Which values** (:data:`Reading`, chosen per variant and action type as the reference's agents read replies):
+
+- ``first`` (the default): the first ``params[i]: v`` of each index ``0..n-1`` anywhere in the answer, whatever
+  comes between them; later mentions, indices ``>= n``, unreadable indices and words in a value's place
+  (``params[0]: the weight``) are ignored; a missing index makes the reply unusable. Without any ``params[i]``,
+  the first ``params: [...]`` list. A revision on line 1 that quotes the original vector in its explanation is
+  read as the revision.
+- ``last``: the same with the last occurrence of each index (the last list).
+- ``first_line``: the vector on the answer's first line (leading blank lines skipped), read as below.
+- ``last_vector`` (*ours*): the last vector anywhere, read as below (models often restate their answer, and an
+  echoed prompt comes before the answer).
+
+In ``first_line`` and ``last_vector``, an indexed vector starts at every ``params[0]``; its indices must
 be exactly ``0..n-1`` in order, except that once a complete run ``0..n-1`` is written, later mentions
 separated from it by words (commentary such as ``Note that params[1]: 2.0 matters most``) are ignored. An
 index is written in decimal digits (at most :data:`MAX_INDEX_DIGITS`; spaces, quotes or backticks around them are
@@ -38,16 +49,18 @@ vector, so a reply that could be read in more than one way is refused with a rea
 
 The vector is then made legal by :meth:`ParameterSpace.project` (clip and round, or check the action set).
 
-A reply without a complete final answer is rejected: harmony output without a final channel
-(:func:`~sb3_r2po.common.replies.final_channel`), which is also what the backends return for a reply cut off at
-the token limit.
+A reply without a final answer is rejected: harmony output without a final channel
+(:func:`~sb3_r2po.common.replies.final_channel`). A reply cut off at the token limit (a final channel without its
+end, :func:`~sb3_r2po.common.replies.final_is_truncated`, which the backends return for one) is read by its
+complete lines, as the reference reads a cut reply: its unfinished last line, which may end inside a value
+(``-1`` of ``-1.75``), is dropped, so a complete first line counts; ``reject_cut_off=True`` (*ours*) rejects it.
 
 Whatever the reply, :func:`parse_params` returns a :class:`ParseResult` (it raises nothing). Its reason is at
 most :data:`MAX_REASON_CHARS` characters (:func:`bound_reason`), quotes the reply's own text at most
 :data:`MAX_QUOTED_CHARS` characters at a time, and escapes control characters (``repr``). Its time grows linearly
 with the reply's length: each regular expression starts only at the word ``params`` and scans forward to the next
-bracket at most, and only the last vector is read in full (about a second for 5 MB of the worst repeated
-fragments; see tests/test_hostile_replies.py).
+bracket at most, and each match is looked at once (about a second for 5 MB of the worst repeated fragments, in
+every reading; see tests/test_hostile_replies.py).
 """
 
 from __future__ import annotations
@@ -57,11 +70,12 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
-from sb3_r2po.common.replies import final_channel
+from sb3_r2po.common.replies import cut_off_lines, final_channel, final_is_truncated
 
 MAX_REASON_CHARS = 400
 """The longest failure reason :func:`parse_params` gives, and that :mod:`sb3_r2po.llm.asking` keeps in the history
@@ -80,6 +94,7 @@ _LISTED = re.compile(r"(?<!\w)params[\"'*`]*\s*[:=]\s*\[([^\[\]]*)\]", re.I)
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
 _QUOTES = "\"'`*"
 _WORD = re.compile(r"[^\W\d_]{2,}")
+_NON_FINITE_WORDS = ("nan", "inf", "infinity")
 _GROUPED_AFTER_VALUE = re.compile(r",\d|[^\S\r\n]+\d")  # 0,5 / 1,000 / 1 000 after an indexed value
 _NUMBER_REST = re.compile(r"[\d.,]{0,20}")
 _DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
@@ -88,6 +103,23 @@ _COMMA_LEADING_ZERO = re.compile(r"\d,[^\S\r\n]*[-+]?0\d")
 
 NO_FINAL_ANSWER = "the reply has no complete final answer (no final channel, or the reply was cut off at the token limit)"
 """The reason given for a reply without a final answer."""
+
+CUT_OFF = "the reply was cut off at the token limit"
+"""The reason given for a cut-off reply, with ``reject_cut_off``, or when it was cut before its first line ended."""
+
+Reading = Literal["first", "last", "first_line", "last_vector"]
+"""
+Which ``params[i]`` values of a reply make the vector (see the module docstring):
+
+- ``first``: the first occurrence of each index ``0..n-1`` anywhere in the answer (the reference's R2PO and
+  ablation agents, linear; pure_search, actor_second_pass and critic_only, tabular);
+- ``last``: the last occurrence of each index (the reference's other tabular agents, ProPS's included);
+- ``first_line``: the vector on the answer's first line (the reference's ProPS and ProPS+ numeric optimizers,
+  linear);
+- ``last_vector``: *ours*, the last complete vector anywhere in the answer.
+"""
+
+READINGS: tuple[Reading, ...] = ("first", "last", "first_line", "last_vector")
 
 
 @dataclass(frozen=True)
@@ -275,16 +307,96 @@ def _values(tokens: list[str]) -> list[float] | str:
     return values
 
 
-def _parse(reply: str, space: ParameterSpace) -> ParseResult:
-    if not isinstance(reply, str) or not reply.strip():
-        return ParseResult(None, "the reply was empty")
+def _not_a_value(token: str) -> bool:
+    """Whether ``token``, written after ``params[i]:``, is a word such as ``the`` rather than a value (NaN and the
+    infinities count as values, to be rejected as such)."""
+    word = token.strip(_QUOTES).rstrip(".").lower()
+    return word.isalpha() and word not in _NON_FINITE_WORDS
+
+
+def _occurrences(text: str, size: int, first: bool) -> list[re.Match[str]] | None:
+    """The first (or last) ``params[i]: v`` match of each index ``0..size-1`` in ``text``, in index order; ``None``
+    when the text holds none. Unreadable indices and indices ``>= size`` are ignored."""
+    found: dict[int, re.Match[str]] = {}
+    for match in _INDEXED.finditer(text):
+        index = _index(match.group(1))
+        if index is None or index >= size or _not_a_value(match.group(2)):
+            continue  # as the reference's pattern, which matches a number only: "params[0]: the weight" is not a value
+        if not (first and index in found):
+            found[index] = match
+    return [found[i] for i in range(size) if i in found] if found else None
+
+
+def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | None:
+    """The value tokens of the first (or last) occurrence of each index; the first (or last) listed vector when the
+    text has no ``params[i]: v`` of an index ``0..n-1``; why it is not a vector; or ``None`` when the text holds none."""
+    entries = _occurrences(text, size, first)
+    if entries is None:
+        listed = None
+        for listed in _LISTED.finditer(text):  # noqa: B007  (the last match, unless the first is wanted)
+            if first:
+                break
+        return None if listed is None else _listed_vector(listed.group(1), size)
+    if len(entries) < size:
+        missing = sorted(set(range(size)) - {_index(m.group(1)) for m in entries})
+        shown = ", ".join(f"params[{i}]" for i in missing[:_MAX_LISTED_INDICES])
+        more = f", ... ({len(missing)} in all)" if len(missing) > _MAX_LISTED_INDICES else ""
+        return f"expected all {size} values params[0]..params[{size - 1}], missing {shown}{more}"
+    return _grouped_value(text, entries) or [m.group(2) for m in entries]
+
+
+def _first_line_vector(text: str, size: int) -> list[str] | str | None:
+    """The value tokens of the vector on the first line of ``text`` (leading blank lines skipped), why it is not one,
+    or ``None`` when that line holds none."""
+    line = text.lstrip().partition("\n")[0]
+    return _last_vector(line, size) if _INDEXED.search(line) is None else _indexed_vector(line, _first_block(line), size)
+
+
+def _first_block(text: str) -> list[re.Match[str]]:
+    """The ``params[i]: v`` matches of the first indexed vector of ``text`` (a new one starts at every index 0)."""
+    block: list[re.Match[str]] = []
+    for match in _INDEXED.finditer(text):
+        if block and _index(match.group(1)) == 0:
+            break
+        block.append(match)
+    return block
+
+
+def _vector(text: str, size: int, reading: Reading) -> list[str] | str | None:
+    """The value tokens of the vector ``reading`` selects, why it is not a vector, or ``None`` when there is none."""
+    if reading == "first_line":
+        return _first_line_vector(text, size)
+    if reading == "last_vector":
+        return _last_vector(text, size)
+    return _occurrence_vector(text, size, first=reading == "first")
+
+
+def _answer(reply: str, reject_cut_off: bool) -> str | ParseResult:
+    """The answer text of ``reply`` (of a cut-off reply: its complete lines), or the failed result."""
     text = final_channel(reply)
     if text is None:
         return ParseResult(None, NO_FINAL_ANSWER)
-    last = _last_vector(text, space.size)
+    if not final_is_truncated(reply):
+        return text
+    if reject_cut_off:
+        return ParseResult(None, f"{CUT_OFF} (cut-off replies are rejected)")
+    lines = cut_off_lines(reply)
+    if not lines.strip():
+        return ParseResult(None, f"{CUT_OFF} before its first line ended")
+    return lines
+
+
+def _parse(reply: str, space: ParameterSpace, reading: Reading, reject_cut_off: bool) -> ParseResult:
+    if not isinstance(reply, str) or not reply.strip():
+        return ParseResult(None, "the reply was empty")
+    text = _answer(reply, reject_cut_off)
+    if isinstance(text, ParseResult):
+        return text
+    last = _vector(text, space.size, reading)
     if last is None:
+        where = "on the first line" if reading == "first_line" else "in the reply"
         return ParseResult(
-            None, f"no parameter vector found; expected one line with all {space.size} values in the reply format"
+            None, f"no parameter vector found {where}; expected one line with all {space.size} values in the reply format"
         )
     values = last if isinstance(last, str) else _values(last)
     if isinstance(values, str):
@@ -296,15 +408,18 @@ def _parse(reply: str, space: ParameterSpace) -> ParseResult:
     return ParseResult(projection.params, None, projection.notes)
 
 
-def parse_params(reply: str, space: ParameterSpace) -> ParseResult:
+def parse_params(reply: str, space: ParameterSpace, reading: Reading = "first", reject_cut_off: bool = False) -> ParseResult:
     """
     Parse a reply into a legal parameter vector for ``space``.
 
     :param reply: The raw reply text.
     :param space: The parameter space (count, bounds and precision, or action set).
+    :param reading: Which values make the vector (see :data:`Reading`); ``first`` is the reference's R2PO reading.
+    :param reject_cut_off: *Ours*: a reply cut off at the token limit is unusable. Otherwise (the reference) its
+        complete lines are read: the unfinished last line, whose last value may be cut short, is dropped.
     :return: The vector, or the reason it could not be read (at most :data:`MAX_REASON_CHARS` characters).
     """
-    result = _parse(reply, space)
+    result = _parse(reply, space, reading, reject_cut_off)
     if result.error is not None and len(result.error) > MAX_REASON_CHARS:
         return ParseResult(None, bound_reason(result.error))
     return result

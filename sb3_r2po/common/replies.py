@@ -94,6 +94,38 @@ def final_is_truncated(text: str) -> bool:
     return bool(matches) and matches[-1].group(1) == ""
 
 
+def cut_off_lines(text: str) -> str:
+    """
+    The complete lines of the last final channel of raw harmony ``text`` that the token budget cut off
+    (:func:`final_is_truncated`): everything up to its last line break, whose last line may be cut short; empty
+    when the cut came inside its first line.
+    """
+    last = None
+    for last in _RAW_FINAL_START.finditer(text):  # noqa: B007  (the last final channel is wanted)
+        pass
+    start = -1 if last is None else text.find("<|message|>", last.end())
+    return "" if start < 0 else text[start + len("<|message|>") :].rpartition("\n")[0]
+
+
+def as_cut_off(text: str) -> str:
+    """
+    A reply the token budget cut off, as raw harmony whose final channel is not ended (:func:`final_is_truncated`
+    is true for it): backends return it so that the parser reads it as a cut-off reply. Raw harmony cut inside
+    its final channel is returned unchanged; other harmony text keeps what came before its final channel as
+    analysis; plain text becomes the final channel's text; harmony text without a final channel is returned unchanged.
+
+    :param text: The cut-off output.
+    """
+    if _is_raw(text) and final_is_truncated(text):
+        return text
+    final = final_channel(text)
+    if final is None:  # no answer had begun: nothing to read
+        return text
+    before = before_final(text) if is_harmony(text) else ""
+    analysis = f"<|channel|>analysis<|message|>{before}<|end|><|start|>assistant" if before.strip() else ""
+    return f"{analysis}<|channel|>final<|message|>{final}"
+
+
 def has_final_channel(text: str) -> bool:
     """Whether ``text`` is an answer: non-harmony text, or harmony output with a final channel."""
     return final_channel(text) is not None

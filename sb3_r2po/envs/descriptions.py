@@ -12,6 +12,8 @@ here (the reference's own layout text is wrong for CartPole, MountainCar, Swimme
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sb3_r2po.prompts.tasks import TaskDescription, register_task_description
 
 # Fidelity: every description below states only what the reference's description of the same env states
@@ -248,3 +250,32 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
 
 for _env_id, _description in DESCRIPTIONS.items():
     register_task_description(_env_id, _description)
+
+# Reference: env_descriptions/swimmer_projected_mlp_qr.j2 and swimmer_random_features.j2, the Swimmer descriptions of
+# its two nonlinear policies: the same observations, actions and reward, a summary that drops the starting position
+# and adds what good policies look like; the network and its parameters come from the policy (layout_lines).
+SWIMMER_PROJECTED_MLP = replace(
+    SWIMMER,
+    summary=(
+        "A swimmer made of segments (links) chained by two rotor joints floats in a two-dimensional pool. Move it to the "
+        "right by applying torques at the two joints, without spending more control effort than needed. Good policies "
+        "tend to find smooth, coordinated torques that give steady forward swimming."
+    ),
+)
+SWIMMER_RANDOM_FEATURES = replace(
+    SWIMMER,
+    summary=(
+        "A swimmer made of segments (links) chained by two rotor joints floats in a two-dimensional pool. Move it to the "
+        "right by applying torques at the two joints, keeping the control effort low. Good policies tend to give smooth, "
+        "coordinated torques that move the swimmer forward without large, unstable swings."
+    ),
+)
+
+POLICY_DESCRIPTIONS: dict[tuple[str, str], TaskDescription] = {
+    ("Swimmer-v5", "ProjectedMlpPolicy"): SWIMMER_PROJECTED_MLP,
+    ("Swimmer-v5", "RandomFeaturesPolicy"): SWIMMER_RANDOM_FEATURES,
+}
+"""Descriptions for one policy class, by ``(gymnasium id, policy class name)``: they replace the env's own for it."""
+
+for (_env_id, _policy), _description in POLICY_DESCRIPTIONS.items():
+    register_task_description(_env_id, _description, policy=_policy)

@@ -148,9 +148,12 @@ def r2po_overrides(
     """
     The R2PO hyperparameters set on top of ``zoo_configs/r2po.yml``: the LLM, the variant, the budget and, when
     ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its ten prompt parameters. They win over the
-    file's settings for the variant (its ``variants:`` entry), as ``--hyperparams`` do in the zoo.
+    file's settings for the variant (its ``variants:`` entry), as ``--hyperparams`` do in the zoo. The budget is an
+    episode budget, the same for every algorithm of a comparison: ``max_episodes = budget`` stops the run, and
+    ``max_iterations = budget`` (an iteration spends at least one episode) lifts the file's planned iteration count,
+    which would otherwise stop R2PO before a budget larger than the paper's.
     """
-    overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget}
+    overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget, "max_iterations": budget}
     if prompts is not None:
         overrides.update(prompt_preset(prompts))
     if n_eval_episodes is not None:

@@ -65,6 +65,77 @@ PUBLISHED: dict[str, dict[str, Any]] = {
 after every training episode) and R2PO, and R2PO's best iteration (``None``: not published)."""
 
 
+PAPER_POLICY_RUNS: tuple[tuple[str, str, int, int, dict[str, Any]], ...] = (
+    # configs/swimmer/swimmer_props_random_projection_qr.yaml
+    (
+        "Swimmer-v5",
+        "props",
+        20,
+        3000,
+        {"policy": "ProjectedMlp", "policy_kwargs": {"hidden_dim": 4, "latent_dim_layer1": 5, "latent_dim_layer2": 5}},
+    ),
+    # configs/swimmer/swimmer_propsp_random_projection_qr.yaml
+    (
+        "Swimmer-v5",
+        "props_plus",
+        20,
+        3000,
+        {"policy": "ProjectedMlp", "policy_kwargs": {"hidden_dim": 4, "latent_dim_layer1": 5, "latent_dim_layer2": 5}},
+    ),
+    # configs/swimmer/swimmer_propsp_random_features_tanh_same_dim.yaml
+    (
+        "Swimmer-v5",
+        "props_plus",
+        100,
+        1000,
+        {
+            "policy": "RandomFeatures",
+            "param_bounds": [-2.0, 2.0],
+            "policy_kwargs": {"hidden_dim": 8, "obs_scale": 3.0, "obs_clip": 5.0, "output_gain": 0.5, "init_std": 0.75},
+        },
+    ),
+)
+"""The reference's runs of its nonlinear policies: env, method, warm-up episodes, the seed base of the projections
+(``projection_seed`` = base + run index, the index counted from 1: seed ``s`` of the grid is run ``s + 1``) and the
+settings on top of the method's entry in ``zoo_configs/r2po.yml``. Each runs 200 iterations of K = 20 episodes after
+its warm-up, with the target 250 and the step 0.1 of the method's entry."""
+
+PAPER_POLICY_ITERATIONS = 200
+"""Iterations of a :data:`PAPER_POLICY_RUNS` run (the configs' ``num_episodes``)."""
+
+
+def paper_policy_specs(
+    llm: str | None, env_id: str, method: str, seeds: Sequence[int], budget: int | None, settings: Mapping[str, Any] | None
+) -> list[RunSpec]:
+    """
+    The :data:`PAPER_POLICY_RUNS` runs of ``env_id`` and ``method``, one per seed (``projection_seed`` = base + seed + 1).
+
+    :param budget: One budget for every run (``None``: its warm-up plus 200 iterations of 20 episodes).
+    :param settings: R2PO keyword overrides (on top of the run's own settings; ``policy_kwargs`` are merged).
+    """
+    specs = []
+    for run_env, run_method, warmup, seed_base, own in PAPER_POLICY_RUNS:
+        if (run_env, run_method) != (env_id, method):
+            continue
+        runs = budget if budget is not None else warmup + PAPER_POLICY_ITERATIONS * 20
+        for seed in seeds:
+            kwargs = {
+                **own["policy_kwargs"],
+                "projection_seed": seed_base + seed + 1,
+                **dict(settings or {}).get("policy_kwargs", {}),
+            }
+            run_settings = {
+                **own,
+                "warmup_episodes": warmup,
+                "n_eval_episodes": 20,
+                "max_iterations": PAPER_POLICY_ITERATIONS,
+                **dict(settings or {}),
+                "policy_kwargs": kwargs,
+            }
+            specs.append(RunSpec(env_id, method, seed, runs, llm, tuple(run_settings.items())))
+    return specs
+
+
 def paper_methods(env_id: str) -> tuple[str, ...]:
     """R2PO, its variants and the paper's SB3 algorithms for ``env_id``'s action space."""
     kind = "continuous" if env_id in CONTINUOUS_ACTIONS else "discrete"
@@ -106,6 +177,7 @@ def paper_grid(
     seeds: Sequence[int] | None = None,
     budget: int | None = None,
     settings: Mapping[str, Any] | None = None,
+    policies: bool = True,
 ) -> list[RunSpec]:
     """
     The ``paper`` grid, or the part of it the arguments select.
@@ -116,6 +188,8 @@ def paper_grid(
     :param seeds: The seeds (``None``: :data:`PAPER_SEEDS`).
     :param budget: One budget for every run (``None``: :func:`paper_budget`).
     :param settings: R2PO keyword overrides.
+    :param policies: Whether the grid also holds the reference's runs of its nonlinear policies
+        (:data:`PAPER_POLICY_RUNS`, after their method's runs of the env).
     """
     specs = []
     for env_id in envs or PAPER_ENVS:
@@ -124,6 +198,8 @@ def paper_grid(
         for method in chosen:
             runs = budget if budget is not None else paper_budget(env_id, method)
             specs += grid([env_id], [method], seeds or PAPER_SEEDS, runs, llm, settings)
+            if policies:
+                specs += paper_policy_specs(llm, env_id, method, seeds or PAPER_SEEDS, budget, settings)
     return specs
 
 

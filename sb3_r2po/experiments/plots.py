@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from sb3_r2po.experiments.stats import rolling_mean
+from sb3_r2po.experiments.stats import rolling_mean, run_label
 
 
 def plot_curves(
@@ -29,10 +29,10 @@ def plot_curves(
 
     fig = Figure(figsize=(9, 5), dpi=120, layout="constrained")
     ax = fig.add_subplot()
-    methods = list(dict.fromkeys(r["method"] for r in runs))
+    methods = list(dict.fromkeys(run_label(r) for r in runs))
     colors = [f"C{i}" for i in range(10)]
     for index, method in enumerate(methods):
-        curves = [rolling_mean(r["returns"], window) for r in runs if r["method"] == method]
+        curves = [rolling_mean(r["returns"], window) for r in runs if run_label(r) == method]
         length = max((c.size for c in curves), default=0)
         if length == 0:
             continue

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.experiments.configs import R2PO_METHODS
-from sb3_r2po.experiments.stats import episodes_cell, iteration_figures, mean_std, summarize, threshold_cell
+from sb3_r2po.experiments.stats import episodes_cell, iteration_figures, mean_std, run_label, summarize, threshold_cell
 
 VERSIONS = ("sb3-r2po", "stable-baselines3", "sb3-contrib", "rl_zoo3", "gymnasium", "torch", "numpy")
 """Packages whose versions are written next to the tables."""
@@ -36,7 +36,7 @@ def versions() -> str:
 
 def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> str:
     """The markdown table of one env's runs (``runs.json`` records): one row per method, mean +- std over its seeds."""
-    methods = list(dict.fromkeys(r["method"] for r in runs))
+    methods = list(dict.fromkeys(run_label(r) for r in runs))
     target = "n/a" if threshold is None else f"{threshold:g}"
     lines = [
         f"| method | training episodes | mean return over training | best ({window}-ep. rolling mean) "
@@ -44,7 +44,7 @@ def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> s
         "|---|---|---|---|---|---|---|",
     ]
     for method in methods:
-        mine = [r for r in runs if r["method"] == method]
+        mine = [r for r in runs if run_label(r) == method]
         stats = [summarize(r["returns"], window, threshold) for r in mine]
         cells = [
             method,
@@ -73,7 +73,7 @@ def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str) -> l
     :param curves: The file name of the env's learning curves.
     """
     window, threshold = s["window"], s["threshold"]
-    methods = list(dict.fromkeys(r["method"] for r in runs))
+    methods = list(dict.fromkeys(run_label(r) for r in runs))
     lines = [
         f"# {s['env']}: {', '.join(methods)} at {s['budget']} training episodes",
         "",
@@ -103,7 +103,7 @@ def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str) -> l
         "|---|---|---|---|",
     ]
     for method in methods:
-        first = next(r for r in runs if r["method"] == method)
+        first = next(r for r in runs if run_label(r) == method)
         shown = ", ".join(f"{k}={v}" for k, v in first["hyperparams"].items() if k not in ("callback",))
         file = _short(first["hyperparams_file"])
         lines.append(f"| {method} | {first['algo']} (`{file}`) | {first['horizon']:,} steps | {shown} |")
@@ -200,11 +200,11 @@ def paper_table(
     for env_id in dict.fromkeys(r["env"] for r in runs):
         paper = published.get(env_id, {})
         mine = [r for r in runs if r["env"] == env_id]
-        for method in dict.fromkeys(r["method"] for r in mine):
-            seeds = [r for r in mine if r["method"] == method]
+        for method in dict.fromkeys(run_label(r) for r in mine):  # a nonlinear policy's label has no published row
+            seeds = [r for r in mine if run_label(r) == method]
             means, bests = [], []
             for run in seeds:
-                if method in R2PO_METHODS:
+                if run["method"] in R2PO_METHODS:
                     figures = iteration_figures(run.get("iteration_returns") or [])
                     means.append(figures["mean_return"])
                     bests.append(figures["best_return"])

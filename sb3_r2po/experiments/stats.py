@@ -24,6 +24,16 @@ import numpy as np
 WINDOW = 20
 """Default window of the rolling mean (best, final, episodes to threshold, curves)."""
 
+NAMED_POLICIES = ("ProjectedMlp", "ProjectedMlpPolicy", "RandomFeatures", "RandomFeaturesPolicy")
+"""The ``policy`` hyperparameters a run's label names (R2PO's nonlinear policies); a method's usual policy goes unnamed."""
+
+
+def run_label(run: dict[str, Any]) -> str:
+    """The row (and curve) of a run in the tables and plots: its method, with its policy when that is one of
+    :data:`NAMED_POLICIES` (``props_plus (RandomFeatures)``: the paper grid's nonlinear-policy runs)."""
+    policy = (run.get("hyperparams") or {}).get("policy")
+    return f"{run['method']} ({policy})" if policy in NAMED_POLICIES else str(run["method"])
+
 
 def rolling_mean(returns: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
     """The mean of the last ``window`` returns after every episode (fewer at the start: the mean so far)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import bound_reason, parse_params
+from sb3_r2po.common.parsing import Reading, bound_reason, parse_params
 from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, chat_batch
 
 MAX_ECHOED_REPLY_CHARS = 2000
@@ -81,6 +81,8 @@ def ask_for_params(
     temperature: float = 0.0,
     max_retries: int = 1,
     first_reply: ChatReply | None = None,
+    reading: Reading = "first",
+    reject_cut_off: bool = False,
 ) -> Answer:
     """
     Ask for a vector, re-asking up to ``max_retries`` times with the reason of the failure.
@@ -95,6 +97,9 @@ def ask_for_params(
     :param temperature: Sampling temperature passed to the backend.
     :param max_retries: Number of re-asks after the first unusable reply.
     :param first_reply: The reply to the first attempt when it was already asked (see :func:`ask_together`).
+    :param reading: Which values of a reply make the vector (:data:`~sb3_r2po.common.parsing.Reading`).
+    :param reject_cut_off: Whether a reply cut off at the token limit is unusable (see
+        :func:`~sb3_r2po.common.parsing.parse_params`).
     """
     conversation = [dict(m) for m in messages]
     answer = Answer(params=None)
@@ -103,7 +108,7 @@ def ask_for_params(
             reply = first_reply
         else:
             reply = backend.chat(conversation, temperature=temperature)
-        result = parse_params(reply.text, space)
+        result = parse_params(reply.text, space, reading, reject_cut_off)
         error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
         if error is not None:
             error = bound_reason(str(error))
@@ -140,6 +145,8 @@ def ask_together(
     checks: Sequence[Callable[[list[Answer]], Callable[[np.ndarray], str | None]]],
     temperature: float = 0.0,
     max_retries: int = 1,
+    reading: Reading = "first",
+    reject_cut_off: bool = False,
 ) -> list[Answer]:
     """
     Ask several independent prompts: the first attempts go out as one batch (see
@@ -148,6 +155,8 @@ def ask_together(
     :param conversations: The prompts.
     :param checks: One factory per prompt: given the answers settled so far (earlier prompts), it returns the
         extra validation of this prompt's vector (so that a later answer can be required to differ from an earlier one).
+    :param reading: See :func:`ask_for_params`.
+    :param reject_cut_off: See :func:`ask_for_params`.
     :return: One :class:`Answer` per prompt.
     """
     firsts = chat_batch(backend, conversations, temperature=temperature)
@@ -164,6 +173,8 @@ def ask_together(
                 temperature=temperature,
                 max_retries=max_retries,
                 first_reply=first,
+                reading=reading,
+                reject_cut_off=reject_cut_off,
             )
         )
     return answers

@@ -21,8 +21,9 @@ default), that token is not decoded on its own: it is evaluated in one batch wit
 
 **Cut-off replies.** A reply that hits ``max_tokens`` (llama.cpp's ``finish_reason == "length"``; only
 possible without the grammar, whose replies get a budget they always fit in) may end inside its last value
-(``-1`` of ``-1.75``). It is not an answer: a warning is logged and the text returned has no final channel
-(:func:`~sb3_r2po.llm.harmony.without_answer`), so R2PO's parser counts a failed parse.
+(``-1`` of ``-1.75``): a warning is logged and the text is returned as a cut-off reply
+(:func:`~sb3_r2po.llm.harmony.cut_off_reply`), whose complete lines R2PO's parser reads (as the reference reads a
+cut reply), or which it rejects with ``reject_cut_off_replies``.
 
 **Prefix reuse.** With ``prefix_cache=True`` (default) the backend keeps the llama.cpp states of its recent calls
 (:class:`~sb3_r2po.llm.prefix_cache.PrefixStateCache`, at most ``prefix_cache_bytes``), so that a prompt is evaluated
@@ -65,7 +66,7 @@ from sb3_r2po.llm.cpu import (
     set_threads,
 )
 from sb3_r2po.llm.grammar import GreedyGrammar, TokenPieces, compile_grammar, max_reply_chars, parameter_grammar
-from sb3_r2po.llm.harmony import without_answer
+from sb3_r2po.llm.harmony import cut_off_reply
 from sb3_r2po.llm.identity import request_hash, request_settings
 from sb3_r2po.llm.prefix_cache import PrefixStateCache, reused_tokens
 from sb3_r2po.llm.weights import (
@@ -468,8 +469,8 @@ class EmbeddedBackend(TransientState):
 
         :param messages: The conversation (system and user messages).
         :param temperature: ``0`` decodes greedily.
-        :return: The reply with token usage and latency; a reply cut off by ``max_tokens`` comes back without an
-            answer (:func:`~sb3_r2po.llm.harmony.without_answer`), which R2PO counts as a failed parse.
+        :return: The reply with token usage and latency; a reply cut off by ``max_tokens`` comes back as a cut-off
+            reply (:func:`~sb3_r2po.llm.harmony.cut_off_reply`), of which R2PO's parser reads the complete lines.
         :raises LLMBackendError: when the prompt does not fit ``n_ctx`` or llama.cpp fails.
         """
         if temperature < 0:
@@ -505,12 +506,12 @@ class EmbeddedBackend(TransientState):
         if choice.get("finish_reason") == "length":
             logger.warning(
                 "%s reply was cut off at max_tokens=%d or at the end of the context (n_ctx=%d, which also caps the "
-                "reply after a long prompt); it counts as no answer",
+                "reply after a long prompt); only its complete lines are read",
                 self.spec.model,
                 max_tokens,
                 self.n_ctx,
             )
-            text = without_answer(text)
+            text = cut_off_reply(text)
         return ChatReply(
             text=text,
             prompt_tokens=usage.get("prompt_tokens"),

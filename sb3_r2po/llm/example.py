@@ -27,7 +27,13 @@ from sb3_r2po.llm.base import ChatReply, Message
 
 _VECTOR = r"params(?:\[0\]|: \[)[^\n;]*"  # a vector in either reply style, indexed or list
 _HISTORY = re.compile(rf"^(?:[\w -]+: )?({_VECTOR}); [^:=\n]*[:=] (\S+)", re.M)  # a history line, maybe labelled
-_CANDIDATE = re.compile(rf"The optimizer proposed these parameters:\n({_VECTOR})")
+_REFERENCE_HISTORY = re.compile(  # the reference layout's lines: Trial 3: params=[4.9,0.1] mean_reward=9.00, and ProPS's
+    r"^(?:(?:Warmup |Training )?[Tt]rial \d+: params=\[([^\]\n]*)\] (?:mean|rollout)_reward="
+    r"|(params\[0\]: [^\n]*?); f\(params\): )(\S+)",
+    re.M,
+)
+_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:e[-+]?\d+)?|-?inf|nan")
+_CANDIDATE = re.compile(r"The optimizer proposed these parameters:\n(params(?:\[0\]|: \[)[^\n]*)")
 _CANDIDATE_MEAN = re.compile(r"Mean reward over its \d+ evaluation episodes?: (\S+)")
 _THRESHOLD = re.compile(r"mean reward (?:is|of) (\S+) or more")
 _SINGLE_PASS = "in a single pass"  # critic_only: revise the history's best vector, there is no candidate
@@ -90,7 +96,13 @@ class ExampleLLM:
         space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
 
         candidate = _CANDIDATE.search(prompt)
-        parsed_history = [(self._parse_line(line, space), float(ret)) for line, ret in _HISTORY.findall(prompt)]
+        parsed_history = [  # (a reference-layout line may match _HISTORY with a "value;" as its return: not a line of it)
+            (self._parse_line(line, space), float(ret)) for line, ret in _HISTORY.findall(prompt) if _NUMBER.fullmatch(ret)
+        ]
+        parsed_history += [
+            (self._parse_line(f"params: [{inline}]" if inline else indexed, space), float(ret))
+            for inline, indexed, ret in _REFERENCE_HISTORY.findall(prompt)
+        ]
         history = [(v, r) for v, r in parsed_history if v is not None]
         best = max(history, key=lambda item: item[1])[0] if history else None
         theta: np.ndarray

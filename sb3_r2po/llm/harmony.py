@@ -5,10 +5,10 @@ parser needs too: it lives in :mod:`sb3_r2po.common.replies` and is re-exported 
 
 No final channel (the token budget ran out during the analysis) is not an answer: :func:`final_channel`
 returns ``None`` and the backends treat it as a parse failure (one retry with a larger budget, then the raw
-text, for which :func:`final_channel` is ``None`` again). Nor is a reply cut off by the token limit while the
-answer was being written (its last value may be cut short, e.g. ``-1`` of ``-1.75``): the backends pass it
-through :func:`without_answer`, which keeps what came before the answer and drops the answer, so that
-:func:`final_channel` is ``None`` for it too.
+text, for which :func:`final_channel` is ``None`` again). A reply cut off by the token limit while the answer was
+being written (its last value may be cut short, e.g. ``-1`` of ``-1.75``) is passed on as a cut-off reply
+(:func:`cut_off_reply`, not retried): R2PO's parser reads its complete lines, as the reference reads a cut reply
+(a complete vector on the first line counts), or rejects it with ``reject_cut_off_replies``.
 
 **Reasoning effort.** gpt-oss reasons at one of :data:`REASONING_EFFORTS`; a backend retrying an unanswered reply
 asks one step lower (:func:`lower_effort`), with a larger budget (:func:`retry_budget`).
@@ -17,6 +17,7 @@ asks one step lower (:func:`lower_effort`), with a larger budget (:func:`retry_b
 from __future__ import annotations
 
 from sb3_r2po.common.replies import (
+    as_cut_off,
     before_final,
     complete_answer,
     final_channel,
@@ -29,8 +30,10 @@ __all__ = [
     "HARMONY_STOP_TOKENS",
     "REASONING_EFFORTS",
     "analysis_only",
+    "as_cut_off",
     "check_reasoning_effort",
     "complete_answer",
+    "cut_off_reply",
     "final_channel",
     "final_is_truncated",
     "has_final_channel",
@@ -74,6 +77,15 @@ def analysis_only(reasoning: str) -> str:
     (:func:`without_answer` uses it for plain text).
     """
     return f"<|channel|>analysis<|message|>{reasoning}"
+
+
+def cut_off_reply(text: str) -> str:
+    """
+    What a backend returns for output the token limit cut off: when the answer had begun (a final channel with text),
+    the reply as a cut-off reply (:func:`as_cut_off`), which R2PO's parser reads as the reference does (its complete
+    lines) unless ``reject_cut_off_replies``; otherwise a reply without an answer (:func:`without_answer`).
+    """
+    return as_cut_off(text) if final_channel(text) else without_answer(text)
 
 
 def without_answer(text: str) -> str:

@@ -47,8 +47,9 @@ Design:
   then pick one).
 - **Harmony.** Servers with a reasoning parser return the answer as ``content`` (and the reasoning apart);
   others return raw or flattened harmony text, whose final channel is taken
-  (:func:`~sb3_r2po.llm.harmony.final_channel`). No answer (no choice, empty content, no final channel, or
-  a reply cut off by the token limit, ``finish_reason == "length"``, whose last value may be cut short) is
+  (:func:`~sb3_r2po.llm.harmony.final_channel`). A reply cut off by the token limit (``finish_reason ==
+  "length"``) after its answer began is returned as a cut-off reply (:func:`~sb3_r2po.llm.harmony.cut_off_reply`),
+  which R2PO's parser reads as the reference does. No answer (no choice, empty content, no final channel) is
   retried once with one step lower effort and, when ``max_tokens`` is set, a ``retry_budget_factor`` times
   larger budget; the retry is skipped when it would send the same request (no ``max_tokens`` and no effort
   to lower). If still unanswered, the text returned is harmony output without a final channel
@@ -89,6 +90,8 @@ from sb3_r2po.llm.harmony import (
     analysis_only,
     check_reasoning_effort,
     complete_answer,
+    cut_off_reply,
+    final_channel,
     is_harmony,
     lower_effort,
     retry_budget,
@@ -646,18 +649,31 @@ class OpenAIBackend(TransientState):
         final = complete_answer(content) if content.strip() else None
         if final is not None and not truncated:
             return (final if is_harmony(content) else content.strip()), content, usage
-        if content.strip() and is_harmony(content):
-            raw = without_answer(content)  # the analysis before a missing or cut-off final channel
-        elif reasoning:
-            raw = analysis_only(str(reasoning))
-        else:
-            raw = without_answer(content) if content.strip() else ""  # plain text cut off by the token limit
-        return None, raw, usage
+        cut = _cut_answer(content, choice.finish_reason)  # an answer begun, then cut: read as a cut-off reply
+        if cut is not None:
+            return cut, content, usage
+        return None, _unanswered(content, str(reasoning)), usage
 
     # ------------------------------------------------------------------ pickling
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.base_url!r}, model={self.model!r}, reasoning_effort={self.reasoning_effort!r})"
+
+
+def _unanswered(content: str, reasoning: str) -> str:
+    """The text of a reply without an answer: harmony text without a final channel, or empty."""
+    if content.strip() and is_harmony(content):
+        return without_answer(content)  # the analysis before a missing final channel
+    if reasoning:
+        return analysis_only(reasoning)
+    return without_answer(content) if content.strip() else ""  # plain text without an answer
+
+
+def _cut_answer(content: str, finish_reason: str | None) -> str | None:
+    """A reply the token limit cut (``finish_reason`` ``"length"``) after its answer began, as a cut-off reply (read by
+    R2PO's parser as the reference reads a cut reply); ``None`` for any other reply."""
+    final = final_channel(content) if finish_reason == "length" and content.strip() else None
+    return cut_off_reply(content) if final else None
 
 
 class _MalformedResponse(ValueError):

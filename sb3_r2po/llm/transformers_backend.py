@@ -9,11 +9,12 @@ This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss
   needs 40-48 GB) raises :class:`~sb3_r2po.llm.base.LLMBackendError` at once, naming the alternatives
   (``llm="embedded"``, or an OpenAI-compatible server URL). ``memory_check=False`` skips it.
 - **Harmony.** The pipeline is called with ``return_full_text=False, skip_special_tokens=False``; the answer
-  is the final channel of the raw text (:func:`~sb3_r2po.llm.harmony.final_channel`). A reply without a
-  final channel (the token budget ran out in the analysis), or whose final channel was cut off by the budget
-  (its last value may be cut short), is retried once with a larger budget (``retry_budget_factor``; the
-  retry always asks for more tokens, so it never repeats the same request) and one step lower reasoning
-  effort; if that fails too, the reply is returned without an answer
+  is the final channel of the raw text (:func:`~sb3_r2po.llm.harmony.final_channel`). A final channel cut
+  off by the budget (its last value may be cut short) is returned as a cut-off reply
+  (:func:`~sb3_r2po.llm.harmony.cut_off_reply`), which R2PO's parser reads as the reference does. A reply
+  without a final channel (the token budget ran out in the analysis) is retried once with a larger budget
+  (``retry_budget_factor``; the retry always asks for more tokens, so it never repeats the same request) and one
+  step lower reasoning effort; if that fails too, the reply is returned without an answer
   (:func:`~sb3_r2po.llm.harmony.without_answer`: the raw text up to the final channel, for which
   ``final_channel`` is ``None``, which R2PO's parser counts as a failed parse) and counted in
   ``stats["no_final"]``. A plain (non-harmony) reply cut off by the budget cannot be told from a finished
@@ -47,6 +48,8 @@ from sb3_r2po.llm.harmony import (
     HARMONY_STOP_TOKENS,
     check_reasoning_effort,
     complete_answer,
+    cut_off_reply,
+    final_channel,
     is_harmony,
     lower_effort,
     retry_budget,
@@ -141,9 +144,8 @@ class TransformersBackend(TransientState):
     :param reasoning_effort: ``"low"``, ``"medium"`` or ``"high"``, passed to the chat template as the
         ``reasoning_effort`` variable; ``None`` passes nothing (the template's default).
     :param max_new_tokens: Token budget of one reply (reasoning included).
-    :param retry_budget_factor: When a reply has no final channel, or its final channel was cut off, it is
-        retried once with ``max_new_tokens * retry_budget_factor`` tokens (at least one more); ``0`` disables
-        the retry.
+    :param retry_budget_factor: When a reply has no final channel, it is retried once with
+        ``max_new_tokens * retry_budget_factor`` tokens (at least one more); ``0`` disables the retry.
     :param retry_lower_effort: Whether the retry also uses one step lower reasoning effort.
     :param dtype: Weights dtype for loading (``"auto"``: as stored).
     :param device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
@@ -314,7 +316,7 @@ class TransformersBackend(TransientState):
         completion_tokens = [self._count_completion(r) for r in raw]
         spent = [seconds] * len(convs)
 
-        missing = [i for i, text in enumerate(raw) if complete_answer(text) is None]
+        missing = [i for i, text in enumerate(raw) if not final_channel(text)]  # no answer begun (a cut one is read)
         if missing and self.retry_budget_factor > 0:
             self.stats["retries"] += len(missing)
             effort2 = lower_effort(effort) if self.retry_lower_effort else effort
@@ -329,7 +331,9 @@ class TransformersBackend(TransientState):
         replies: list[ChatReply] = []
         for text, p_tok, c_tok, sec in zip(raw, prompt_tokens, completion_tokens, spent, strict=True):
             final = complete_answer(text)
-            if final is None:  # no answer, or an answer cut off by the budget
+            if final is None and final_channel(text):  # an answer cut off by the budget
+                answer = cut_off_reply(text)
+            elif final is None:  # no answer
                 self.stats["no_final"] += 1
                 answer = without_answer(text)
             elif is_harmony(text):

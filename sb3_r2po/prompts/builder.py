@@ -16,11 +16,11 @@ import functools
 import logging
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 import jinja2
 
-from sb3_r2po.common.evidence import EvidencePackage, digits_apart, sig
+from sb3_r2po.common.evidence import EvidencePackage, digits_apart, reference_number, sig
 from sb3_r2po.common.files import default_cache_dir
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import Message
@@ -35,6 +35,14 @@ TRAJECTORY_TITLES = {
 
 SEARCH_TEMPLATES = {"r2po": "search_r2po.j2", "props": "search_props.j2", "props_plus": "search_props_plus.j2"}
 """The Search template of each :data:`~sb3_r2po.variants.SearchPrompt`."""
+
+PromptLayout = Literal["reference", "compact"]
+"""How prompts write their data: ``reference``, the reference's formats (history entries ``Trial 3: params=[4.9,0.1]
+mean_reward=9.00``, ``.2f`` rewards, traces ``s->a->s' | ... | s->a->[TERMINATED]``, its statistics lines);
+``compact``, ours (vectors in the reply style, 4 significant figures, one line per step ending with the final
+observation)."""
+
+PROMPT_LAYOUTS: tuple[PromptLayout, ...] = ("reference", "compact")
 
 CRITIC_TEMPLATES = {
     "r2po": "critic_r2po.j2",
@@ -56,6 +64,8 @@ class HistoryLine:
     :param warmup: A warm-up candidate (random, one episode).
     :param excerpt: A one-line excerpt of its representative episode (rep_traj, always_critic, critic_only Critics).
     :param trajectory: Its first evaluation episode, one line per step (ProPS+ on tabular tasks).
+    :param index: Its position in the whole history, from 0 (the reference's ``Trial 3``).
+    :param values: The vector's values (the reference layout writes them itself: ``[4.9,0.1]``).
     """
 
     params: str
@@ -64,6 +74,8 @@ class HistoryLine:
     warmup: bool = False
     excerpt: str | None = None
     trajectory: tuple[str, ...] | None = None
+    index: int = 0
+    values: tuple[float, ...] = ()
 
 
 def history_summary(
@@ -138,6 +150,7 @@ class PromptContext:
         result) instead of the reference's (opening, proposal, test, history, steps, reply layout); the Search states
         the planned iteration count only in its last line ("iteration i of N"), not in its opening and rules as well
         (the count changes when an iteration spends fewer episodes than planned).
+    :param prompt_layout: How the data is written (:data:`PromptLayout`): the reference's formats, or ours.
     """
 
     task: TaskDescription | None
@@ -158,6 +171,7 @@ class PromptContext:
     keep_best: bool = True
     history_omitted: int = 0
     reuse_order: bool = False
+    prompt_layout: PromptLayout = "reference"
 
 
 logger = logging.getLogger(__name__)
@@ -227,6 +241,10 @@ def template_environment(template_dir: str | None = None) -> jinja2.Environment:
     env.filters["digits_apart"] = lambda x, other, digits=4: digits_apart(
         float(x), None if other is None else float(other), digits
     )
+    env.filters["fixed"] = lambda x, digits=2: f"{float(x):.{digits}f}"
+    env.filters["inline"] = lambda values, sep=",": "[" + sep.join(reference_number(v) for v in values) + "]"
+    env.filters["semicolons"] = lambda values: "; ".join(f"params[{i}]: {reference_number(v)}" for i, v in enumerate(values))
+    env.filters["f_params"] = lambda values: "".join(f"params[{i}]: {float(v):.5g}; " for i, v in enumerate(values))
     return env
 
 
@@ -273,7 +291,8 @@ class PromptBuilder:
         :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
         """
         template = SEARCH_TEMPLATES[prompt]
-        return [{"role": "user", "content": self._render(template, history_style=history, **self._common(ctx))}]
+        values = self._common(ctx)
+        return [{"role": "user", "content": self._render(template, history_style=history, critic=False, **values)}]
 
     def critic(
         self,
@@ -294,7 +313,9 @@ class PromptBuilder:
         :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
         """
         values = self._common(ctx)
-        text = self._render(CRITIC_TEMPLATES[prompt], candidate=candidate, evidence=evidence, history_style=history, **values)
+        text = self._render(
+            CRITIC_TEMPLATES[prompt], candidate=candidate, evidence=evidence, history_style=history, critic=True, **values
+        )
         return [{"role": "user", "content": text}]
 
     def retry(self, reason: str, space: ParameterSpace) -> Message:

@@ -1,7 +1,7 @@
 """Named prompt settings: how much history and trajectory R2PO's prompts show, how vectors are written, and which of
 our prompt additions are on.
 
-Each preset fixes all ten of R2PO's prompt-rendering parameters, so it reads the same whatever the defaults::
+Each preset fixes all eleven of R2PO's prompt-rendering parameters, so it reads the same whatever the defaults::
 
     from sb3_r2po import R2PO
     from sb3_r2po.prompts import prompt_preset
@@ -9,7 +9,8 @@ Each preset fixes all ten of R2PO's prompt-rendering parameters, so it reads the
     model = R2PO("MlpLinear", "Swimmer-v5", llm="embedded", **prompt_preset("tight"))
 
 ``full`` is the reference implementation's rendering (R2PO's defaults). ``lean`` and ``tight`` are ours, for small
-models on a CPU: besides shorter prompts they turn on our additions, which the reference's prompts do not have:
+models on a CPU: besides shorter prompts (our compact data layout, ``prompt_layout="compact"``) they turn on our
+additions, which the reference's prompts do not have:
 ``search_sees_task`` (the Search sees the task and the policy layout), ``critic_selection_hints`` (the Critic is told
 what the selection does with its revision) and ``extra_statistics`` (episode counts, the best value so far, the
 standard deviation and the episode endings). A run with them is a variant of R2PO, not the paper's method. With any
@@ -39,6 +40,7 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
         "trajectory_digits": 3,
         "fold_repeated_steps": False,
         "reply_style": "indexed",
+        "prompt_layout": "reference",
         "search_sees_task": False,
         "critic_selection_hints": False,
         "extra_statistics": False,
@@ -54,6 +56,7 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
         "trajectory_digits": 2,
         "fold_repeated_steps": True,
         "reply_style": "list",
+        "prompt_layout": "compact",
         **_OURS,
     },
     # Long episodes: keeps Swimmer's Critic prompt under 3000 tokens at iteration 100 (5 best + 3 latest, 12 steps).
@@ -65,6 +68,7 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
         "trajectory_digits": 2,
         "fold_repeated_steps": True,
         "reply_style": "list",
+        "prompt_layout": "compact",
         **_OURS,
     },
 }
@@ -77,7 +81,8 @@ def prompt_preset(name: str) -> dict[str, Any]:
 
     :param name: One of ``PROMPT_PRESETS``: ``"full"``, ``"lean"`` or ``"tight"``.
     :return: ``history_best_k``, ``history_recent``, ``history_slack``, ``max_trajectory_steps``, ``trajectory_digits``,
-        ``fold_repeated_steps``, ``reply_style``, ``search_sees_task``, ``critic_selection_hints`` and ``extra_statistics``.
+        ``fold_repeated_steps``, ``reply_style``, ``prompt_layout``, ``search_sees_task``, ``critic_selection_hints``
+        and ``extra_statistics``.
     :raises ValueError: for an unknown name.
     """
     if name not in PROMPT_PRESETS:

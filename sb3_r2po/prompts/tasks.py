@@ -38,10 +38,17 @@ class TaskDescription:
 TASK_DESCRIPTIONS: dict[str, TaskDescription] = {}
 """Registered descriptions by gymnasium env id (e.g. ``"CartPole-v1"``)."""
 
+POLICY_TASK_DESCRIPTIONS: dict[tuple[str, str], TaskDescription] = {}
+"""Registered descriptions of an env for one policy class, by ``(env id, policy class name)``: they win over
+:data:`TASK_DESCRIPTIONS` for that policy (the reference words some env descriptions per policy)."""
 
-def register_task_description(env_id: str, description: TaskDescription) -> None:
-    """Register (or replace) the description of ``env_id``."""
-    TASK_DESCRIPTIONS[env_id] = description
+
+def register_task_description(env_id: str, description: TaskDescription, policy: str | None = None) -> None:
+    """Register (or replace) the description of ``env_id``; with ``policy`` (a policy class name), for that policy only."""
+    if policy is None:
+        TASK_DESCRIPTIONS[env_id] = description
+    else:
+        POLICY_TASK_DESCRIPTIONS[(env_id, policy)] = description
 
 
 def _fmt(x: float) -> str:
@@ -79,8 +86,13 @@ def generic_task_description(observation_space: spaces.Space, action_space: spac
     )
 
 
-def describe_task(env_id: str | None, observation_space: spaces.Space, action_space: spaces.Space) -> TaskDescription:
-    """The registered description of ``env_id``, or one generated from the spaces."""
+def describe_task(
+    env_id: str | None, observation_space: spaces.Space, action_space: spaces.Space, policy: str | None = None
+) -> TaskDescription:
+    """The registered description of ``env_id`` for ``policy`` (a policy class name), else of ``env_id``, else one
+    generated from the spaces."""
+    if env_id is not None and policy is not None and (env_id, policy) in POLICY_TASK_DESCRIPTIONS:
+        return POLICY_TASK_DESCRIPTIONS[(env_id, policy)]
     if env_id is not None and env_id in TASK_DESCRIPTIONS:
         return TASK_DESCRIPTIONS[env_id]
     return generic_task_description(observation_space, action_space)

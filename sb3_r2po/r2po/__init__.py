@@ -1,4 +1,25 @@
-from sb3_r2po.r2po.policies import CompactPolicy, LinearPolicy, MlpLinear, Tabular, TabularPolicy
+from sb3_r2po.r2po.policies import (
+    CompactPolicy,
+    LinearPolicy,
+    MlpLinear,
+    ProjectedMlp,
+    ProjectedMlpPolicy,
+    RandomFeatures,
+    RandomFeaturesPolicy,
+    Tabular,
+    TabularPolicy,
+)
 from sb3_r2po.r2po.r2po import R2PO
 
-__all__ = ["R2PO", "CompactPolicy", "LinearPolicy", "MlpLinear", "Tabular", "TabularPolicy"]
+__all__ = [
+    "R2PO",
+    "CompactPolicy",
+    "LinearPolicy",
+    "MlpLinear",
+    "ProjectedMlp",
+    "ProjectedMlpPolicy",
+    "RandomFeatures",
+    "RandomFeaturesPolicy",
+    "Tabular",
+    "TabularPolicy",
+]

@@ -6,20 +6,25 @@ import math
 import os
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from sb3_r2po.common.parameters import REPLY_STYLES
 from sb3_r2po.common.rollouts import check_vec_env
 from sb3_r2po.llm.resolve import check_llm_spec
+from sb3_r2po.prompts.builder import PROMPT_LAYOUTS
 from sb3_r2po.variants import get_variant
+from sb3_r2po.zoo.settings import WITHOUT_TABLE
 
 if TYPE_CHECKING:
     from sb3_r2po.r2po.r2po import R2PO
 
 ON_UNUSABLE_REPLY = ("rerun", "reask")
 """What an unusable reply leads to: the reference's rerun of the iteration, or our re-ask and fallback."""
+
+REPLY_READINGS = ("reference", "last_vector")
+"""How replies are read: as the reference's agent of the variant reads them, or our last complete vector."""
 
 
 def check_int(name: str, value: Any, low: int, optional: bool = False) -> None:
@@ -65,23 +70,28 @@ def check_policy(policy: Any, aliases: Mapping[str, type]) -> None:
         raise ValueError(f"policy must be one of {sorted(aliases)} or a CompactPolicy class, got {policy!r}")
 
 
-def check_budget(n_eval_episodes: int, warmup_episodes: int, max_episodes: int | None, max_episode_steps: int) -> None:
-    """The episode budget: K, the warm-up, the whole run's budget and the episode length cap."""
+def check_budget(
+    n_eval_episodes: int, warmup_episodes: int, max_episodes: int | None, max_episode_steps: int, max_iterations: int | None
+) -> None:
+    """The budget: K, the warm-up, the cap on episodes, the episode length cap and the planned iterations."""
     check_int("n_eval_episodes", n_eval_episodes, 1)
     check_int("warmup_episodes", warmup_episodes, 0)
     check_int("max_episodes", max_episodes, 1, optional=True)
     check_int("max_episode_steps", max_episode_steps, 1)
+    check_int("max_iterations", max_iterations, 1, optional=True)
 
 
-def check_search_space(param_bounds: tuple[float, float], param_decimals: int, step_size: float) -> None:
-    """The parameter space of a linear policy, and the step the prompts suggest."""
+def check_search_space(param_bounds: tuple[float, float] | None, param_decimals: int, step_size: float) -> None:
+    """The parameter space of a continuous policy (``param_bounds=None``: the policy's own), and the suggested step."""
     check_int("param_decimals", param_decimals, 0)
+    check_number("step_size", step_size, 0.0, strict=True)
+    if param_bounds is None:
+        return
     pair = isinstance(param_bounds, (tuple, list, np.ndarray)) and len(param_bounds) == 2
     if not pair or not all(is_number(b) and math.isfinite(b) for b in param_bounds):
         raise ValueError(f"param_bounds must be two finite numbers (low, high), got {param_bounds!r}")
     if not float(param_bounds[0]) < float(param_bounds[1]):
         raise ValueError(f"param_bounds are empty or reversed: {param_bounds}")
-    check_number("step_size", step_size, 0.0, strict=True)
 
 
 def check_prompts(
@@ -125,6 +135,60 @@ def check_racing(racing_chunk: int, racing_z: float) -> None:
     check_number("racing_z", racing_z, 0.0)
 
 
+SettingsSource = Literal["given", "reference", "derived"]
+"""Where a setting came from: the constructor's argument, the settings table, or R2PO's derivation."""
+
+
+def policy_alias(policy: str | type, aliases: Mapping[str, type]) -> str | None:
+    """The short alias of a policy name or class (``ProjectedMlpPolicy`` -> ``ProjectedMlp``): the first alias of its
+    class, which names it in the settings table's ``policies:``; ``None`` for a class without an alias."""
+    cls = aliases.get(policy) if isinstance(policy, str) else policy
+    return next((name for name, alias_class in aliases.items() if alias_class is cls), None)
+
+
+def resolve_settings(
+    given: Mapping[str, Any], table: Mapping[str, Any] | None, env_id: str | None = None
+) -> tuple[dict[str, Any], dict[str, SettingsSource]]:
+    """
+    The settings of :data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`: an argument given (not ``None``) wins, then the
+    table's value for the env, variant and policy (:func:`~sb3_r2po.zoo.settings.reference_settings`; not ``None``),
+    then R2PO's value for an env the table lacks.
+
+    :param given: The constructor's arguments by name (``None``: not given); with ``verbose >= 1`` (and
+        ``_init_setup_model``: not a load) the line of :func:`describe_settings` is printed.
+    :param table: :func:`sb3_r2po.zoo.settings.reference_settings` of the env and variant (``None``: not in the table,
+        or a model being loaded, whose saved values follow).
+    :param env_id: The env's id, for that line.
+    :return: ``(values, sources)``, both keyed by the names of :data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`.
+    """
+    values: dict[str, Any] = {}
+    sources: dict[str, SettingsSource] = {}
+    for name, derived in WITHOUT_TABLE.items():
+        if given.get(name) is not None:
+            values[name], sources[name] = given[name], "given"
+        elif table is not None and table.get(name) is not None:
+            values[name], sources[name] = table[name], "reference"
+        else:
+            values[name], sources[name] = derived, "derived"
+    if given.get("verbose", 0) >= 1 and given.get("_init_setup_model", True):
+        print(describe_settings(env_id, str(given.get("variant", "r2po")), values, sources), flush=True)
+    return values, sources
+
+
+def describe_settings(
+    env_id: str | None, variant: str, values: Mapping[str, Any], sources: Mapping[str, SettingsSource]
+) -> str:
+    """The line ``verbose >= 1`` prints at construction: the settings of :func:`resolve_settings` by source."""
+    groups = {"reference": "the reference's (settings table)", "given": "given", "derived": "derived"}
+    parts = []
+    for source, title in groups.items():
+        names = [name for name in WITHOUT_TABLE if sources.get(name) == source]
+        if names:
+            shown = ", ".join(name if values[name] is None else f"{name}={values[name]!r}" for name in names)
+            parts.append(f"{title}: {shown}")
+    return f"R2PO settings for {env_id or 'an env without an id'}, variant {variant}: " + "; ".join(parts)
+
+
 FLAGS = (
     "fold_repeated_steps",
     "search_sees_task",
@@ -132,6 +196,7 @@ FLAGS = (
     "extra_statistics",
     "skip_unchanged_revisions",
     "reject_duplicates",
+    "reject_cut_off_replies",
     "stop_at_target",
     "racing",
 )
@@ -149,11 +214,17 @@ def check(model: R2PO, llm_given: bool = True) -> None:
     check_path("checkpoint_dir", m.checkpoint_dir)
     check_path("prompt_template_dir", m.prompt_template_dir)
     check_int("seed", m.seed, 0, optional=True)
-    check_budget(m.n_eval_episodes, m.warmup_episodes, m.max_episodes, m.max_episode_steps)
+    check_budget(m.n_eval_episodes, m.warmup_episodes, m.max_episodes, m.max_episode_steps, m.max_iterations)
     check_search_space(m.param_bounds, m.param_decimals, m.step_size)
     history = (m.history_best_k, m.history_recent, m.history_slack, m.history_excerpts)
     check_prompts(m.reply_style, m.max_trajectory_steps, m.trajectory_digits, *history, m.target_return, m.tau_c)
+    if m.prompt_layout not in PROMPT_LAYOUTS:
+        raise ValueError(f"prompt_layout must be one of {PROMPT_LAYOUTS}, got {m.prompt_layout!r}")
     check_llm_use(m.temperature, m.max_llm_retries, m.on_unusable_reply, m.max_iteration_attempts)
+    if m.reply_reading not in REPLY_READINGS:
+        raise ValueError(f"reply_reading must be one of {REPLY_READINGS}, got {m.reply_reading!r}")
+    if m.clip_actions is not None:
+        check_flag("clip_actions", m.clip_actions)
     check_racing(m.racing_chunk, m.racing_z)
     if m.llm is not None and llm_given:
         check_llm_spec(m.llm)

@@ -11,9 +11,6 @@ from sb3_r2po.common.parameters import ParameterSpace
 
 Record = dict[str, Any]
 
-MAX_DRAWS = 1000
-"""Random draws in a row that may repeat history vectors before :func:`draw_new` gives up (a tiny parameter space)."""
-
 
 def best_record(history: list[Record]) -> Record | None:
     """
@@ -81,17 +78,6 @@ def perturb_best(history: list[Record], space: ParameterSpace, step_size: float,
         if find(history, params) is None:
             return params
     return space.sample(rng)
-
-
-def draw_new(
-    history: list[Record], space: ParameterSpace, rng: np.random.Generator, draws: int = MAX_DRAWS
-) -> np.ndarray | None:
-    """A random vector that is not in the history; ``None`` when ``draws`` draws in a row all repeated one."""
-    for _ in range(draws):
-        params = space.sample(rng)
-        if find(history, params) is None:
-            return params
-    return None
 
 
 def reached(history: list[Record], target: float, n_episodes: int) -> bool:

@@ -96,7 +96,9 @@ class SearchPattern:
 
 
 class PairedSearch(SearchPattern):
-    """pure_search: two independent Search proposals from the same history, asked as one batch; keep the best."""
+    """pure_search: two independent Search proposals from the same history, asked as one batch before any rollout (as
+    the reference asks both before it evaluates either, so that an unusable second proposal discards the iteration
+    before its first K episodes run, with ``on_unusable_reply="rerun"``); keep the best."""
 
     def __init__(self, variant: Variant) -> None:
         super().__init__(variant)
@@ -111,6 +113,8 @@ class PairedSearch(SearchPattern):
         if start.episodes_left < 2 * start.n_eval_episodes:  # the budget pays for one evaluation only
             return roles.search()
         first, self._spare = roles.search_pair()
+        if first.params is not None:  # an unusable first proposal is the iteration's first unusable reply
+            roles.check_usable("search", self._spare)  # "rerun": discarded before any rollout
         return first
 
     def challenge(self, roles: LLMRoles, first: Candidate) -> Answer:

@@ -4,15 +4,19 @@
   take ``argmax(y)``, ``Box`` actions ``clip(y, low, high)``. Flat layout, state-major:
   ``theta[i * act_dim + j] = W[i, j]``, then the last ``act_dim`` entries are ``b``.
 - :class:`TabularPolicy` (``"Tabular"``): ``Discrete`` observations; ``theta[s]`` is the action taken in state ``s``.
+- :class:`ProjectedMlpPolicy` (``"ProjectedMlp"``) and :class:`RandomFeaturesPolicy` (``"RandomFeatures"``): the
+  reference's two compact nonlinear policies for ``Box`` observations, a two-layer tanh network decoded from a latent
+  vector through fixed QR projections, and fixed random tanh features with a linear readout; their fixed matrices
+  are drawn from ``projection_seed`` and kept as module buffers. Actions from ``y`` as :class:`LinearPolicy`'s.
 
-Both keep ``theta`` as a float64 torch parameter (so SB3's ``save``/``load``/``set_parameters`` work and a
+All keep ``theta`` as a float64 torch parameter (so SB3's ``save``/``load``/``set_parameters`` work and a
 round trip is exact) and act through a numpy forward that rollouts call with any candidate vector.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
@@ -90,14 +94,29 @@ class CompactPolicy(BasePolicy):
         """
         raise NotImplementedError
 
-    def actor(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-        """A fast batched forward pass for a fixed parameter vector (precomputes what it can)."""
+    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        """
+        A fast batched forward pass for a fixed parameter vector (precomputes what it can).
+
+        :param params: The parameter vector.
+        :param clip: Whether continuous actions are clipped to the action bounds (``predict()`` always clips);
+            ``False`` gives the raw output, as the reference's ablations step the env with it. Policies whose actions
+            are always inside the action space ignore it.
+        """
         params = np.asarray(params, dtype=np.float64).copy()
         return lambda observations: self.act(observations, params)
+
+    kind: ClassVar[str] = "linear"
+    """What the prompts call the policy: "improving a <kind> policy" (the Critics' opening)."""
 
     def layout_lines(self) -> tuple[str, ...]:
         """How the flat parameters map onto the policy, in words, for prompts."""
         raise NotImplementedError
+
+    def summary_lines(self) -> tuple[str, ...]:
+        """What the black-box Search prompts (r2po, props) say about the policy: nothing (the reference's linear and
+        tabular Search prompts say nothing about it)."""
+        return ()
 
     def forward(self, obs: PyTorchObs, deterministic: bool = True) -> th.Tensor:
         return self._predict(obs, deterministic)
@@ -158,9 +177,10 @@ class LinearPolicy(CompactPolicy):
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
         return self.actor(self.get_flat() if params is None else params)(observations)
 
-    def actor(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
         """The forward pass of ``params``: ``y`` is computed as a C-contiguous float64 ``(batch, obs_dim)`` matrix times
-        ``W``, plus ``b``, whatever the layout of the observations given, so the actions never depend on it."""
+        ``W``, plus ``b``, whatever the layout of the observations given, so the actions never depend on it. With
+        ``clip=False`` a ``Box`` action is ``y`` itself (in the action space's dtype), not clipped to its bounds."""
         w, b = (x.copy() for x in self.weights(params))
         obs_dim = self.obs_dim
         if isinstance(self.action_space, spaces.Discrete):
@@ -183,7 +203,7 @@ class LinearPolicy(CompactPolicy):
         def box(observations: np.ndarray) -> np.ndarray:
             y = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w
             y += b
-            return y.clip(low, high).astype(dtype).reshape(-1, *shape)
+            return (y.clip(low, high) if clip else y).astype(dtype).reshape(-1, *shape)
 
         return box
 
@@ -222,6 +242,8 @@ class TabularPolicy(CompactPolicy):
     :param param_bounds: Unused (kept so every policy takes the same arguments).
     :param param_decimals: Unused.
     """
+
+    kind: ClassVar[str] = "tabular"
 
     def __init__(
         self,
@@ -270,13 +292,302 @@ class TabularPolicy(CompactPolicy):
         )
 
 
+PROJECTED_MLP_SEED = 3001
+"""Default ``projection_seed`` of :class:`ProjectedMlpPolicy`: the reference's ``projection_seed_base`` (3000, its
+Swimmer configs) plus the run index of a first run (1)."""
+
+RANDOM_FEATURES_SEED = 1001
+"""Default ``projection_seed`` of :class:`RandomFeaturesPolicy`: the reference's ``random_feature_seed_base`` (1000, its
+Swimmer config) plus the run index of a first run (1)."""
+
+
+def _vector_dims(name: str, observation_space: spaces.Space, action_space: spaces.Space) -> tuple[int, int]:
+    """``(obs_dim, act_dim)`` of a policy that maps a flat ``Box`` observation to ``act_dim`` outputs ``y`` (``Discrete``
+    actions: one output per action, argmax; bounded ``Box`` actions: one per dimension); ``ValueError`` otherwise."""
+    if not isinstance(observation_space, spaces.Box) or is_image_space(observation_space, check_channels=False):
+        raise ValueError(f"{name} needs a non-image Box observation space, got {observation_space}")
+    obs_dim = int(np.prod(observation_space.shape))
+    if isinstance(action_space, spaces.Discrete):
+        return obs_dim, int(action_space.n)
+    if isinstance(action_space, spaces.Box) and np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all():
+        return obs_dim, int(np.prod(action_space.shape))
+    raise ValueError(f"{name} supports Discrete and bounded Box action spaces, got {action_space}")
+
+
+def _to_actions(action_space: spaces.Space, clip: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """How a batch of outputs ``y`` (``(batch, act_dim)``) becomes actions: the argmax (plus the space's ``start``) for
+    ``Discrete``; for ``Box``, ``y`` clipped to the bounds (``clip=False``: ``y`` itself) in the space's dtype and shape."""
+    if isinstance(action_space, spaces.Discrete):
+        start = int(action_space.start)
+        return lambda y: y.argmax(axis=1) + start
+    assert isinstance(action_space, spaces.Box)
+    low = action_space.low.reshape(-1).astype(np.float64)
+    high = action_space.high.reshape(-1).astype(np.float64)
+    dtype, shape = action_space.dtype, action_space.shape
+    return lambda y: (y.clip(low, high) if clip else y).astype(dtype).reshape(-1, *shape)
+
+
+def _output_rule(action_space: spaces.Space, n_outputs: int) -> str:
+    """The prompt's words for :func:`_to_actions` (with clipping)."""
+    if isinstance(action_space, spaces.Discrete):
+        start = int(action_space.start)
+        if start == 0:
+            return f"the action is the index j of the largest y[j] (j = 0..{n_outputs - 1})"
+        return f"the action is {_offset('j', start)}, with j the index of the largest y[j] (j = 0..{n_outputs - 1})"
+    return "the action is y, clipped to the action bounds"
+
+
+class ProjectedMlpPolicy(CompactPolicy):
+    """
+    The reference's ``ProjectedMLPPolicy`` (``"ProjectedMlp"``): a two-layer tanh network
+    ``y = tanh(s @ W1 + b1) @ W2 + b2`` whose weights are decoded from the searched latent vector through two fixed
+    orthonormal projections. ``params[:latent_dim_layer1]`` is ``z1``, the rest ``z2``; layer ``l``'s weights and bias,
+    flattened (``W`` row-major of shape ``(in, out)``, then ``b``), are ``decoded_weight_scale * Q_l @ z_l``. ``Q_l`` is
+    the Q factor of the QR decomposition of a standard normal ``(layer size, latent size)`` matrix drawn with
+    ``numpy.random.RandomState(projection_seed)`` (layer 1's matrix first, then layer 2's from the same generator).
+    The projections are buffers of the module, saved with the model. Actions as :class:`LinearPolicy`'s from ``y``.
+
+    :param observation_space: A non-image ``Box`` (flattened).
+    :param action_space: ``Discrete`` (argmax of ``y``) or a bounded ``Box`` (``y`` clipped).
+    :param param_bounds: Range of every latent value (the reference: -6 to 6).
+    :param param_decimals: Precision of every latent value, in decimals.
+    :param hidden_dim: Hidden units (the reference's Swimmer configs: 4).
+    :param latent_dim_layer1: Latent values of layer 1 (5), at most its weight and bias count.
+    :param latent_dim_layer2: Latent values of layer 2 (5), at most its weight and bias count.
+    :param projection_seed: Seed of the projections (:data:`PROJECTED_MLP_SEED`).
+    :param bias: Whether both layers have a bias.
+    :param init_std: Standard deviation of a warm-up draw of each latent value (then clipped and rounded; 2).
+    :param decoded_weight_scale: Factor of the decoded weights (1).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        param_bounds: tuple[float, float] = (-6.0, 6.0),
+        param_decimals: int = 1,
+        hidden_dim: int = 4,
+        latent_dim_layer1: int = 5,
+        latent_dim_layer2: int = 5,
+        projection_seed: int = PROJECTED_MLP_SEED,
+        bias: bool = True,
+        init_std: float = 2.0,
+        decoded_weight_scale: float = 1.0,
+    ) -> None:
+        self.obs_dim, self.act_dim = _vector_dims("ProjectedMlpPolicy ('ProjectedMlp')", observation_space, action_space)
+        self.hidden_dim, self.projection_seed, self.bias = int(hidden_dim), int(projection_seed), bool(bias)
+        self.latent_dims = (int(latent_dim_layer1), int(latent_dim_layer2))
+        self.init_std, self.decoded_weight_scale = float(init_std), float(decoded_weight_scale)
+        n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
+        self.layer_sizes = (n * h + (h if self.bias else 0), h * m + (m if self.bias else 0))
+        if h < 1:
+            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
+        shapes = tuple(zip(self.layer_sizes, self.latent_dims, strict=True))
+        for layer, (size, latent) in enumerate(shapes, start=1):
+            if not 1 <= latent <= size:
+                raise ValueError(f"latent_dim_layer{layer} must be in 1..{size} (the layer's parameters), got {latent}")
+        rng = np.random.RandomState(self.projection_seed)
+        projections = [np.linalg.qr(rng.randn(size, latent))[0] for size, latent in shapes]
+        super().__init__(observation_space, action_space, param_bounds, param_decimals)
+        self.register_buffer("projection1", th.as_tensor(projections[0], dtype=th.float64))
+        self.register_buffer("projection2", th.as_tensor(projections[1], dtype=th.float64))
+
+    def _make_parameter_space(self) -> ParameterSpace:
+        low, high = self.param_bounds
+        return ParameterSpace(sum(self.latent_dims), low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return dict(
+            super()._get_constructor_parameters(),
+            hidden_dim=self.hidden_dim,
+            latent_dim_layer1=self.latent_dims[0],
+            latent_dim_layer2=self.latent_dims[1],
+            projection_seed=self.projection_seed,
+            bias=self.bias,
+            init_std=self.init_std,
+            decoded_weight_scale=self.decoded_weight_scale,
+        )
+
+    kind: ClassVar[str] = "neural-network"
+
+    def projections(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(Q1, Q2)``, of shapes ``(layer 1 size, latent_dim_layer1)`` and ``(layer 2 size, latent_dim_layer2)``."""
+        return self.projection1.detach().cpu().numpy(), self.projection2.detach().cpu().numpy()  # type: ignore[operator]
+
+    def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The decoded ``(W1, b1, W2, b2)`` of shapes ``(obs_dim, hidden_dim)``, ``(hidden_dim,)``, ``(hidden_dim, act_dim)``
+        and ``(act_dim,)`` (zero biases without ``bias``) from a flat latent vector."""
+        theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
+        z1, z2 = theta[: self.latent_dims[0]], theta[self.latent_dims[0] :]
+        decoded = []
+        layers = ((self.obs_dim, self.hidden_dim), (self.hidden_dim, self.act_dim))
+        for q, z, (n_in, n_out) in zip(self.projections(), (z1, z2), layers, strict=True):
+            flat = self.decoded_weight_scale * (q @ z)
+            decoded += [flat[: n_in * n_out].reshape(n_in, n_out), flat[n_in * n_out :] if self.bias else np.zeros(n_out)]
+        return decoded[0], decoded[1], decoded[2], decoded[3]
+
+    def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
+        return self.actor(self.get_flat() if params is None else params)(observations)
+
+    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        w1, b1, w2, b2 = self.weights(params)
+        obs_dim, to_actions = self.obs_dim, _to_actions(self.action_space, clip)
+
+        def forward(observations: np.ndarray) -> np.ndarray:
+            s = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
+            return to_actions(np.tanh(s @ w1 + b1) @ w2 + b2)
+
+        return forward
+
+    def layout_lines(self) -> tuple[str, ...]:
+        """The network and the latent vector's role, as the reference's prompts give them: the params are opaque (the
+        projections are not shown)."""
+        n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
+        return (
+            f"Two-layer neural-network policy: s (the {n} observation values) -> {h} hidden units with tanh activation "
+            f"-> y ({m} values); {_output_rule(self.action_space, m)}.",
+            f"The {self.parameter_space.size} params are opaque controls of this network: together they set all "
+            f"{sum(self.layer_sizes)} of its weights and biases, and no param is the weight of a single observation value. "
+            "Judge a vector by the behaviour of the whole policy it gives, and prefer coherent, moderate changes to "
+            "large swings unless the history clearly supports them.",
+        )
+
+    def summary_lines(self) -> tuple[str, ...]:
+        """The network and the opaque params, as the reference's ProPS prompt for this policy tells its black-box Search."""
+        return self.layout_lines()
+
+
+class RandomFeaturesPolicy(CompactPolicy):
+    """
+    The reference's ``RandomFeaturePolicy`` (``"RandomFeatures"``): fixed random tanh features with a searched linear
+    readout. ``h = tanh(R @ clip(s / obs_scale, -obs_clip, obs_clip) + c)`` with ``R`` (``(hidden_dim, obs_dim)``, standard
+    normal divided by ``sqrt(obs_dim)``) then ``c`` (``hidden_dim`` values uniform in [-0.1, 0.1]) drawn with
+    ``numpy.random.RandomState(projection_seed)``, kept as buffers of the module (saved with the model);
+    ``y = output_gain * (theta @ h + bias)``. Layout, action-major: ``params[k * hidden_dim + j] = theta[k, j]``, then
+    ``bias`` (``act_dim`` values, with ``bias``). Actions as :class:`LinearPolicy`'s from ``y``.
+
+    :param observation_space: A non-image ``Box`` (flattened).
+    :param action_space: ``Discrete`` (argmax of ``y``) or a bounded ``Box`` (``y`` clipped).
+    :param param_bounds: Range of every readout value (the reference: -2 to 2).
+    :param param_decimals: Precision of every readout value, in decimals.
+    :param hidden_dim: Random features (the reference's Swimmer config: 8).
+    :param projection_seed: Seed of the features (:data:`RANDOM_FEATURES_SEED`).
+    :param bias: Whether the readout has a bias per output.
+    :param init_std: Standard deviation of a warm-up draw of each readout value (then clipped and rounded; 0.75).
+    :param obs_scale: The observation is divided by it before the features (3).
+    :param obs_clip: ... then clipped to ``[-obs_clip, obs_clip]`` (5).
+    :param output_gain: Factor of the readout (0.5).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        param_bounds: tuple[float, float] = (-2.0, 2.0),
+        param_decimals: int = 1,
+        hidden_dim: int = 8,
+        projection_seed: int = RANDOM_FEATURES_SEED,
+        bias: bool = True,
+        init_std: float = 0.75,
+        obs_scale: float = 3.0,
+        obs_clip: float = 5.0,
+        output_gain: float = 0.5,
+    ) -> None:
+        self.obs_dim, self.act_dim = _vector_dims("RandomFeaturesPolicy ('RandomFeatures')", observation_space, action_space)
+        self.hidden_dim, self.projection_seed, self.bias = int(hidden_dim), int(projection_seed), bool(bias)
+        self.init_std, self.obs_scale, self.obs_clip = float(init_std), float(obs_scale), float(obs_clip)
+        self.output_gain = float(output_gain)
+        if self.hidden_dim < 1:
+            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
+        if not (self.obs_scale > 0 and self.obs_clip > 0):
+            raise ValueError(f"obs_scale and obs_clip must be > 0, got {obs_scale} and {obs_clip}")
+        rng = np.random.RandomState(self.projection_seed)
+        feature_weight = rng.randn(self.hidden_dim, self.obs_dim) / np.sqrt(self.obs_dim)
+        feature_bias = rng.uniform(-0.1, 0.1, size=self.hidden_dim)
+        super().__init__(observation_space, action_space, param_bounds, param_decimals)
+        self.register_buffer("feature_weight", th.as_tensor(feature_weight, dtype=th.float64))
+        self.register_buffer("feature_bias", th.as_tensor(feature_bias, dtype=th.float64))
+
+    def _make_parameter_space(self) -> ParameterSpace:
+        low, high = self.param_bounds
+        size = self.act_dim * self.hidden_dim + (self.act_dim if self.bias else 0)
+        return ParameterSpace(size, low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return dict(
+            super()._get_constructor_parameters(),
+            hidden_dim=self.hidden_dim,
+            projection_seed=self.projection_seed,
+            bias=self.bias,
+            init_std=self.init_std,
+            obs_scale=self.obs_scale,
+            obs_clip=self.obs_clip,
+            output_gain=self.output_gain,
+        )
+
+    kind: ClassVar[str] = "random-feature"
+
+    def features(self) -> tuple[np.ndarray, np.ndarray]:
+        """The fixed ``(R, c)`` of shapes ``(hidden_dim, obs_dim)`` and ``(hidden_dim,)``."""
+        return self.feature_weight.detach().cpu().numpy(), self.feature_bias.detach().cpu().numpy()  # type: ignore[operator]
+
+    def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The readout ``(theta, bias)`` of shapes ``(act_dim, hidden_dim)`` and ``(act_dim,)`` (zeros without ``bias``)."""
+        flat = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
+        split = self.act_dim * self.hidden_dim
+        return flat[:split].reshape(self.act_dim, self.hidden_dim), flat[split:] if self.bias else np.zeros(self.act_dim)
+
+    def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
+        return self.actor(self.get_flat() if params is None else params)(observations)
+
+    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        theta, bias = self.weights(params)
+        readout, offset = self.output_gain * theta.T, self.output_gain * bias
+        r, c = (x.copy() for x in self.features())
+        obs_dim, scale, limit, to_actions = self.obs_dim, self.obs_scale, self.obs_clip, _to_actions(self.action_space, clip)
+
+        def forward(observations: np.ndarray) -> np.ndarray:
+            s = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
+            hidden = np.tanh(np.clip(s / scale, -limit, limit) @ r.T + c)
+            return to_actions(hidden @ readout + offset)
+
+        return forward
+
+    def layout_lines(self) -> tuple[str, ...]:
+        """The fixed features, the readout and its layout, as the reference's prompts give them."""
+        n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
+        bias = " + bias[k]" if self.bias else ""
+        lines = [
+            f"Random-feature policy: h[j] = tanh(R[j] . x + c[j]) for the {h} features j = 0..{h - 1}, where x is s (the "
+            f"{n} observation values) divided by {self.obs_scale:g} and clipped to [-{self.obs_clip:g}, {self.obs_clip:g}], "
+            f"and R and c were drawn at random once and stay fixed (they are not params); then "
+            f"y[k] = {self.output_gain:g} * (sum over j of theta[k][j] * h[j]{bias}) for k = 0..{m - 1}; "
+            f"{_output_rule(self.action_space, m)}.",
+            "The params are the trainable linear readout on top of the fixed nonlinear features: each one weights an "
+            "abstract feature, not a single observation value.",
+            f"Layout: params[k * {h} + j] = theta[k][j] (the weight of h[j] in y[k])"
+            + (f", and params[{m * h} + k] = bias[k]." if self.bias else "."),
+        ]
+        for k in range(m):
+            lines.append(f"- params[{k * h}] to params[{k * h + h - 1}]: theta[{k}] (the feature weights of y[{k}])")
+        if self.bias:
+            lines.append("- " + ", ".join(f"params[{m * h + k}]" for k in range(m)) + ": bias")
+        return tuple(lines)
+
+
 MlpLinear = LinearPolicy
 Tabular = TabularPolicy
+ProjectedMlp = ProjectedMlpPolicy
+RandomFeatures = RandomFeaturesPolicy
 
 POLICY_ALIASES: dict[str, type[BasePolicy]] = {
     "MlpLinear": LinearPolicy,
     "LinearPolicy": LinearPolicy,
     "Tabular": TabularPolicy,
     "TabularPolicy": TabularPolicy,
+    "ProjectedMlp": ProjectedMlpPolicy,
+    "ProjectedMlpPolicy": ProjectedMlpPolicy,
+    "RandomFeatures": RandomFeaturesPolicy,
+    "RandomFeaturesPolicy": RandomFeaturesPolicy,
 }
 """The policy names ``R2PO`` accepts."""

@@ -6,12 +6,18 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gymnasium import spaces
 
 from sb3_r2po.common import finite
 from sb3_r2po.common.evidence import (
     EvidencePackage,
+    ReferenceTrace,
+    TraceStyle,
+    ValueStyle,
     build_evidence,
     mean_closest_index,
+    reference_excerpt,
+    reference_table,
     render_excerpt,
     render_trajectory,
 )
@@ -20,10 +26,14 @@ from sb3_r2po.common.rollouts import RolloutResult
 from sb3_r2po.prompts.builder import HistoryLine, PromptContext
 from sb3_r2po.prompts.tasks import describe_task
 from sb3_r2po.r2po.history import best_record, shown_history
-from sb3_r2po.variants import EXCERPT_STEPS, default_history_excerpts
+from sb3_r2po.variants import EXCERPT_STEPS
+from sb3_r2po.zoo.settings import default_history_excerpts
 
 if TYPE_CHECKING:
     from sb3_r2po.r2po.r2po import R2PO
+
+REFERENCE_TRACES: dict[str, TraceStyle] = {"r2po": "chain", "three_traj": "ends", "rep_traj": "steps", "critic_only": "steps"}
+"""The reference's trajectory format of each Critic template (see :data:`~sb3_r2po.common.evidence.TraceStyle`)."""
 
 Shown = tuple[tuple[np.ndarray, RolloutResult], ...]
 """Candidates evaluated earlier in the running iteration, shown after the history (actor_second_pass)."""
@@ -59,15 +69,20 @@ class PromptView:
         """
         model, spec = self.model, self.model.variant_spec
         best = best_record(model.history)
-        planned = None
+        planned = model.max_iterations  # the plan, or fewer: the iterations a max_episodes cap still pays for
         if model.max_episodes is not None:
             per_iteration = spec.candidates_per_iteration * model.n_eval_episodes
-            planned = model.iteration + max(1, math.ceil(model.episodes_left / max(1, per_iteration)))
+            paid = model.iteration + max(1, math.ceil(model.episodes_left / max(1, per_iteration)))
+            planned = paid if planned is None else min(planned, paid)
         shown_entries = shown_history(model.history, model.history_best_k, model.history_recent, model.history_slack)
         lines = self._history_lines(shown_entries, critic)
-        lines += [HistoryLine(self.format(p), finite.mean(res.returns), len(res.episodes)) for p, res in shown]
+        n = len(model.history)
+        lines += [
+            HistoryLine(self.format(p), finite.mean(res.returns), len(res.episodes), index=n + j, values=self.values(p))
+            for j, (p, res) in enumerate(shown)
+        ]
         return PromptContext(
-            task=describe_task(model.env_id, model.observation_space, model.action_space),
+            task=describe_task(model.env_id, model.observation_space, model.action_space, type(model.policy).__name__),
             layout=model.policy.layout_lines(),
             space=model.policy.parameter_space,
             target=model.target,
@@ -84,7 +99,26 @@ class PromptView:
             keep_best=spec.keep_best,
             history_omitted=len(model.history) - len(shown_entries),
             reuse_order=self.ours(),
+            prompt_layout=model.prompt_layout,
+            extra={"policy_kind": model.policy.kind, "policy_summary": model.policy.summary_lines()},
         )
+
+    @staticmethod
+    def values(params: list[float] | np.ndarray) -> tuple[float, ...]:
+        """A vector's values as the reference layout writes them (:class:`~sb3_r2po.prompts.builder.HistoryLine`)."""
+        return tuple(np.asarray(params, dtype=np.float64).reshape(-1).tolist())
+
+    def reference_trace(self) -> ReferenceTrace:
+        """The reference's trajectory format for this model's variant, spaces and policy (step cap: ``max_episode_steps``)."""
+        model, spec = self.model, self.model.variant_spec.critic
+        observation: ValueStyle = "int" if isinstance(model.observation_space, spaces.Discrete) else "list"
+        action: ValueStyle = "nested"
+        if model.policy.parameter_space.is_discrete:
+            action = "int"
+        elif isinstance(model.action_space, spaces.Discrete):
+            action = "wrapped"
+        trace = REFERENCE_TRACES.get(spec.prompt, "chain") if spec is not None else "chain"
+        return ReferenceTrace(trace, observation, action, int(model.max_episode_steps))
 
     def ours(self) -> bool:
         """
@@ -110,6 +144,8 @@ class PromptView:
                 r["kind"] == "warmup",
                 excerpt=r.get("rollout_excerpt") if n - position[id(r)] <= excerpts else None,
                 trajectory=tuple(r["first_episode"]) if trajectories and r.get("first_episode") else None,
+                index=position[id(r)],
+                values=self.values(r["params"]),
             )
             for r in shown
         ]
@@ -118,7 +154,8 @@ class PromptView:
         """How many of the latest history entries the Critic shows a rollout excerpt of (``history_excerpts``)."""
         if self.model.history_excerpts is not None:
             return int(self.model.history_excerpts)
-        return default_history_excerpts(self.model.env_id, self.model.policy.parameter_space.is_discrete)
+        model = self.model
+        return default_history_excerpts(model.env_id, model.variant, model.policy.parameter_space.is_discrete)
 
     def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
         """
@@ -129,9 +166,16 @@ class PromptView:
         model, spec, fields = self.model, self.model.variant_spec, dict[str, Any]()
         if spec.critic is not None and spec.critic.excerpts and result.episodes:
             episode = result.episodes[mean_closest_index([float(r) for r in result.returns])]
-            fields["rollout_excerpt"] = render_excerpt(episode, EXCERPT_STEPS, model.trajectory_digits)
+            if model.prompt_layout == "reference":
+                trace = self.reference_trace()
+                fields["rollout_excerpt"] = reference_excerpt(episode, trace, EXCERPT_STEPS, model.trajectory_digits)
+            else:
+                fields["rollout_excerpt"] = render_excerpt(episode, EXCERPT_STEPS, model.trajectory_digits)
         if spec.search_trajectories and model.policy.parameter_space.is_discrete and result.episodes:
-            lines = render_trajectory(result.episodes[0], None, model.trajectory_digits, fold=False).lines
+            if model.prompt_layout == "reference":
+                lines = reference_table(result.episodes[0], self.reference_trace())
+            else:
+                lines = render_trajectory(result.episodes[0], None, model.trajectory_digits, fold=False).lines
             fields["first_episode"] = list(lines)
         return fields
 
@@ -153,4 +197,5 @@ class PromptView:
             trajectories=spec.trajectories,
             rule=spec.rule,
             step_rewards=spec.step_rewards,
+            reference=self.reference_trace() if model.prompt_layout == "reference" else None,
         )

@@ -10,9 +10,8 @@ One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs 
     kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision
     history.append(kept)                              # 7. only the kept candidate enters the history
 
-Every variant runs this loop, with the LLM steps of its search pattern (:mod:`~sb3_r2po.r2po.patterns`); the other
-concerns are components of ``sb3_r2po.r2po`` (roles, prompting, run_state, records, reporting). Not to be confused with
-"R²PO, Residual Rollout Policy Optimization" (arXiv 2601.11960), an unrelated method.
+Every variant runs this loop with its search pattern's LLM steps (:mod:`~sb3_r2po.r2po.patterns`); other concerns are
+components (roles, prompting, run_state, records, reporting). Not "R²PO, Residual Rollout Policy Optimization".
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import copy
 import io
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -37,18 +35,19 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from sb3_r2po.common.parameters import ReplyStyle
 from sb3_r2po.common.racing import run_race
 from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, env_spec
-from sb3_r2po.llm.asking import Answer
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
+from sb3_r2po.prompts.builder import PromptLayout
 from sb3_r2po.r2po import arguments, stepping
-from sb3_r2po.r2po.history import MAX_DRAWS, best_record, draw_new, perturb_best, reached
+from sb3_r2po.r2po.history import best_record, reached
 from sb3_r2po.r2po.patterns import Start, pattern_for
 from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
-from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, HistoryEntry, Revision, Role
+from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, HistoryEntry, Revision
 from sb3_r2po.r2po.reporting import Progress, record_metrics
 from sb3_r2po.r2po.roles import LLMRoles, new_llm_stats
 from sb3_r2po.r2po.run_state import COMMITTED_STATE, RunState, check_model_file, loaded_checkpoint_dir
 from sb3_r2po.variants import Variant, get_variant
+from sb3_r2po.zoo.settings import reference_env, reference_settings
 
 SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
 
@@ -60,56 +59,53 @@ TAU_C_MARGIN = 0.05
 
 class R2PO(BaseAlgorithm):
     """
-    Reflective Prompted Policy Optimization: an LLM proposes (Search) and revises (Critic) the parameters of a linear
-    or tabular policy from evaluated rollouts; keep-best selection decides. Paper: arXiv 2605.08315 (building on ProPS,
-    arXiv 2511.21928). Options marked *ours* are off by default; docs/fidelity.md compares each with the reference.
+    Reflective Prompted Policy Optimization (arXiv 2605.08315): an LLM proposes (Search) and revises (Critic) a compact
+    policy's parameters from rollouts; keep-best decides. Options marked *ours* are off by default (the fidelity page).
 
-    :param policy: ``"MlpLinear"`` (Box observations), ``"Tabular"`` (Discrete ones) or a :class:`CompactPolicy` class.
+    :param policy: ``"MlpLinear"``, ``"ProjectedMlp"``, ``"RandomFeatures"`` (Box observations), ``"Tabular"``
+        (Discrete ones) or a :class:`CompactPolicy` class.
     :param env: The environment (a gymnasium id, an env or a VecEnv).
-    :param llm: The LLM: a string (see :mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable
-        ``(messages) -> str``. Nothing is loaded or contacted before the first ``learn()``; the backend is never saved.
+    :param llm: A string (:mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable ``(messages) -> str``; used from
+        the first ``learn()``, saved only as a string.
     :param variant: ``"r2po"`` or one of the paper's baselines and ablations (see :mod:`sb3_r2po.variants`).
     :param n_eval_episodes: K, the episodes per evaluated candidate.
-    :param warmup_episodes: Random candidates evaluated for one episode each before the first iteration.
-    :param target_return: The target mean return shown to the LLM; defaults to the env spec's ``reward_threshold``.
-    :param tau_c: Revision-rule threshold; defaults to ``target - 0.05 * |target|`` when a target is known.
-    :param step_size: The suggested change per parameter.
-    :param param_bounds: Range of every parameter of a linear policy.
+    :param warmup_episodes: Random candidates run for one episode each before the first iteration (``None``: see below).
+    :param target_return: The target mean return shown to the LLM (``None``: see below).
+    :param tau_c: Revision-rule threshold (``None``: see below).
+    :param step_size: The suggested change per parameter (``None``: see below).
+    :param param_bounds: Range of every parameter of a continuous policy (``None``: the policy's own).
     :param param_decimals: Precision of every parameter of a linear policy.
     :param temperature: Sampling temperature passed to the LLM.
-    :param max_episodes: Episode budget of the run, warm-up included (``None``: unlimited; the paper's: 4020).
-    :param max_episode_steps: Length cap of an evaluation episode for envs without a time limit of their own.
-    :param max_trajectory_steps: *Ours*: most steps of a trajectory shown to the Critic (head and tail); ``None``: all.
+    :param max_episodes: A hard cap on the episodes of the run, warm-up and discarded attempts included.
+    :param max_iterations: Planned completed iterations, stated in the Search prompt (``None``: see below).
+    :param max_episode_steps: Length cap of an episode for envs without a time limit of their own (``None``: see below).
+    :param max_trajectory_steps: *Ours*: most steps of a trajectory shown (head and tail); ``None``: all.
     :param trajectory_digits: Significant figures of the numbers in rendered trajectories.
     :param fold_repeated_steps: *Ours*: fold runs of identical consecutive steps of a trajectory into one line.
-    :param history_best_k: *Ours*, with ``history_recent``: prompts show the ``history_best_k`` best entries plus the
-        ``history_recent`` latest (``None`` for both: the whole history; duplicate checks always use all of it).
+    :param history_best_k: *Ours*: prompts show this many best entries plus the ``history_recent`` latest (``None``: all).
     :param history_recent: See ``history_best_k``.
     :param history_slack: *Ours*: entries a compressed history grows by, appending, before it is cut back (prefix reuse).
-    :param reply_style: How prompts write vectors and which reply they ask for: ``"indexed"`` (``params[0]: v, ...``,
-        the reference's) or ``"list"`` (``params: [v, ...]``, *ours*, fewer tokens). The parser reads both.
+    :param reply_style: The vectors' form in prompts and replies: ``"indexed"`` (the reference's) or ``"list"`` (*ours*).
+    :param prompt_layout: The prompts' data formats: ``"reference"`` or ``"compact"`` (*ours*: the lean/tight presets').
     :param search_sees_task: *Ours*: the Search is shown the task and the policy layout (the reference's is a black box).
-    :param critic_selection_hints: *Ours*: the Critic is told what the selection does with its revision, that repeating
-        the proposal keeps it, and whether the proposal reaches the revision rule's threshold.
-    :param extra_statistics: *Ours*: history lines give their episode counts, the Search is told the best value, the
-        Critic's statistics add the standard deviation and how the episodes ended.
-    :param history_excerpts: The rep_traj, always_critic and critic_only Critics show an excerpt of the representative
-        episode of this many latest entries; ``None``: the reference's number for the env (:mod:`sb3_r2po.variants`).
+    :param critic_selection_hints: *Ours*: the Critic is told what the selection does with its revision.
+    :param extra_statistics: *Ours*: episode counts, the best value, the standard deviation and the episodes' endings.
+    :param history_excerpts: Latest entries whose episode excerpts rep_traj-style Critics see (``None``: see below).
     :param skip_unchanged_revisions: *Ours*: a revision equal to its candidate is not evaluated again (``declined``).
     :param max_llm_retries: With ``on_unusable_reply="reask"``: re-asks, with the error stated, after an unusable reply.
-    :param on_unusable_reply: What a reply without a usable vector leads to: ``"rerun"`` (the reference's) discards the
-        iteration (its episodes stay counted; the entry lists ``discarded_attempts``) and runs it again, at most
-        ``max_iteration_attempts`` times, then training stops with a ``RuntimeWarning``; ``"reask"`` (*ours*) re-asks,
-        then the first candidate falls back to a perturbation of the best (kind ``fallback``) and a revision ``failed``.
+    :param on_unusable_reply: ``"rerun"`` (the reference's): an unusable reply discards the iteration (its episodes are
+        counted) and runs it again, up to ``max_iteration_attempts`` times, then training stops with a warning;
+        ``"reask"`` (*ours*): re-asks, then a fallback step from the best (Search) or no revision (Critic).
     :param max_iteration_attempts: Attempts of one iteration with ``on_unusable_reply="rerun"`` (the reference: 5).
     :param reject_duplicates: *Ours*: a reply repeating a history vector (or the iteration's first) is unusable.
+    :param reply_reading: ``"reference"`` (the variant's ``Variant.reading``) or ``"last_vector"`` (*ours*).
+    :param reject_cut_off_replies: *Ours*: a reply cut at the token limit is unusable (the reference reads its lines).
+    :param clip_actions: Whether training clips continuous actions (``None``: the variant's rule); ``predict()`` does.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
-    :param checkpoint_dir: A run directory: after every history entry ``model.zip`` and ``history.json`` are written
-        atomically and every LLM call is appended to ``llm_calls.jsonl`` (``llm="replay:<file>"`` replays it); resume
-        with ``R2PO.load(checkpoint_dir + "/model.zip", env=..., llm=...).learn(..., reset_num_timesteps=False)``.
+    :param checkpoint_dir: A run directory: ``model.zip`` and ``history.json`` after every history entry, every LLM call
+        in ``llm_calls.jsonl``; resume with ``R2PO.load(".../model.zip", env=...).learn(..., reset_num_timesteps=False)``.
     :param stop_at_target: End training once a history candidate reached the target in each of its K episodes.
-    :param racing: *Ours*: evaluate challengers in chunks of ``racing_chunk`` episodes and stop once they statistically
-        cannot reach the candidate they compete with (see :mod:`sb3_r2po.common.racing`).
+    :param racing: *Ours*: challengers run in chunks of ``racing_chunk`` episodes until they cannot win (racing module).
     :param racing_chunk: Episodes per racing chunk.
     :param racing_z: z-value of the racing rule's one-sided upper confidence bound.
     :param policy_kwargs: Extra arguments of the policy.
@@ -118,7 +114,11 @@ class R2PO(BaseAlgorithm):
     :param seed: Seed of the warm-up, the fallbacks and the environment.
     :param verbose: 0 silent, 1 info, 2 debug.
     :param device: Torch device of the policy (the policy is tiny; ``"cpu"`` is right).
-    :param _init_setup_model: Whether to build the policy at construction.
+    :param _init_setup_model: Whether to build the policy at construction (``load()``: no, nor read the table).
+
+    ``None`` for the seven settings above: the table's (:mod:`sb3_r2po.zoo.settings`, the reference's settings per env,
+    variant and policy), else derived (:data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`). ``settings_source`` says which
+    applied (``"given"``, ``"reference"`` or ``"derived"``); ``verbose >= 1`` prints it.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = POLICY_ALIASES
@@ -131,15 +131,16 @@ class R2PO(BaseAlgorithm):
         llm: LLMSpec | None = "openai/gpt-oss-20b",
         variant: str = "r2po",
         n_eval_episodes: int = 20,
-        warmup_episodes: int = 20,
+        warmup_episodes: int | None = None,
         target_return: float | None = None,
         tau_c: float | None = None,
-        step_size: float = 1.0,
-        param_bounds: tuple[float, float] = (-6.0, 6.0),
+        step_size: float | None = None,
+        param_bounds: tuple[float, float] | None = None,
         param_decimals: int = 1,
         temperature: float = 0.0,
         max_episodes: int | None = None,
-        max_episode_steps: int = 1000,
+        max_iterations: int | None = None,
+        max_episode_steps: int | None = None,
         max_trajectory_steps: int | None = None,
         trajectory_digits: int = 3,
         fold_repeated_steps: bool = False,
@@ -147,6 +148,7 @@ class R2PO(BaseAlgorithm):
         history_recent: int | None = None,
         history_slack: int = 0,
         reply_style: ReplyStyle = "indexed",
+        prompt_layout: PromptLayout = "reference",
         search_sees_task: bool = False,
         critic_selection_hints: bool = False,
         extra_statistics: bool = False,
@@ -156,6 +158,9 @@ class R2PO(BaseAlgorithm):
         on_unusable_reply: str = "rerun",
         max_iteration_attempts: int = 5,
         reject_duplicates: bool = False,
+        reply_reading: str = "reference",
+        reject_cut_off_replies: bool = False,
+        clip_actions: bool | None = None,
         prompt_template_dir: str | None = None,
         checkpoint_dir: str | None = None,
         stop_at_target: bool = False,
@@ -171,6 +176,9 @@ class R2PO(BaseAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         arguments.check_policy(policy, self.policy_aliases)
+        given = dict(locals())  # the settings of the table (arguments.resolve_settings) as given
+        if isinstance(env, str) and _init_setup_model and max_episode_steps is None:
+            env = reference_env(env, variant)  # the table's env_kwargs (the Maze's cap for six variants)
         super().__init__(
             policy,
             env,
@@ -184,45 +192,51 @@ class R2PO(BaseAlgorithm):
             support_multi_env=True,
             seed=seed,
         )
-        # the method
         self.llm, self.variant, self.temperature = llm, variant, temperature
         self.llm_confirmed = True  # False after a load() whose stored llm string would import a module (see load)
-        self.n_eval_episodes, self.warmup_episodes, self.max_episodes = n_eval_episodes, warmup_episodes, max_episodes
-        self.max_episode_steps, self.stop_at_target, self.step_size = max_episode_steps, stop_at_target, step_size
-        self.target_return, self.tau_c, self.param_bounds = target_return, tau_c, param_bounds
-        self.param_decimals: int = param_decimals
+        self.env_id, self.reward_threshold, self.env_time_limit = env_spec(self.env)
+        table = reference_settings(self.env_id, variant, arguments.policy_alias(policy, self.policy_aliases))
+        settings, sources = arguments.resolve_settings(given, table if _init_setup_model else None, self.env_id)  # load: saved
+        self.settings_source: dict[str, str] = dict(sources) if _init_setup_model else {}  # saved; {}: saved before it
+        self.n_eval_episodes, self.max_episodes, self.stop_at_target = n_eval_episodes, max_episodes, stop_at_target
+        self.warmup_episodes, self.step_size = settings["warmup_episodes"], settings["step_size"]
+        self.max_iterations, self.max_episode_steps = settings["max_iterations"], settings["max_episode_steps"]
+        self.target_return, self.tau_c = settings["target_return"], settings["tau_c"]
+        self.param_bounds, self.param_decimals = param_bounds, param_decimals
         self.max_trajectory_steps, self.trajectory_digits = max_trajectory_steps, trajectory_digits
-        self.fold_repeated_steps, self.history_excerpts = fold_repeated_steps, history_excerpts
+        self.fold_repeated_steps, self.history_excerpts = fold_repeated_steps, settings["history_excerpts"]
         self.history_best_k, self.history_recent, self.history_slack = history_best_k, history_recent, history_slack
-        self.reply_style: ReplyStyle = reply_style
+        self.reply_style, self.prompt_layout = reply_style, prompt_layout
         self.search_sees_task, self.critic_selection_hints = search_sees_task, critic_selection_hints
         self.extra_statistics, self.prompt_template_dir = extra_statistics, prompt_template_dir
         self.max_llm_retries, self.on_unusable_reply = max_llm_retries, on_unusable_reply
         self.max_iteration_attempts, self.reject_duplicates = max_iteration_attempts, reject_duplicates
-        self.skip_unchanged_revisions, self.checkpoint_dir = skip_unchanged_revisions, checkpoint_dir
+        self.reply_reading, self.reject_cut_off_replies = reply_reading, reject_cut_off_replies
+        self.skip_unchanged_revisions, self.checkpoint_dir, self.clip_actions = (
+            skip_unchanged_revisions,
+            checkpoint_dir,
+            clip_actions,
+        )
         self.racing, self.racing_chunk, self.racing_z = racing, racing_chunk, racing_z
         arguments.check(self, llm_given=_init_setup_model)  # load() builds with defaults first, then sets the saved llm
-        self.param_bounds = (float(param_bounds[0]), float(param_bounds[1]))
-
+        self.param_bounds = None if param_bounds is None else (float(param_bounds[0]), float(param_bounds[1]))
         self.history: list[dict[str, Any]] = []
         self.iteration = 0
         self.llm_stats: dict[str, float] = new_llm_stats()
-        self.env_id, self.reward_threshold, self.env_time_limit = env_spec(self.env)
         self._rng = np.random.default_rng(seed)
-        self._n_evaluations = 0
-        self._stop_requested = False
+        self._n_evaluations, self._stop_requested = 0, False
         self._last_result: RolloutResult | None = None  # the last entry's episodes (critic_only's evidence)
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
         self._llm = LLMRoles(self)
-        self._run = RunState()
-        self._progress = Progress(self)
+        self._run, self._progress = RunState(), Progress(self)
         if _init_setup_model:
             self._setup_model()
 
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
-        policy_kwargs = {"param_bounds": self.param_bounds, "param_decimals": self.param_decimals, **self.policy_kwargs}
+        bounds = {} if self.param_bounds is None else {"param_bounds": self.param_bounds}  # None: the policy's own
+        policy_kwargs = {**bounds, "param_decimals": self.param_decimals, **self.policy_kwargs}
         self.policy = self.policy_class(self.observation_space, self.action_space, **policy_kwargs)  # type: ignore[assignment]
         self.policy = self.policy.to(self.device)
         if not isinstance(self.policy, CompactPolicy):
@@ -288,8 +302,12 @@ class R2PO(BaseAlgorithm):
         """``tau_c``, else ``target - 0.05 * |target|`` when a target is known, else ``None`` (no rule)."""
         if self.tau_c is not None:
             return float(self.tau_c)
-        target = self.target
-        return None if target is None else target - TAU_C_MARGIN * abs(target)
+        return None if (target := self.target) is None else target - TAU_C_MARGIN * abs(target)
+
+    @property
+    def actions_clipped(self) -> bool:
+        """Whether training rollouts clip continuous actions: ``clip_actions``, else the variant's rule."""
+        return self.variant_spec.clip_actions if self.clip_actions is None else bool(self.clip_actions)
 
     @property
     def episode_cap(self) -> int:
@@ -320,8 +338,8 @@ class R2PO(BaseAlgorithm):
         progress_bar: bool = False,
     ) -> SelfR2PO:
         """
-        Train until at least ``total_timesteps`` environment steps (the running iteration completes), the
-        ``max_episodes`` budget cannot pay for another K-episode evaluation, or a callback stops training.
+        Train until ``total_timesteps`` environment steps (the running iteration completes), ``max_iterations``
+        completed iterations, the ``max_episodes`` cap, or a callback stops training.
 
         :param total_timesteps: Environment steps to train for (a lower bound).
         :param callback: Callback(s) called after every environment step.
@@ -344,7 +362,8 @@ class R2PO(BaseAlgorithm):
             calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
             self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
             if self._warmup(callback):
-                while self.num_timesteps < total_timesteps and self.episodes_left >= self.n_eval_episodes:
+                planned, k = self.max_iterations or math.inf, self.n_eval_episodes  # the plan: completed iterations
+                while self.num_timesteps < total_timesteps and self.episodes_left >= k and self.iteration < planned:
                     self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
                     if not self._llm.with_reruns(lambda discarded: self._iterate(callback, discarded)):
                         break
@@ -362,12 +381,8 @@ class R2PO(BaseAlgorithm):
 
     def _warmup(self, callback: BaseCallback) -> bool:
         """Evaluate the remaining warm-up candidates (one episode each); False if training must stop."""
-        while (done := sum(r["kind"] == "warmup" for r in self.history)) < self.warmup_episodes and self.episodes_left >= 1:
-            params = draw_new(self.history, self.policy.parameter_space, self._rng)
-            if params is None:  # a space with fewer vectors than warm-up episodes
-                message = f"no new warm-up vector in {MAX_DRAWS} draws; the warm-up ends after {done} of"
-                warnings.warn(f"R2PO: {message} {self.warmup_episodes} candidates", RuntimeWarning, stacklevel=2)
-                break
+        while sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes and self.episodes_left >= 1:
+            params = self.policy.parameter_space.sample(self._rng)  # the reference's draw, never redrawn: repeats allowed
             result = self._evaluate(params, 1, callback)
             if result is None:
                 return False
@@ -380,7 +395,7 @@ class R2PO(BaseAlgorithm):
         """One iteration: steps 1-7 of the algorithm in the module docstring. False when training must stop."""
         k, pattern = self.n_eval_episodes, pattern_for(self.variant_spec)  # the variant's LLM steps
         start = Start(self.episodes_left, k, self._last_result, self.revision_threshold)
-        first = self._candidate(pattern.first_role, pattern.propose(self._llm, start))  # 1. Search-LLM proposes theta_init
+        first = self._llm.first_candidate(pattern.first_role, pattern.propose(self._llm, start), self._rng)  # 1. theta_init
         first.result = self._evaluate(first.params, k, callback)  # 2. K rollouts
         if first.result is None:
             return False
@@ -409,15 +424,6 @@ class R2PO(BaseAlgorithm):
         self._commit(entry)  # 7. only the kept candidate enters the history
         return revision.status != "interrupted" and not self._stop_requested
 
-    def _candidate(self, role: Role, answer: Answer) -> Candidate:
-        """The iteration's first candidate: the answer's vector, else (``on_unusable_reply="reask"``) the fallback."""
-        if answer.params is not None:
-            return Candidate.answered(role, answer.params, answer)
-        self._llm.check_usable(role, answer)  # "rerun" discards the iteration
-        self.llm_stats["fallbacks"] += 1
-        fallback = perturb_best(self.history, self.policy.parameter_space, self.step_size, self._rng)
-        return Candidate.answered("fallback", fallback, answer)
-
     @property
     def episodes_left(self) -> float:
         """Episodes the ``max_episodes`` budget still pays for (``inf`` without a budget)."""
@@ -426,10 +432,8 @@ class R2PO(BaseAlgorithm):
     def _evaluate(
         self, params: np.ndarray, n_episodes: int, callback: BaseCallback, incumbent: float | None = None
     ) -> RolloutResult | None:
-        """
-        Run ``params`` for ``n_episodes`` episodes; ``None`` when a callback stopped training meanwhile. With racing
-        on and an ``incumbent`` mean to beat, stop early once the candidate cannot reach it.
-        """
+        """``n_episodes`` episodes of ``params`` (``None``: a callback stopped training); racing: stopped early once the
+        candidate cannot reach the ``incumbent`` mean."""
         if not self.racing or incumbent is None:
             return self._run_episodes(params, n_episodes, callback)
         run = lambda m: self._run_episodes(params, m, callback)  # noqa: E731
@@ -448,14 +452,11 @@ class R2PO(BaseAlgorithm):
             self._episode_num += n_episodes
             self.ep_success_buffer.extend(successes)  # type: ignore[union-attr]
 
-        act, extra_locals = self.policy.actor(params), {"env": self.env, "params": params}
+        act, extra_locals = self.policy.actor(params, self.actions_clipped), {"env": self.env, "params": params}
         result = stepping.rollout(self.env, act, n_episodes, self.episode_cap, callback, count, extra_locals)
         self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
-        broken = [ep.index for ep in result.episodes if ep.end == "non-finite"]
-        if broken:
-            self.logger.warn(
-                f"R2PO: the env returned NaN/inf in episode(s) {broken} of a candidate; those episodes were cut there"
-            )
+        if broken := [ep.index for ep in result.episodes if ep.end == "non-finite"]:
+            self.logger.warn(f"R2PO: the env returned NaN/inf in episode(s) {broken} of a candidate; they were cut there")
         callback.on_rollout_end()
         self._stop_requested = self._stop_requested or result.stop_requested
         return None if result.stopped else result
@@ -469,8 +470,7 @@ class R2PO(BaseAlgorithm):
         self.history.append(record)
         self._last_result = entry.kept.result
         _use_best(self)
-        calls = self._run.transcript_calls
-        if calls is not None:
+        if (calls := self._run.transcript_calls) is not None:
             self._transcript_calls = calls
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))
         if self.checkpoint_dir is not None:

@@ -52,11 +52,12 @@ class Progress:
                     flush=True,
                 )
             return
-        planned = None
-        if model.max_episodes is not None:  # this iteration, the full ones the budget still pays for, a last partial one
+        planned = model.max_iterations  # the plan, or fewer: this iteration, the full ones a cap pays for, a partial one
+        if model.max_episodes is not None:
             per_iteration = model.variant_spec.candidates_per_iteration * model.n_eval_episodes
             full, rest = divmod(model.episodes_left, per_iteration)
-            planned = model.iteration + int(full) + int(rest >= model.n_eval_episodes)
+            paid = model.iteration + int(full) + int(rest >= model.n_eval_episodes)
+            planned = paid if planned is None else min(planned, paid)
         parts = [
             f"R2PO iteration {model.iteration}" + (f"/{planned}" if planned else ""),
             f"episodes {model.episodes_used}{budget}",
@@ -105,6 +106,8 @@ def record_metrics(
     logger.record("r2po/iteration", model.iteration)
     for key in ("calls", "parse_failures", "fallbacks"):
         logger.record(f"llm/{key}", int(model.llm_stats[key]))
+    for key in ("discarded_attempts", "discarded_episodes"):  # attempts discarded for an unusable reply, and their episodes
+        logger.record(f"llm/{key}", int(model.llm_stats.get(key, 0)))
     logger.record("llm/seconds", float(model.llm_stats["seconds"]))
     if model.llm_stats["prompt_tokens"] or model.llm_stats["completion_tokens"]:
         logger.record("llm/prompt_tokens", int(model.llm_stats["prompt_tokens"]))

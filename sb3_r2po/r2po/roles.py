@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sb3_r2po.common.evidence import EvidencePackage
+from sb3_r2po.common.parsing import Reading
 from sb3_r2po.llm.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.llm.base import ChatBackend, ChecksResources, Constrainable, Message, Preparable, log_progress
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
-from sb3_r2po.r2po.history import duplicate_error
+from sb3_r2po.r2po.history import duplicate_error, perturb_best
 from sb3_r2po.r2po.prompting import PromptView, Shown
-from sb3_r2po.r2po.records import DiscardedAttempt, Role
+from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, Role
 from sb3_r2po.r2po.run_state import RunState
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ Check = Callable[[np.ndarray], "str | None"]
 """Extra validation of a parsed vector: an error to state in a re-ask, or ``None``."""
 
 LLM_STATS = ("calls", "parse_failures", "fallbacks", "seconds", "prompt_tokens", "completion_tokens", "prompt_tokens_cached")
-"""The keys of ``R2PO.llm_stats`` (``discarded_attempts`` is added at the first discarded attempt).
+"""The keys of ``R2PO.llm_stats`` (``discarded_attempts`` and ``discarded_episodes`` are added at the first discarded
+attempt).
 ``prompt_tokens_cached``: of ``prompt_tokens``, those the backend reported it did not have to process (a prefix
 cache); absent from the ``llm_stats`` of models saved before it was counted, which count it from their next call."""
 
@@ -101,6 +103,15 @@ class LLMRoles:
             self.prompts = PromptBuilder(model.prompt_template_dir, model.reply_style)
 
     @property
+    def reading(self) -> Reading:
+        """How replies are read (``reply_reading``): the variant's reading for the policy's kind of parameters."""
+        model = self.model
+        if model.reply_reading == "last_vector":
+            return "last_vector"
+        linear, tabular = model.variant_spec.reading
+        return tabular if model.policy.parameter_space.values is not None else linear
+
+    @property
     def reasks(self) -> int:
         """Re-asks after an unusable reply: ``max_llm_retries`` with ``on_unusable_reply="reask"``, none otherwise."""
         return self.model.max_llm_retries if self.model.on_unusable_reply == "reask" else 0
@@ -110,12 +121,25 @@ class LLMRoles:
         if answer.params is None and self.model.on_unusable_reply == "rerun":
             raise UnusableReply(role, answer.failures[-1] if answer.failures else "no reply")
 
+    def first_candidate(self, role: Role, answer: Answer, rng: np.random.Generator) -> Candidate:
+        """The iteration's first candidate: the answer's vector; else, with ``on_unusable_reply="reask"``, a fallback
+        step from the best candidate (counted in ``llm_stats``), and with ``"rerun"`` the iteration is discarded."""
+        if answer.params is not None:
+            return Candidate.answered(role, answer.params, answer)
+        self.check_usable(role, answer)
+        model = self.model
+        model.llm_stats["fallbacks"] += 1
+        fallback = perturb_best(model.history, model.policy.parameter_space, model.step_size, rng)
+        return Candidate.answered("fallback", fallback, answer)
+
     def with_reruns(self, iterate: Callable[[list[DiscardedAttempt]], bool]) -> bool:
         """
         Run one iteration, ``iterate(discarded)``. With ``on_unusable_reply="rerun"`` an unusable reply (of either role)
-        discards the attempt, as the reference does: its episodes stay spent (and counted), nothing enters the history,
-        and the iteration runs again from its first LLM call, at most ``max_iteration_attempts`` times; then training
-        stops with a warning. ``discarded`` lists the attempts discarded so far (the entry records them).
+        discards the attempt, as the reference does: its episodes stay spent (and counted, in ``llm_stats``'s
+        ``discarded_episodes`` too) on top of the plan (``max_iterations`` counts completed iterations only; a
+        ``max_episodes`` cap counts them), nothing enters the history, and the iteration runs again from its first LLM
+        call, at most ``max_iteration_attempts`` times; then training stops with a warning. ``discarded`` lists the
+        attempts discarded so far (the entry records them).
         """
         model, discarded = self.model, list[DiscardedAttempt]()
         for attempt in range(1, model.max_iteration_attempts + 1):
@@ -125,6 +149,8 @@ class LLMRoles:
             except UnusableReply as exc:
                 discarded.append(DiscardedAttempt(exc.role, exc.reason, model.episodes_used - episodes))
                 model.llm_stats["discarded_attempts"] = model.llm_stats.get("discarded_attempts", 0) + 1
+                spent = model.llm_stats.get("discarded_episodes", 0) + discarded[-1].episodes  # on top of the plan
+                model.llm_stats["discarded_episodes"] = spent
                 if model.verbose >= 1:
                     print(
                         f"R2PO: iteration {model.iteration + 1}, attempt {attempt} of {model.max_iteration_attempts}: "
@@ -166,6 +192,8 @@ class LLMRoles:
             ],
             temperature=self.model.temperature,
             max_retries=self.reasks,
+            reading=self.reading,
+            reject_cut_off=self.model.reject_cut_off_replies,
         )
         return self._account("search", first), self._account("search", second)
 
@@ -182,7 +210,7 @@ class LLMRoles:
         prompts = self._prompts()
         spec = self.model.variant_spec.critic
         assert spec is not None
-        candidate = HistoryLine(self.view.format(theta), mean_return, n_episodes)
+        candidate = HistoryLine(self.view.format(theta), mean_return, n_episodes, values=self.view.values(theta))
         messages = prompts.critic(self.view.context(critic=True), candidate, evidence, spec.prompt, spec.history)
         return self._ask("critic", messages, check)
 
@@ -220,6 +248,8 @@ class LLMRoles:
             check=check,
             temperature=self.model.temperature,
             max_retries=self.reasks,
+            reading=self.reading,
+            reject_cut_off=self.model.reject_cut_off_replies,
         )
         return self._account(role, answer)
 

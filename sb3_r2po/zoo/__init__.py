@@ -163,7 +163,17 @@ def _register_variant_settings() -> None:
         return
     from sb3_r2po.zoo.settings import install_variant_settings
 
-    install_variant_settings()
+    install_variant_settings(_is_r2po)
+
+
+def _is_r2po(algo: str) -> bool:
+    """Whether the zoo's ``--algo`` name is registered as R2PO (under any name)."""
+    from rl_zoo3.utils import ALGOS
+
+    from sb3_r2po import R2PO
+
+    algo_class = ALGOS.get(algo)
+    return isinstance(algo_class, type) and issubclass(algo_class, R2PO)
 
 
 def _matches(token: str, flags: Sequence[str], long_flag: str) -> bool:
