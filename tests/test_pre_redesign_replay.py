@@ -1,4 +1,6 @@
-"""Runs recorded before the redesign of R2PO's loop (commit 5fd4755) replay to the same history, byte for byte.
+"""Recorded runs replay to the same history, byte for byte: first recorded before the redesign of R2PO's loop (commit
+5fd4755), re-recorded once when the prompts took the reference's formats and a plain R2PO(...) the reference's settings
+(issue 35, commit d99dbe6), with the same command.
 
 ``tests/data/pre_redesign/<variant>-<env>/`` holds each run's transcript (``llm_calls.jsonl``, gzipped) and its
 ``history.json``, written by ``R2PO(policy, env, llm="example", variant=..., seed=0, n_eval_episodes=2,
