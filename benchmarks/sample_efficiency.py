@@ -42,7 +42,7 @@ from typing import Any
 
 from sb3_r2po.common.files import atomic_write
 from sb3_r2po.experiments import ResultsStore, RunResult, RunSpec, SerialExecutor
-from sb3_r2po.experiments.stats import rolling_mean, summarize
+from sb3_r2po.experiments.stats import interval_note, iqm_cell, iqm_interval, rolling_mean, summarize
 from sb3_r2po.prompts import prompt_preset
 
 ENV_ID = "CartPole-v1"
@@ -109,11 +109,22 @@ def at_episode(returns: list[float], episode: int) -> float | None:
 
 
 def cell(values: list[int | None], budget: int) -> str:
+    """Episodes to the threshold per seed; when every seed got there (two or more), their mean +- std and their IQM
+    with its 95 % bootstrap interval (:func:`sb3_r2po.experiments.stats.iqm_interval`)."""
     shown = ", ".join(str(v) if v is not None else f"not within {budget}" for v in values)
     reached = [v for v in values if v is not None]
     if len(reached) == len(values) and len(values) > 1:
-        shown += f" (mean {statistics.mean(reached):.0f} +- {statistics.pstdev(reached):.0f})"
+        iqm, low, high = iqm_interval([float(v) for v in reached])
+        shown += (
+            f" (mean {statistics.mean(reached):.0f} +- {statistics.pstdev(reached):.0f}; "
+            f"IQM {iqm:.0f} [{low:.0f}, {high:.0f}])"
+        )
     return shown
+
+
+def interval_cell(values: list[float | None]) -> str:
+    """IQM [95 % CI] over seeds of a figure every seed has (:func:`sb3_r2po.experiments.stats.iqm_cell`), ``-`` else."""
+    return "-" if not values or any(v is None for v in values) else iqm_cell([float(v) for v in values if v is not None])
 
 
 def parse_args() -> argparse.Namespace:
@@ -207,17 +218,19 @@ def print_table(args: argparse.Namespace, rows: list[dict[str, Any]], source: st
     goal = f"the {WINDOW}-episode rolling mean reaches {THRESHOLD:g}"
     print(f"\n{ENV_ID}, training episodes until {goal}, seeds {args.seeds}:\n")
     print(
-        "| method | budget (episodes) | episodes to 475, per seed | best rolling mean, per seed "
-        f"| rolling mean at episode {args.r2po_budget}, per seed | reference (issue) |"
+        "| method | budget (episodes) | episodes to 475, per seed | best rolling mean, per seed | IQM [95 % CI] "
+        f"| rolling mean at episode {args.r2po_budget}, per seed | IQM [95 % CI] | reference (issue) |"
     )
-    print("|---|---:|---|---|---|---|")
+    print("|---|---:|---|---|---|---|---|---|")
     for row in rows:
         best = ", ".join(f"{b:.1f}" for b in row["best"])
         matched = ", ".join("-" if v is None else f"{v:.1f}" for v in row["at_r2po_budget"])
         print(
             f"| {label[row['method']]} | {row['budget']} | {cell(row['to_threshold'], row['budget'])} | {best} "
-            f"| {matched} | {REFERENCE.get(row['method'], '-')} |"
+            f"| {interval_cell(row['best'])} | {matched} | {interval_cell(row['at_r2po_budget'])} "
+            f"| {REFERENCE.get(row['method'], '-')} |"
         )
+    print(f"\n{interval_note([len(row['seeds']) for row in rows if row['seeds']] or [0])}")
     r2po_row = rows[0]
     if "kept_candidate_at" in r2po_row:
         print(

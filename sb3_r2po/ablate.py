@@ -3,7 +3,7 @@
     python -m sb3_r2po.ablate --llm example --envs CartPole-v1 --variants r2po props rep_traj --seeds 0 1 2 \\
         --max-episodes 200 --out ablation.md
 
-Every run is built by RL Zoo's ``ExperimentManager`` from the env's entry of ``zoo_configs/r2po.yml`` (the paper's
+Every run is built by RL Zoo's ``ExperimentManager`` from the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` (the paper's
 settings: target, ``tau_c``, step size, warm-up, K, episode budget, ...) with the settings its ``variants:`` mapping
 gives the variant (the reference's own settings for each baseline and ablation), exactly as ``python -m sb3_r2po.zoo
 train --algo r2po --hyperparams variant:...`` and ``python -m sb3_r2po.compare`` build it
@@ -12,11 +12,13 @@ train --algo r2po --hyperparams variant:...`` and ``python -m sb3_r2po.compare``
 env gets the reference's budget, 4000 episodes after its own warm-up (the file's ``max_episodes``), unless
 ``--max-episodes`` says otherwise.
 
-Writes a markdown report: the paper-format table (mean return over iterations, best iteration; mean +- std
-over seeds), the salience summary per variant, the settings of each env, and the exact command and package
-versions. Each run's history and settings are saved next to the report (``<out>.runs.json``). The runs are kept in a
-results store (``--store``, default ``<out>.store/``): the same command again reruns nothing that finished, and a run
-cut in the middle resumes from its checkpoint.
+Writes a markdown report: the paper-format tables (mean return over iterations, best iteration; mean +- std
+over seeds, and the interquartile mean over seeds with its 95 % stratified bootstrap confidence interval: rliable's,
+from a fixed seed, so a set of runs always gives the same report; the text says how many runs each rests on), the
+salience summary per variant, the settings of each env, and the exact command and package versions. Each run's
+history and settings are saved next to the report (``<out>.runs.json``). The runs are kept in a results store
+(``--store``, default ``<out>.store/``): the same command again reruns nothing that finished, and a run cut in the
+middle resumes from its checkpoint.
 
 The ``llm`` string is resolved once and the same backend answers every run in turn, so with ``--llm replay:FILE`` (a
 file recorded with ``--record FILE``) the same table is reproduced exactly (from an empty store: a replay answers the
@@ -45,7 +47,7 @@ from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.variants import VARIANTS
 
 ZOO_STEP_KEYS = ("n_timesteps", "callback")
-"""Keys of ``zoo_configs/r2po.yml`` that only the zoo's step-horizon training reads; an ablation run is stopped by its
+"""Keys of ``sb3_r2po/zoo/configs/r2po.yml`` that only the zoo's step-horizon training reads; an ablation run is stopped by its
 ``max_episodes`` budget, like a ``compare`` run."""
 
 
@@ -82,7 +84,7 @@ def literal_policy_kwargs(text: str) -> Any:
 
 def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """
-    The settings of one ablation run: the env's entry of ``zoo_configs/r2po.yml`` (the ``default`` entry for an env
+    The settings of one ablation run: the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` (the ``default`` entry for an env
     without one) with the variant's settings from its ``variants:`` mapping, then the variant, then ``overrides``
     (which win), merged as the zoo merges them for ``compare`` and ``ablate`` (:func:`sb3_r2po.experiments.run_one`):
     a ``Tabular`` policy for an env with Discrete observations that the file lacks, and an
@@ -101,7 +103,7 @@ def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = N
         entry.pop(key, None)
     budget = overrides.pop("max_episodes", entry.get("max_episodes"))
     if budget is None:
-        raise ValueError(f"{env_id}: no episode budget (max_episodes) in zoo_configs/r2po.yml: give --max-episodes")
+        raise ValueError(f"{env_id}: no episode budget (max_episodes) in sb3_r2po/zoo/configs/r2po.yml: give --max-episodes")
     n_eval, warmup = overrides.pop("n_eval_episodes", None), overrides.pop("warmup_episodes", None)
     settings = {**entry, **r2po_overrides(variant, env_id, "", int(budget), n_eval, warmup)}
     settings.pop("llm")  # the run's llm is an argument of run_one (a backend shared by the runs)
@@ -114,7 +116,7 @@ def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = N
 def run_spec_of(env_id: str, variant: str, seed: int, llm: str, overrides: dict[str, Any] | None = None) -> RunSpec:
     """
     The :class:`~sb3_r2po.experiments.RunSpec` of one ablation run: the budget is ``overrides``' ``max_episodes``, else
-    the variant's in ``zoo_configs/r2po.yml``; the other overrides are the spec's settings.
+    the variant's in ``sb3_r2po/zoo/configs/r2po.yml``; the other overrides are the spec's settings.
     """
     settings = dict(overrides or {})
     budget = settings.pop("max_episodes", None)
@@ -149,7 +151,7 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
     :param variant: The R2PO variant.
     :param seed: The run's seed.
     :param llm: The LLM: an ``llm`` string, or a backend object (shared by the runs of :func:`main`).
-    :param settings: Overrides of the env's settings in ``zoo_configs/r2po.yml`` (see :func:`run_settings`).
+    :param settings: Overrides of the env's settings in ``sb3_r2po/zoo/configs/r2po.yml`` (see :func:`run_settings`).
     """
     spec = run_spec_of(env_id, variant, seed, llm if isinstance(llm, str) else object_label(llm), settings)
     with tempfile.TemporaryDirectory(prefix="sb3_r2po_ablate_") as directory:
@@ -190,17 +192,23 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--llm", required=True, help="llm string (example, replay:FILE, a server URL, ...)")
     parser.add_argument("--envs", nargs="+", default=["CartPole-v1"])
     parser.add_argument("--variants", nargs="+", default=["r2po", "props", "props_plus"], choices=sorted(VARIANTS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument(
-        "--max-episodes", type=int, default=None,
-        help="episode budget per run, warm-up included (default: the variant's max_episodes in zoo_configs/r2po.yml)",
+        "--seeds", nargs="+", type=int, default=[0, 1, 2],
+        help="one run per env, variant and seed (default 0 1 2); the IQM's 95 %% interval rests on these runs",
     )  # fmt: skip
     parser.add_argument(
-        "--n-eval-episodes", type=int, default=None, help="K (default: the env's n_eval_episodes in zoo_configs/r2po.yml)"
+        "--max-episodes", type=int, default=None,
+        help="episode budget per run, warm-up included (default: the variant's max_episodes in sb3_r2po/zoo/configs/r2po.yml)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--n-eval-episodes",
+        type=int,
+        default=None,
+        help="K (default: the env's n_eval_episodes in sb3_r2po/zoo/configs/r2po.yml)",
     )
     parser.add_argument(
         "--warmup-episodes", type=int, default=None,
-        help="warm-up (default: the variant's warmup_episodes in zoo_configs/r2po.yml)",
+        help="warm-up (default: the variant's warmup_episodes in sb3_r2po/zoo/configs/r2po.yml)",
     )  # fmt: skip
     parser.add_argument("--record", default=None, help="record every LLM call of the runs to this JSONL file")
     parser.add_argument("--out", default="ablation.md")

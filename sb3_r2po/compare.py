@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m sb3_r2po.compare --llm example --env CartPole-v1 --methods r2po ppo ars --seeds 0 1 2 \\
+    python -m sb3_r2po.compare --llm example --env CartPole-v1 --methods r2po ppo ars --seeds 0 1 2 3 4 \\
         --budget 300 --out comparison
     python -m sb3_r2po.compare --grid paper --llm http://HOST:PORT/v1 --executor ray --out results
 
@@ -10,17 +10,24 @@ Every method is charged only for the episodes it trains on; evaluation episodes 
 SB3 protocol charged 20 evaluation episodes after every training episode). Writes to ``--out``:
 
 - ``results.md``: per env, the table (mean return over training, best, final, episodes until the rolling mean
-  reaches the threshold; mean +- std over seeds), the definitions, the settings, then the exact command and the
-  package versions;
+  reaches the threshold; mean +- std over seeds, and for each return figure the interquartile mean over seeds with
+  its 95 % stratified bootstrap confidence interval: rliable's, from a fixed seed, so the same runs give the same
+  report), the definitions, the settings, then the exact command and the package versions;
 - ``paper.md``: the paper-format table (per env and method: mean return, best, episodes to threshold, mean +- std
-  over seeds) side by side with the published numbers (:data:`sb3_r2po.experiments.grids.PUBLISHED`);
+  over seeds, IQM [95 % CI] beside them) side by side with the published numbers
+  (:data:`sb3_r2po.experiments.grids.PUBLISHED`);
 - ``curves.png`` (one env) or ``curves_<env>.png`` (several): learning curves (x = training episodes, the rolling
   mean, shaded +- std over seeds);
+- ``intervals.png`` or ``intervals_<env>.png``: per return figure and method, the IQM with its 95 % CI and the
+  mean +- std over seeds;
 - ``runs.json``: every run's training-episode returns and lengths, in order, and the hyperparameters used;
 - ``runs/<run_id>/``: the results store (:class:`sb3_r2po.experiments.ResultsStore`). The same command again reruns
   nothing that finished, and an R2PO run cut in the middle resumes from its checkpoint.
 
-The grid: ``--grid paper`` (the paper's ten envs, five seeds, R2PO, its variants and the SB3 algorithms of the
+Seeds: 0-4 by default (five runs per method), ``--grid paper`` 0-9 (the paper's ten runs); the intervals rest on
+these runs (with one seed, a cell is that run's figure, no interval). The intervals need rliable (the ``zoo`` extra).
+
+The grid: ``--grid paper`` (the paper's ten envs, ten seeds, R2PO, its variants and the SB3 algorithms of the
 paper, at the paper's budgets), narrowed by ``--envs``/``--methods``/``--seeds``/``--budget``; without ``--grid``,
 every env (``--envs``, or ``--env``) x method x seed at ``--budget``. The executor: ``--executor serial`` (one run
 after another), ``lockstep`` (the seeds of an R2PO method train together, their LLM calls batched; ``--lockstep`` is
@@ -63,7 +70,7 @@ from sb3_r2po.experiments.configs import (
     zoo_entry,
 )
 from sb3_r2po.experiments.grids import GRIDS, PUBLISHED, grid, paper_grid
-from sb3_r2po.experiments.plots import plot_curves
+from sb3_r2po.experiments.plots import plot_curves, plot_intervals
 from sb3_r2po.experiments.report import (
     VERSIONS,
     compare_report,
@@ -78,6 +85,7 @@ from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 
 __all__ = [
     "BASELINES",
+    "DEFAULT_SEEDS",
     "IGNORE_STOP",
     "R2PO_METHODS",
     "VERSIONS",
@@ -107,6 +115,11 @@ __all__ = [
     "write_outputs",
     "zoo_entry",
 ]
+
+
+DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+"""Seeds of a comparison without ``--grid`` and ``--seeds``: five runs per method (``--grid paper``:
+:data:`sb3_r2po.experiments.grids.PAPER_SEEDS`, ten)."""
 
 
 def r2po_settings(n_eval_episodes: int | None, warmup_episodes: int | None, prompts: str | None) -> dict[str, Any]:
@@ -302,18 +315,20 @@ def _torch_threads() -> int:
     return int(th.get_num_threads())
 
 
-def _curves_name(env_id: str, several: bool) -> str:
-    return f"curves_{env_id.replace('/', '_')}.png" if several else "curves.png"
+def _curves_name(env_id: str, several: bool, kind: str = "curves") -> str:
+    return f"{kind}_{env_id.replace('/', '_')}.png" if several else f"{kind}.png"
 
 
 def report(result: dict[str, Any]) -> str:
     """The markdown report (``results.md``) of :func:`run_comparison`'s result."""
     envs = result["settings"].get("envs") or [result["settings"]["env"]]
-    return compare_report(result, {e: _curves_name(e, len(envs) > 1) for e in envs})
+    several = len(envs) > 1
+    curves = {e: _curves_name(e, several) for e in envs}
+    return compare_report(result, curves, {e: _curves_name(e, several, "intervals") for e in envs})
 
 
 def write_outputs(result: dict[str, Any], out: Path) -> None:
-    """Write ``results.md``, ``paper.md``, the learning curves and ``runs.json`` to ``out``."""
+    """Write ``results.md``, ``paper.md``, the learning curves, the interval figures and ``runs.json`` to ``out``."""
     import json
 
     from sb3_r2po.experiments.report import env_settings
@@ -324,6 +339,7 @@ def write_outputs(result: dict[str, Any], out: Path) -> None:
         runs = [r for r in result["runs"] if r["env"] == env_id]
         budget = max(len(r["returns"]) for r in runs) if isinstance(s["budget"], str) else s["budget"]
         plot_curves(runs, out / _curves_name(env_id, len(per_env) > 1), env_id, s["window"], s["threshold"], budget)
+        plot_intervals(runs, out / _curves_name(env_id, len(per_env) > 1, "intervals"), env_id, s["window"])
     atomic_write(out / "runs.json", json.dumps(result, indent=1).encode("utf-8"))
     (out / "results.md").write_text(report(result))
     thresholds = {e: s["threshold"] for e, s in per_env.items()}
@@ -336,24 +352,30 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m sb3_r2po.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     methods = [*R2PO_METHODS, *BASELINES]
-    parser.add_argument("--grid", default=None, choices=GRIDS, help="a named grid (paper: ten envs, five seeds, ...)")
+    parser.add_argument("--grid", default=None, choices=GRIDS, help="a named grid (paper: ten envs, ten seeds, ...)")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
     parser.add_argument("--envs", nargs="+", default=None, help="several env ids (wins over --env)")
     parser.add_argument(
         "--methods", nargs="+", default=None, choices=methods, metavar="METHOD",
         help=f"R2PO or a variant ({', '.join(R2PO_METHODS)}) and baselines ({', '.join(BASELINES)}); default r2po ppo ars",
     )  # fmt: skip
-    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2 (the paper grid: 0-4)")
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None,
+        help="one run per method and seed; default: 0-4 (the paper grid: 0-9, the paper's ten runs); the IQM's 95 %% "
+        "bootstrap interval rests on these runs",
+    )  # fmt: skip
     parser.add_argument(
         "--budget", type=int, default=None,
         help="training episodes per run (default 300; the paper grid: 4000, R2PO methods 4000 + their warm-up)",
     )  # fmt: skip
     parser.add_argument("--llm", default=None, help="R2PO's llm string (example[:seed], a server URL, ...)")
-    parser.add_argument("--n-eval-episodes", type=int, default=None, help="R2PO's K (default: zoo_configs/r2po.yml)")
-    parser.add_argument("--warmup-episodes", type=int, default=None, help="R2PO's warm-up (default: zoo_configs/r2po.yml)")
+    parser.add_argument("--n-eval-episodes", type=int, default=None, help="R2PO's K (default: sb3_r2po/zoo/configs/r2po.yml)")
+    parser.add_argument(
+        "--warmup-episodes", type=int, default=None, help="R2PO's warm-up (default: sb3_r2po/zoo/configs/r2po.yml)"
+    )
     parser.add_argument(
         "--prompts", default=None, choices=sorted(PROMPT_PRESETS),
-        help="R2PO's prompt preset (sb3_r2po.prompts.PROMPT_PRESETS; default: the settings of zoo_configs/r2po.yml)",
+        help="R2PO's prompt preset (sb3_r2po.prompts.PROMPT_PRESETS; default: the settings of sb3_r2po/zoo/configs/r2po.yml)",
     )  # fmt: skip
     parser.add_argument("--window", type=int, default=WINDOW, help="rolling-mean window")
     parser.add_argument("--threshold", type=float, default=None, help="default: reward_threshold, else R2PO's target")
@@ -379,7 +401,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--ray-address needs --executor ray")
     if args.grid is None:
         args.methods = args.methods or ["r2po", "ppo", "ars"]
-        args.seeds = args.seeds or [0, 1, 2]
+        args.seeds = args.seeds or list(DEFAULT_SEEDS)
         args.budget = args.budget or 300
     if args.llm is None and (args.grid is not None or any(m in R2PO_METHODS for m in args.methods)):
         parser.error("R2PO methods need --llm")

@@ -196,7 +196,8 @@ def test_replay_reproduces_a_recording_whose_replies_vary(tmp_path: Path) -> Non
 
 def test_run_one_figures_come_from_the_iterations_of_its_history() -> None:
     llm = RecordingCalls()
-    run = run_one("CartPole-v1", "r2po", 0, llm, {"max_episodes": 3 + 4 * 2, "n_eval_episodes": 2, "warmup_episodes": 3})
+    # seed 3: its two iterations differ, and differ from the warm-up's best (seed 0's two iterations are equal)
+    run = run_one("CartPole-v1", "r2po", 3, llm, {"max_episodes": 3 + 4 * 2, "n_eval_episodes": 2, "warmup_episodes": 3})
     iterations = [r["mean_return"] for r in run["history"] if r["kind"] != "warmup"]
     warmup = [r["mean_return"] for r in run["history"] if r["kind"] == "warmup"]
     assert len(iterations) == 2 and max(warmup) != max(iterations)  # the warm-up episodes would change the figures
@@ -243,6 +244,27 @@ def test_report_tables_group_runs_by_env_and_variant() -> None:
         "| A-v0 | 15.00 +- 5.00 | 50.00 +- 0.00 |" in best_table and "| B-v0 | 70.00 +- 0.00 | 90.00 +- 0.00 |" in best_table
     )
     assert "| r2po | 3 | 1 | 33.3 % |" in text and "| props | 0 | 0 | - |" in text  # pooled per variant
+
+
+def test_report_gives_each_figure_its_iqm_and_interval() -> None:
+    """The IQM tables: scipy's 25 %-trimmed mean over the seeds inside its 95 % interval, the same on every call; one
+    seed renders as the point itself, marked as one run, and the note says how many runs the intervals rest on."""
+    from scipy.stats import trim_mean
+
+    from sb3_r2po.experiments.stats import iqm_interval
+
+    means, bests = [1.0, 2.0, 3.0, 4.0, 50.0], [10.0, 30.0, 20.0, 40.0, 0.0]
+    runs = [_run("A-v0", "r2po", seed, m, b, []) for seed, (m, b) in enumerate(zip(means, bests, strict=True))]
+    runs.append(_run("A-v0", "props", 0, 5.0, 6.0, []))
+    text = report(runs, "cmd")
+    assert text == report(runs, "cmd")
+    for title, figures, single in (("Mean return over iterations", means, "5.00"), ("Best iteration", bests, "6.00")):
+        part = text.split(f"## {title} (IQM [95 % CI] over seeds)")[1].split("## ")[0]
+        iqm, low, high = iqm_interval(figures)
+        assert iqm == pytest.approx(trim_mean(figures, 0.25)) and low <= iqm <= high and low < high
+        one_run = f"{single} [{single}, {single}] (1 run)"
+        assert f"| A-v0 | {trim_mean(figures, 0.25):.2f} [{low:.2f}, {high:.2f}] | {one_run} |" in part
+    assert "1-5 runs each" in text and "With one run a cell is that run's figure" in text
 
 
 def test_an_env_without_a_time_limit_is_capped() -> None:

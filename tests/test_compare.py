@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,7 +24,16 @@ import gymnasium as gym
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from sb3_r2po.compare import BudgetReached, EpisodeBudget, hyperparams_file, main, rolling_mean, run_comparison, summarize
+from sb3_r2po.compare import (
+    BudgetReached,
+    EpisodeBudget,
+    hyperparams_file,
+    main,
+    rolling_mean,
+    run_comparison,
+    summarize,
+    table,
+)
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.zoo import config_dir
 
@@ -53,12 +65,16 @@ def test_table_has_every_method_and_column(comparison: Path) -> None:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == header.count("|") - 1
         assert cells[1] == str(BUDGET)  # every seed trained on exactly the budget
-        assert all(" +- " in c for c in (cells[2], cells[3], cells[4]))
+        assert all(" +- " in c for c in (cells[2], cells[4], cells[6]))  # mean +- std, each with its IQM [95 % CI]
+        assert all(re.fullmatch(r"-?[\d.]+ \[-?[\d.]+, -?[\d.]+\]", c) for c in (cells[3], cells[5], cells[7]))
+    assert header.count("IQM [95 % CI]") == 3
+    assert "interquartile mean over the runs (seeds) of a method, 2 runs each" in text  # what the interval rests on
     assert "python -m sb3_r2po.compare --llm example:0 --methods r2po ppo ars" in text
     assert "stable-baselines3 2." in text and "rl_zoo3 " in text and "gymnasium " in text
     assert "`example` is not an LLM" in text
     assert "R2PO's LLM: `example:0`, with the prompt settings of the hyperparameter file." in text
     assert "![learning curves](curves.png)" in text
+    assert "![IQM and 95 % confidence intervals](intervals.png)" in text
 
 
 def test_budgets_and_per_episode_returns(comparison: Path) -> None:
@@ -89,12 +105,13 @@ def test_budgets_and_per_episode_returns(comparison: Path) -> None:
     assert ppo["hyperparams"]["n_envs"] == 8 and ppo["hyperparams"]["learning_rate"] == "lin_0.001"  # the zoo's tuned entry
 
 
-def test_curves_png(comparison: Path) -> None:
-    data = (comparison / "curves.png").read_bytes()
+@pytest.mark.parametrize(("name", "least"), [("curves.png", (800, 400)), ("intervals.png", (1200, 300))])
+def test_figures_png(comparison: Path, name: str, least: tuple[int, int]) -> None:
+    data = (comparison / name).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
     width, height = struct.unpack(">II", data[16:24])
-    assert width >= 800 and height >= 400
-    assert len(data) > 20_000  # lines and shading, not an empty canvas
+    assert width >= least[0] and height >= least[1]
+    assert len(data) > 20_000  # lines, bars and shading, not an empty canvas
 
 
 @pytest.mark.parametrize("flags", [[], ["--lockstep"], ["--executor", "lockstep"]])
@@ -265,7 +282,10 @@ def test_the_paper_grid_narrowed(tmp_path: Path) -> None:
     trpo = next(line for line in paper.splitlines() if line.startswith("| CartPole-v1 | trpo |"))
     assert "216.92 +- 63.34 (best SB3)" in trpo
     figures = result["runs"][0]["iteration_returns"]
-    assert f"| {np.mean(figures):.2f} +- 0.00 | 474.67" in r2po  # R2PO's mean: over its iterations, as the paper's
+    mean = f"{np.mean(figures):.2f}"  # R2PO's mean: over its iterations, as the paper's; one run, so no interval
+    assert f"| {mean} +- 0.00 | {mean} [{mean}, {mean}] (1 run) | 474.67" in r2po
+    assert "1 run each" in paper and "With one run a cell is that run's figure" in paper
+    assert "arXiv 2605.08315" in paper and "R2PO_METHOD" not in paper
 
 
 def test_executor_options() -> None:
@@ -277,3 +297,93 @@ def test_executor_options() -> None:
         main(["--llm", "example", "--methods", "r2po", "--executor", "threads"])
     with pytest.raises(SystemExit):
         main(["--grid", "paper", "--envs", "CartPole-v1"])  # R2PO methods without --llm
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+
+def _runs_of(figures: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """``runs.json`` records whose every training return is the run's figure (so mean = best = final = the figure)."""
+    return [
+        {"method": method, "seed": seed, "returns": [value] * 25, "wall_time_s": 1.0, "hyperparams": {}}
+        for method, values in figures.items()
+        for seed, value in enumerate(values)
+    ]
+
+
+def _cells(text: str, method: str) -> list[str]:
+    row = next(line for line in text.splitlines() if line.startswith(f"| {method} | "))
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def test_iqm_cells_are_the_interquartile_mean_with_a_deterministic_interval() -> None:
+    """Each IQM cell is scipy's 25 %-trimmed mean of the seeds' figures (not their mean), inside its interval, and the
+    same result gives the same report."""
+    from scipy.stats import trim_mean
+
+    from sb3_r2po.experiments.stats import iqm_interval
+
+    values = {"a": [1.0, 2.0, 3.0, 4.0, 100.0, 5.0, 6.0, 7.0], "b": [-3.0, 10.0, -1.0, 0.5, 2.0]}
+    text = table(_runs_of(values), window=20, threshold=None)
+    assert text == table(_runs_of(values), window=20, threshold=None)  # deterministic: a fixed random state
+    for method, figures in values.items():
+        iqm, low, high = iqm_interval(figures)
+        assert iqm == pytest.approx(trim_mean(figures, 0.25)) and iqm != pytest.approx(np.mean(figures))
+        assert min(figures) <= low <= iqm <= high <= max(figures) and low < high
+        cells = _cells(text, method)
+        assert cells[3] == cells[5] == cells[7] == f"{trim_mean(figures, 0.25):.2f} [{low:.2f}, {high:.2f}]"
+        assert cells[2] == f"{np.mean(figures):.2f} +- {np.std(figures):.2f}"
+    # the same figures give the same interval in another process too (not only from this process's cache) ...
+    code = f"from sb3_r2po.experiments.stats import iqm_interval; print(repr(iqm_interval({values['a']!r})))"
+    other = subprocess.run([sys.executable, "-c", code], check=True, timeout=120, capture_output=True, text=True).stdout
+    assert other.strip() == repr(iqm_interval(values["a"]))
+    # ... and a bootstrap gives numpy's global generator (which rliable draws from) back as it was
+    np.random.seed(5)
+    drawn = np.random.rand()
+    np.random.seed(5)
+    assert iqm_interval(values["a"], seed=7) != iqm_interval(values["a"])  # seed 7: not computed before
+    assert np.random.rand() == drawn
+
+
+def test_a_single_seed_renders_with_a_degenerate_interval(tmp_path: Path) -> None:
+    """One run: the cell is the run's figure, its interval the point itself, marked as resting on one run."""
+    from sb3_r2po.compare import write_outputs
+
+    runs = [{**run, "env": "CartPole-v1", "algo": "ppo", "hyperparams_file": "x/ppo.yml", "horizon": 10}
+            for run in _runs_of({"ppo": [42.0]})]  # fmt: skip
+    settings = {"env": "CartPole-v1", "envs": ["CartPole-v1"], "methods": ["ppo"], "seeds": [0], "budget": 25,
+                "llm": None, "window": 20, "threshold": 475.0, "threshold_source": "reward_threshold",
+                "episode_cap": 500, "episode_cap_source": "TimeLimit", "torch_threads": 1}  # fmt: skip
+    result = {"settings": settings, "runs": runs, "command": "cmd", "versions": "v", "wall_time_s": 1.0}
+    write_outputs(result, tmp_path)
+    text = (tmp_path / "results.md").read_text()
+    assert _cells(text, "ppo")[3] == "42.00 [42.00, 42.00] (1 run)"
+    assert "1 run each" in text and "With one run a cell is that run's figure" in text
+    assert (tmp_path / "intervals.png").read_bytes()[:4] == b"\x89PNG"
+    paper = (tmp_path / "paper.md").read_text()
+    assert "| 42.00 +- 0.00 | 42.00 [42.00, 42.00] (1 run) |" in paper
+
+
+def test_default_seeds_are_five_and_the_paper_grid_ten() -> None:
+    from sb3_r2po.compare import DEFAULT_SEEDS, _check, _parser
+    from sb3_r2po.experiments.grids import PAPER_SEEDS
+
+    parser = _parser()
+    args = parser.parse_args(["--llm", "example"])
+    _check(parser, args)
+    assert args.seeds == list(DEFAULT_SEEDS) == [0, 1, 2, 3, 4]
+    paper = parser.parse_args(["--grid", "paper", "--llm", "example"])
+    _check(parser, paper)
+    assert paper.seeds is None and PAPER_SEEDS == tuple(range(10))  # None: the grid's own seeds
+    assert "0-4" in parser.format_help() and "0-9" in parser.format_help()
+
+
+def test_rliable_is_optional_and_named_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core package imports without rliable; an interval without it names the extra that installs it."""
+    code = "import sys, sb3_r2po, sb3_r2po.compare, sb3_r2po.experiments.report; assert 'rliable' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    from sb3_r2po.experiments.stats import iqm_cell
+
+    monkeypatch.setitem(sys.modules, "rliable", None)
+    with pytest.raises(ImportError, match=r"pip install 'sb3-r2po\[zoo\]'"):
+        iqm_cell([1.25, 2.5, 3.75, 11.0])  # figures no other test computes (the intervals are cached)

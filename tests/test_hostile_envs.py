@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from helpers import UNTIL_BUDGET
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_r2po.common import finite
+from sb3_r2po.common.rollouts import run_episodes
 from sb3_r2po.llm.recording import read_records
 
 BIG = sys.float_info.max
@@ -52,6 +54,9 @@ CORPUS: dict[str, dict[str, Any]] = {
     "one maximal reward per episode (the mean over K overflows)": {"script": [[BIG]]},
     "alternating signs across episodes (the std overflows)": {"script": [[BIG], [-BIG]]},
     "alternating signs within an episode": {"script": [[BIG, -BIG, BIG, -BIG]]},
+    "16 rewards alternating 1e308 and -1e308 (numpy's pairwise sum overflows; the exact return is 0)": {
+        "script": [[1e308, -1e308] * 8]
+    },
     "ten rewards of 1e308": {"script": [[1e308] * 10]},
     "a thousand rewards of 1e306": {"script": [[1e306] * 1000]},
     "rewards just below the overflow check": {"script": [[BIG / 2**33] * 50]},
@@ -122,3 +127,23 @@ def test_finite_means_and_deviations_are_numpys_whenever_numpys_are_finite(value
         assert finite.mean(x) == plain_mean
     if np.isfinite(plain_std):
         assert finite.std(x) == plain_std
+
+
+def test_a_return_whose_exact_sum_is_finite_is_exact(make_r2po) -> None:
+    """numpy's pairwise sum of ``[1e308, -1e308] * 8`` is ``nan`` (its first partial sum adds 1e308 to 1e308): the
+    episodes run to their end with the exact return 0, and every mean and deviation the history records is 0."""
+    env = DummyVecEnv([lambda: ScriptedRewards([[1e308, -1e308] * 8])])
+    result = run_episodes(env, lambda obs: np.zeros(len(obs), dtype=np.int64), 3, 100)
+    assert [(ep.length, ep.end, ep.total_return) for ep in result.episodes] == [(16, "terminated", 0.0)] * 3
+    model = make_r2po(ScriptedRewards([[1e308, -1e308] * 8]), llm="example", n_eval_episodes=2, max_episodes=10)
+    model.learn(UNTIL_BUDGET)
+    assert len(model.history) > 2 and all(r["mean_return"] == 0.0 and r["std_return"] == 0.0 for r in model.history)
+
+
+@pytest.mark.parametrize(
+    "values, exact",
+    [([1e308, -1e308] * 8, 0.0), ([BIG, -BIG, TINY], TINY), ([BIG, BIG, -BIG], BIG), ([1.0, 2.0, 3.5], 6.5), ([], 0.0)],
+)
+def test_finite_totals_are_exact_where_numpy_overflows(values: list[float], exact: float) -> None:
+    assert finite.total(values) == exact
+    assert finite.total([BIG, BIG]) == np.inf and finite.total([-BIG, -BIG]) == -np.inf

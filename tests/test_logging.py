@@ -95,3 +95,38 @@ def test_a_preparable_backend_is_prepared_once_and_shown_at_verbose_1(capsys, ma
     assert progress[3].startswith("R2PO warm-up: 1 random candidates, 1 episode each | episodes 1/3 | best return ")
     assert progress[4].startswith("R2PO iteration 1/1 | episodes 3/3 | search 2 | critic 2.5 kept | best 2.5 | LLM 2 calls ")
     assert not logging.getLogger("sb3_r2po").handlers  # the handler is gone after the preparation
+
+
+@pytest.mark.parametrize("verbose", [1, 2])
+def test_verbose_2_prints_a_line_per_llm_call(capsys, make_r2po, verbose: int) -> None:
+    """``verbose=2``: per call its role, prompt and reply sizes, time and the vector read (or why the reply was
+    unusable); ``verbose=1`` keeps the one line per iteration."""
+    llm = ScriptedLLM(["no numbers here", vector(1.0, 1.0), vector(1.5, 1.0)])
+    model = make_r2po(
+        BanditEnv(),
+        llm=llm,
+        n_eval_episodes=1,
+        warmup_episodes=1,
+        max_episodes=3,
+        on_unusable_reply="reask",
+        max_llm_retries=1,
+        verbose=verbose,
+    )
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    model.learn(UNTIL_BUDGET)
+    out = capsys.readouterr().out.splitlines()
+    calls = [line for line in out if line.startswith("R2PO LLM call")]
+    assert [line for line in out if line.startswith("R2PO iteration")]  # the iteration line at both levels
+    if verbose == 1:
+        assert calls == []
+        return
+    assert len(calls) == len(llm.calls) == model.llm_stats["calls"] == 3  # one line per call, the re-ask included
+    sizes = [sum(len(m["content"]) for m in messages) for messages in llm.calls]
+    assert calls[0].startswith(f"R2PO LLM call 1: search | prompt {sizes[0]} chars (10 tokens) | reply 15 chars (5 tokens) |")
+    assert " s | unusable: " in calls[0]
+    assert calls[1] == (
+        f"R2PO LLM call 2: search | prompt {sizes[1]} chars (10 tokens) | reply 30 chars (5 tokens) | 0.00 s "
+        "| params: [1.0, 1.0]"
+    )
+    assert calls[2].startswith("R2PO LLM call 3: critic |") and calls[2].endswith("| params: [1.5, 1.0]")
+    assert out.index(calls[2]) < out.index(next(line for line in out if line.startswith("R2PO iteration")))

@@ -75,7 +75,7 @@ def test_projected_mlp_decodes_the_reference_construction() -> None:
 
 
 def test_projected_mlp_without_bias_and_scaled() -> None:
-    policy = ProjectedMlpPolicy(SWIMMER_OBS, SWIMMER_ACT, bias=False, decoded_weight_scale=0.5, projection_seed=5)
+    policy = ProjectedMlpPolicy(SWIMMER_OBS, SWIMMER_ACT, with_bias=False, decoded_weight_scale=0.5, projection_seed=5)
     rng = np.random.RandomState(5)
     q1, _ = np.linalg.qr(rng.randn(32, 5))
     q2, _ = np.linalg.qr(rng.randn(8, 5))
@@ -136,13 +136,13 @@ def test_warmup_draws_follow_the_reference() -> None:
 
 
 def test_bounds_and_invalid_settings() -> None:
-    policy = RandomFeaturesPolicy(SWIMMER_OBS, SWIMMER_ACT, param_bounds=(-1.0, 1.0), hidden_dim=3, bias=False)
+    policy = RandomFeaturesPolicy(SWIMMER_OBS, SWIMMER_ACT, param_bounds=(-1.0, 1.0), hidden_dim=3, with_bias=False)
     assert (policy.parameter_space.size, policy.parameter_space.high) == (6, 1.0)
     with pytest.raises(ValueError, match=r"latent_dim_layer2 must be in 1\.\.10"):
         ProjectedMlpPolicy(SWIMMER_OBS, SWIMMER_ACT, latent_dim_layer2=11)
     with pytest.raises(ValueError, match="hidden_dim"):
         RandomFeaturesPolicy(SWIMMER_OBS, SWIMMER_ACT, hidden_dim=0)
-    with pytest.raises(ValueError, match="non-image Box observation"):
+    with pytest.raises(ValueError, match="Discrete observations"):
         ProjectedMlpPolicy(spaces.Discrete(4), SWIMMER_ACT)
     with pytest.raises(ValueError, match="bounded Box"):
         RandomFeaturesPolicy(SWIMMER_OBS, spaces.Box(-np.inf, np.inf, shape=(2,)))

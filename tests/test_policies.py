@@ -82,11 +82,12 @@ def test_predict_matches_the_numpy_forward() -> None:
 @pytest.mark.parametrize(
     "policy, observation_space, action_space, match",
     [
-        ("MlpLinear", spaces.Dict({"a": spaces.Box(-1, 1, (2,))}), spaces.Discrete(2), "Box observation"),
-        ("MlpLinear", spaces.Box(0, 255, (32, 32, 3), dtype=np.uint8), spaces.Discrete(2), "non-image"),
+        ("MlpLinear", spaces.Dict({"a": spaces.Box(-1, 1, (2,))}), spaces.Discrete(2), r"\(Dict observations\)"),
+        ("MlpLinear", spaces.Box(0, 255, (32, 32, 3), dtype=np.uint8), spaces.Discrete(2), r"\(image observations\)"),
         ("MlpLinear", spaces.Discrete(4), spaces.Discrete(2), "Tabular"),
+        ("MlpLinear", spaces.MultiDiscrete([[2, 3], [2, 2]]), spaces.Discrete(2), "MultiDiscrete observation space of one"),
         ("MlpLinear", spaces.Box(-1, 1, (2,)), spaces.MultiDiscrete([2, 3]), "MultiDiscrete"),
-        ("Tabular", spaces.Box(-1, 1, (2,)), spaces.Discrete(2), "Discrete observation"),
+        ("Tabular", spaces.Box(-1, 1, (2,)), spaces.Discrete(2), r"TabularPolicy \('Tabular'\) does not support .* \(Box"),
         ("Tabular", spaces.Discrete(MAX_TABULAR_STATES + 1), spaces.Discrete(2), "limit"),
         ("Tabular", spaces.Discrete(4), spaces.Box(-1, 1, (1,)), "Discrete action"),
     ],

@@ -92,6 +92,30 @@ def test_clip_actions_sets_the_rule_either_way(variant: str, clip: bool) -> None
     assert set(actions.actions) == {-1.0 if clip else -2.0}
 
 
+@pytest.mark.parametrize(
+    ("variant", "clip", "words"),
+    [
+        ("r2po", None, "clipped to the action bounds"),
+        ("rep_traj", None, "not clipped"),
+        ("rep_traj", True, "clipped to the action bounds"),
+    ],
+)
+def test_the_critic_is_told_the_action_rule_in_force(variant: str, clip: bool | None, words: str) -> None:
+    """The Critic's policy section states the rule the env gets: the ablations' raw output is "not clipped" (the
+    reference's descriptions write the action as the linear formula itself)."""
+    prompts: list[str] = []
+
+    def llm(messages: list[dict[str, str]]) -> str:
+        prompts.append(messages[-1]["content"])
+        return "params[0]: 0.0, params[1]: 0.0, params[2]: 0.5\nA constant push."
+
+    model = R2PO("MlpLinear", "MountainCarContinuous-v0", llm=llm, variant=variant, clip_actions=clip, seed=0,
+                 warmup_episodes=0, n_eval_episodes=1, max_episodes=2)  # fmt: skip
+    model.learn(UNTIL_BUDGET)
+    critic = prompts[1]
+    assert words in critic and ("not clipped" in critic) is (words == "not clipped")
+
+
 def test_clip_actions_is_checked() -> None:
     with pytest.raises(ValueError, match="clip_actions must be True or False"):
         R2PO("MlpLinear", BanditEnv(), llm="example", clip_actions="yes")  # type: ignore[arg-type]

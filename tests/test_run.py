@@ -138,7 +138,10 @@ def test_episode_cap_for_envs_without_time_limit(make_r2po) -> None:
 
 def test_total_timesteps_is_a_lower_bound_and_the_iteration_completes(make_r2po) -> None:
     model = make_r2po(llm=ExampleLLM(), n_eval_episodes=3, warmup_episodes=2, seed=0, max_episodes=None)
-    model.learn(total_timesteps=1)  # the warm-up runs to its end, then the step budget is spent
+    with pytest.warns(UserWarning, match="before the first LLM iteration"):
+        model.learn(total_timesteps=1)  # the running warm-up episode completes, then the step budget is spent
+        assert model.iteration == 0 and model.episodes_used == 1
+        model.learn(total_timesteps=1, reset_num_timesteps=False)  # the warm-up goes on: its second episode
     assert model.iteration == 0 and model.episodes_used == 2
     steps = model.num_timesteps
     model.learn(total_timesteps=1, reset_num_timesteps=False)  # one more step: one whole iteration

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -41,7 +43,8 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     r2po = [r for r in data["runs"] if r["method"] == "r2po"]
     assert all(len(r["returns"]) == 30 and r["history"][-1]["episodes"] == 30 for r in r2po)
     assert "| R2PO (`example`, task description, K=5) | 30 | not within 30 |" in stdout
-    assert "rolling mean at episode 30, per seed |" in stdout
+    assert "rolling mean at episode 30, per seed | IQM [95 % CI] |" in stdout
+    assert "(1 run) |" in stdout and "1 run each" in stdout  # one seed: the interval is the run's figure
     assert "a kept candidate's 5-episode mean first reached 475" in stdout
     for row in data["rows"]:  # every method side by side after R2PO's 30 episodes: the mean of episodes 11-30
         mine = sorted((r for r in data["runs"] if r["method"] == row["method"]), key=lambda r: r["seed"])
@@ -90,13 +93,49 @@ def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path, f
     assert redefined.returncode != 0 and "written with other settings (prompt_parameters)" in redefined.stderr
 
 
-def test_compare_runs_of_a_redefined_preset_are_not_reused(tmp_path: Path) -> None:
-    """``--r2po-runs``: a compare output made under ``--prompts lean`` stands in only if its runs used lean's parameters
-    as they are now (a parameter a run does not name had R2PO's default)."""
+def _script() -> Any:
+    """The benchmark script as a module."""
     spec = importlib.util.spec_from_file_location("sample_efficiency", SCRIPT)
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_table_gives_each_figure_its_iqm_and_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    """The IQM columns: scipy's 25 %-trimmed mean of the seeds' figures inside its 95 % interval, the same on every
+    call; episodes to 475 add their IQM when every seed got there; the note says how many runs the intervals rest on."""
+    from scipy.stats import trim_mean
+
+    from sb3_r2po.experiments.stats import iqm_interval
+
+    script = _script()
+    best, matched = [480.0, 300.0, 500.0, 20.0, 410.0], [100.0, 120.0, 90.0, 400.0, 110.0]
+    iqm, low, high = iqm_interval(best)
+    assert iqm == pytest.approx(trim_mean(best, 0.25)) and low <= iqm <= high and low < high
+    assert script.interval_cell(best) == f"{trim_mean(best, 0.25):.2f} [{low:.2f}, {high:.2f}]"
+    assert script.interval_cell([1.0, None]) == "-"  # a seed without the figure: no interval
+    episodes = [177, 186, 168, 400, 150]
+    e_iqm, e_low, e_high = iqm_interval([float(e) for e in episodes])
+    assert script.cell(episodes, 500).endswith(f"; IQM {e_iqm:.0f} [{e_low:.0f}, {e_high:.0f}])")
+    assert "IQM" not in script.cell([177, None], 500)
+    row = {"method": "ars", "budget": 500, "seeds": [0, 1, 2, 3, 4], "to_threshold": episodes, "best": best,
+           "at_r2po_budget": matched, "wall_time_s": [1.0] * 5}  # fmt: skip
+    args = SimpleNamespace(prompts=None, llm="example", n_eval_episodes=5, r2po_budget=60, seeds=[0, 1, 2, 3, 4])
+    script.print_table(args, [{**row, "method": "r2po"}, row], "run now", 1.0)
+    first = capsys.readouterr().out
+    script.print_table(args, [{**row, "method": "r2po"}, row], "run now", 1.0)
+    assert capsys.readouterr().out == first  # deterministic
+    m_iqm, m_low, m_high = iqm_interval(matched)
+    assert f"| {iqm:.2f} [{low:.2f}, {high:.2f}] | 100.0, 120.0, 90.0, 400.0, 110.0 | {m_iqm:.2f} [{m_low:.2f}, " in first
+    assert m_iqm == pytest.approx(trim_mean(matched, 0.25)) and m_low <= m_iqm <= m_high
+    assert "5 runs each" in first
+
+
+def test_compare_runs_of_a_redefined_preset_are_not_reused(tmp_path: Path) -> None:
+    """``--r2po-runs``: a compare output made under ``--prompts lean`` stands in only if its runs used lean's parameters
+    as they are now (a parameter a run does not name had R2PO's default)."""
+    script = _script()
     settings = {"env": "CartPole-v1", "llm": "example", "prompts": "lean"}
     now = prompt_preset("lean")
     before = {key: value for key, value in now.items() if key != "history_slack"}  # lean before 2026-12-03

@@ -368,8 +368,8 @@ def test_a_plain_r2po_resolves_every_variant_as_the_zoo_file_does(env_id: str) -
 
 
 def _first_iteration_prompts(model: R2PO, llm: ScriptedLLM) -> tuple[str, str]:
-    model.learn(1)  # the warm-up
-    model.learn(1, reset_num_timesteps=False)  # one iteration
+    while model.iteration == 0:  # learn(1): one warm-up episode (it warns: no iteration yet), then one iteration
+        model.learn(1, reset_num_timesteps=False)
     search, critic = llm.prompts()[:2]
     return search, critic
 

@@ -87,8 +87,8 @@ def median(values: Sequence[float]) -> float:
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     if ordered.size == 0 or np.isnan(ordered[-1]):  # sort puts NaN last
         return math.nan
-    middle = ordered.size // 2
-    return float(ordered[middle] if ordered.size % 2 else (ordered[middle - 1] + ordered[middle]) / 2)
+    low, high = float(ordered[(ordered.size - 1) // 2]), float(ordered[ordered.size // 2])  # equal for an odd size
+    return (low + high) / 2 if math.isfinite(low + high) else low / 2 + high / 2  # two finite ones may overflow a sum
 
 
 def median_index(returns: Sequence[float]) -> int:

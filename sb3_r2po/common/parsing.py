@@ -60,7 +60,7 @@ most :data:`MAX_REASON_CHARS` characters (:func:`bound_reason`), quotes the repl
 :data:`MAX_QUOTED_CHARS` characters at a time, and escapes control characters (``repr``). Its time grows linearly
 with the reply's length: each regular expression starts only at the word ``params`` and scans forward to the next
 bracket at most, and each match is looked at once (about a second for 5 MB of the worst repeated fragments, in
-every reading; see tests/test_hostile_replies.py).
+every reading; the project's hostile-reply tests measure it).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ the incumbent's mean (keep-best). With racing on, it is evaluated in chunks; aft
 
 (``z = 1.645``: about 95 % one-sided under a normal approximation). Only the episodes run are charged, and the
 Critic-facing record keeps them. The rule is a heuristic, not a guarantee: with few, identical returns the
-standard deviation is 0 and the bound is the mean itself. ``benchmarks/racing.py`` measures the episodes saved
-and how often the decision differs from the full-K one.
+standard deviation is 0 and the bound is the mean itself. The Performance page of the documentation gives the
+episodes saved and how often the decision differs from the full-K one.
 """
 
 from __future__ import annotations

@@ -5,10 +5,14 @@ started episode is then run to its end, so the K episodes are an unbiased sample
 to *finish* would favour short episodes).
 
 A plain ``DummyVecEnv`` is stepped one sub-environment at a time, directly: no VecEnv buffer copies, and a
-sub-environment with nothing left to do simply waits. Any other VecEnv (``SubprocVecEnv``, VecEnv wrappers)
-goes through the VecEnv API; there, idle sub-environments must keep stepping in lock-step with the others;
-those steps are discarded and never shown to the LLM, but they are real environment interactions and the
-step hook counts them.
+sub-environment with nothing left to do simply waits. Any other VecEnv goes through the VecEnv API: a bare one
+(``SubprocVecEnv``) steps all sub-environments in lock-step while each runs an episode, then each busy one alone
+(``env_method("step")``), so an idle one starts no episode (its ``Monitor`` logs only R2PO's episodes). Through
+VecEnv wrappers idle sub-environments keep stepping in lock-step; those steps are discarded and never shown to the
+LLM, but they are real environment interactions and the step hook counts them.
+
+Episodes R2PO's cap cuts reach ``Monitor`` files as truncations where :func:`cap_episodes` can put the cap beneath
+the ``Monitor`` (:class:`EpisodeCap`).
 
 A running episode is recorded as plain Python values (a flat observation as a list of floats, copied from the
 env's array) and turned into float64 arrays once, when it ends. Every step is checked for non-finite values
@@ -20,12 +24,28 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
-from stable_baselines3.common.vec_env import DummyVecEnv, VecCheckNan, VecEnv, VecEnvWrapper, VecMonitor, VecVideoRecorder
+from gymnasium.wrappers import TimeLimit
+from stable_baselines3.common.env_util import is_wrapped
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    VecCheckNan,
+    VecEnv,
+    VecEnvWrapper,
+    VecMonitor,
+    VecTransposeImage,
+    VecVideoRecorder,
+    is_vecenv_wrapped,
+)
+
+from sb3_r2po.common import finite
 
 PASS_THROUGH_WRAPPERS: tuple[type[VecEnvWrapper], ...] = (VecMonitor, VecCheckNan, VecVideoRecorder)
 """VecEnv wrappers that leave observations and rewards as the env gives them: the only ones R2PO accepts."""
@@ -33,7 +53,7 @@ PASS_THROUGH_WRAPPERS: tuple[type[VecEnvWrapper], ...] = (VecMonitor, VecCheckNa
 EndReason = str
 """How an episode ended: ``"terminated"`` (the task ended), ``"truncated"`` (the env's time limit) or
 ``"capped"`` (R2PO's own ``max_episode_steps`` cap, for envs without a time limit) or ``"non-finite"`` (the
-env returned a NaN or infinite observation or reward, or a finite reward that would make the return overflow: the
+env returned a NaN or infinite observation or reward, or a finite reward that makes the exact return overflow: the
 episode is cut there, the step's observation is not kept and such a reward counts as 0)."""
 
 OVERFLOW_RISK = sys.float_info.max / 2**32
@@ -61,8 +81,9 @@ class Episode:
 
     @functools.cached_property
     def total_return(self) -> float:
-        """The sum of the rewards (computed once: an episode's record is not changed after it is made)."""
-        return float(np.sum(self.rewards)) if len(self.rewards) else 0.0
+        """The sum of the rewards, finite whenever the exact sum is (:func:`~sb3_r2po.common.finite.total`; computed once:
+        an episode's record is not changed after it is made)."""
+        return finite.total(self.rewards) if len(self.rewards) else 0.0
 
     @property
     def length(self) -> int:
@@ -128,17 +149,25 @@ StepHook = Callable[[VecStep], object]
 once, as ``callback.on_step()`` does in SB3's algorithms."""
 
 
-def check_vec_env(env: VecEnv) -> None:
+def check_vec_env(env: VecEnv | None, cap: int | None = None) -> None:
     """
-    Raise a ``ValueError`` when ``env`` is wrapped in a VecEnv wrapper that changes observations or rewards.
+    Raise a ``ValueError`` when ``env`` is wrapped in a VecEnv wrapper that changes observations or rewards; with
+    ``cap`` (R2PO's episode cap), then let its ``Monitor`` files see the episodes the cap cuts (:func:`cap_episodes`).
 
     R2PO compares fixed parameter vectors by their returns in the env's own units: ``VecNormalize`` would score
     them in normalized, drifting units (and feed the policy drifting observations), ``VecFrameStack`` changes the
     observation the policy's layout describes. Only :data:`PASS_THROUGH_WRAPPERS` are accepted; a ``Monitor`` (or
-    any gymnasium wrapper) on each sub-environment is fine.
+    any gymnasium wrapper) on each sub-environment is fine. A ``VecTransposeImage``, which SB3 adds to an env with
+    image observations, is refused for what it says: image observations, named by the env's own space.
     """
     wrapper = env
     while isinstance(wrapper, VecEnvWrapper):
+        if isinstance(wrapper, VecTransposeImage):
+            raise ValueError(
+                f"R2PO's policies do not take image observations, got {wrapper.venv.observation_space} (the env's "
+                "observation space; SB3 wraps an image env in VecTransposeImage): use an env with vector observations "
+                "(Box, MultiDiscrete, MultiBinary) or Discrete ones."
+            )
         if not isinstance(wrapper, PASS_THROUGH_WRAPPERS):
             allowed = ", ".join(w.__name__ for w in PASS_THROUGH_WRAPPERS)
             raise ValueError(
@@ -147,6 +176,104 @@ def check_vec_env(env: VecEnv) -> None:
                 f"accepted: {allowed})."
             )
         wrapper = wrapper.venv
+    if cap is not None:
+        cap_episodes(env, cap)
+
+
+CAPPED = "r2po_episode_cap"
+"""The step info key by which :class:`EpisodeCap` says that it cut the episode at R2PO's cap."""
+
+
+def _time_limit_class() -> type[gym.Wrapper]:
+    """gymnasium's ``TimeLimit`` as its module holds it now, which pickles by name into a ``SubprocVecEnv`` worker:
+    importing rl_zoo3 replaces it there by a subclass (``PatchedTimeLimit``, which the envs it makes use), so the class
+    imported before that no longer pickles."""
+    import gymnasium.wrappers.common
+
+    return gymnasium.wrappers.common.TimeLimit  # type: ignore[no-any-return]
+
+
+class EpisodeCap(TimeLimit):
+    """
+    R2PO's episode cap as a gymnasium ``TimeLimit``, put beneath a sub-environment's ``Monitor`` by
+    :func:`cap_episodes`: the Monitor logs an episode the cap cuts, as a truncation. The step that cuts says so in its
+    info (``info[CAPPED]``): R2PO records the episode as ``"capped"``, as it does where it cuts an episode itself.
+
+    :param env: The environment (without a time limit of its own).
+    :param max_episode_steps: R2PO's episode cap.
+    """
+
+    def __init__(self, env: gym.Env, max_episode_steps: int) -> None:
+        super().__init__(env, max_episode_steps)
+        self.cap, self.steps = max_episode_steps, 0
+
+    def reset(self, **kwargs: Any) -> Any:
+        """The env's reset; the step count starts again."""
+        self.steps = 0
+        return super().reset(**kwargs)
+
+    def step(self, action: Any) -> Any:
+        """The env's step, truncated at the cap; the cutting step's info says ``CAPPED``."""
+        observation, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if truncated and not terminated and self.steps >= self.cap:
+            info = {**info, CAPPED: True}
+        return observation, reward, terminated, truncated, info
+
+
+def _unlimited_monitor(env: gym.Env) -> Monitor | None:
+    """The outermost ``Monitor`` of ``env``'s wrappers when no time limit lies beneath it (its file would miss the
+    episodes R2PO's cap cuts), else ``None``."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, Monitor):
+            return None if is_wrapped(env.env, TimeLimit) else env
+        env = env.env
+    return None
+
+
+def cap_episodes(env: VecEnv | None, cap: int) -> None:
+    """
+    Let ``Monitor`` files see the episodes R2PO's episode cap cuts. R2PO ends an episode at ``cap`` steps and resets
+    the env; a ``Monitor`` logs an episode only when the env ends it, so it would never log such an episode.
+
+    In a ``DummyVecEnv`` (the one SB3 builds from an id or a gymnasium env, or the user's), an :class:`EpisodeCap`
+    goes beneath each sub-environment's ``Monitor`` that has no time limit beneath it (under a ``VecMonitor``: around
+    a sub-environment without a time limit). The sub-environments of any other VecEnv (``SubprocVecEnv``) are out of
+    R2PO's reach: where a ``Monitor`` or ``VecMonitor`` records an env without a time limit, one ``UserWarning`` names
+    ``TimeLimit`` as the fix. Through VecEnv wrappers idle sub-environments step (:func:`run_episodes`): with several
+    sub-environments and a ``Monitor`` or ``VecMonitor``, one ``UserWarning`` says that its files log more episodes.
+
+    :param env: The VecEnv R2PO trains on (``None``: nothing to do).
+    :param cap: R2PO's episode cap (``R2PO.episode_cap``).
+    """
+    if env is None:
+        return
+    base, vec_monitored = env.unwrapped, is_vecenv_wrapped(env, VecMonitor)
+    if isinstance(env, VecEnvWrapper) and env.num_envs > 1 and (vec_monitored or any(env.env_is_wrapped(Monitor))):
+        warnings.warn(
+            f"R2PO steps idle sub-environments along through VecEnv wrappers ({type(env).__name__}): their Monitor "
+            "files will also log episodes R2PO does not count. For files that match R2PO's episodes, pass the VecEnv "
+            "without wrappers (a Monitor in each env, as make_vec_env puts it).",
+            UserWarning,
+            stacklevel=3,
+        )
+    if type(base) is DummyVecEnv:
+        for i, sub_env in enumerate(base.envs):
+            if (monitor := _unlimited_monitor(sub_env)) is not None:
+                monitor.env = EpisodeCap(monitor.env, cap)
+            elif vec_monitored and not is_wrapped(sub_env, TimeLimit):  # a VecMonitor sees the sub-environment's ends
+                base.envs[i] = EpisodeCap(sub_env, cap)
+        return
+    monitored = any(env.env_is_wrapped(Monitor)) or vec_monitored
+    if monitored and not all(env.env_is_wrapped(_time_limit_class())):
+        warnings.warn(
+            f"R2PO ends an episode of this env at {cap} steps (its episode cap; the env has no time limit), but the "
+            "env's Monitor does not see that cut and never logs the episode: its Monitor file will miss them. Wrap "
+            f"each env in gymnasium.wrappers.TimeLimit(env, max_episode_steps={cap}) before the Monitor (in the "
+            "function that makes it).",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _row(x: Any) -> tuple[Any, bool]:
@@ -172,9 +299,8 @@ def _stack(rows: list[Any]) -> np.ndarray | list[Any]:
 
 
 def _overflows(rewards: list[float], reward: float) -> bool:
-    """Whether adding the finite ``reward`` makes the sum of ``rewards`` overflow."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return not np.isfinite(np.sum([*rewards, reward]))
+    """Whether adding the finite ``reward`` makes the exact sum of ``rewards`` overflow."""
+    return not math.isfinite(finite.total([*rewards, reward]))
 
 
 class _Track:
@@ -302,10 +428,22 @@ def _run_direct(
     """A plain DummyVecEnv: its sub-environments are stepped directly, which skips the VecEnv's buffer copies and
     lets idle sub-environments wait instead of stepping. Resets follow DummyVecEnv's rules (seeded first reset
     through the VecEnv, unseeded resets after that)."""
-    envs, cap = env.envs, run.cap
     obs = list(env.reset())
     run.start(obs)
-    tracks = run.tracks
+    return _run_each(env.envs, act, run, on_step, obs)
+
+
+def _env_end(terminated: bool, info: dict[str, Any]) -> EndReason:
+    """How the env ended an episode: ``"capped"`` where R2PO's :class:`EpisodeCap` cut it (it says so in ``info``)."""
+    return "terminated" if terminated else ("capped" if info.get(CAPPED, False) else "truncated")
+
+
+def _run_each(
+    envs: Sequence[Any], act: Callable[[np.ndarray], np.ndarray], run: _Evaluation, on_step: StepHook | None, obs: list[Any]
+) -> RolloutResult:
+    """Step every busy sub-environment of ``envs`` (objects with gymnasium's ``step`` and ``reset``) on its own, from
+    the observations ``obs``; an idle one waits."""
+    tracks, cap = run.tracks, run.cap
     rewards: list[float] = [0.0] * len(envs)  # this step's (an idle sub-environment's stay 0.0 and None)
     infos: list[dict[str, Any] | None] = [None] * len(envs)
     while run.running:
@@ -323,7 +461,7 @@ def _run_direct(
             if terminated or truncated:  # the env ended the episode: reset it, as DummyVecEnv's auto-reset does
                 obs[i] = envs[i].reset()[0]
                 info = {**info, "terminal_observation": next_obs, "TimeLimit.truncated": bool(truncated and not terminated)}
-                end = track.add(rows[i], next_obs, reward, "terminated" if terminated else "truncated", cap)
+                end = track.add(rows[i], next_obs, reward, _env_end(terminated, info), cap)
             else:
                 obs[i] = next_obs
                 end = track.add(rows[i], next_obs, reward, None, cap)
@@ -341,13 +479,32 @@ def _run_direct(
     return run.result()
 
 
+class _SubEnv:
+    """Sub-environment ``index`` of a VecEnv, stepped and reset alone through ``env_method`` (no auto-reset)."""
+
+    def __init__(self, env: VecEnv, index: int) -> None:
+        self.env, self.index = env, index
+
+    def step(self, action: Any) -> Any:
+        return self.env.env_method("step", action, indices=[self.index])[0]
+
+    def reset(self) -> Any:
+        return self.env.env_method("reset", indices=[self.index])[0]
+
+
 def _run_vec_env(
     env: VecEnv, act: Callable[[np.ndarray], np.ndarray], run: _Evaluation, on_step: StepHook | None
 ) -> RolloutResult:
-    """Any VecEnv, through the VecEnv API (auto-reset). Idle sub-environments step along."""
+    """Any VecEnv, through the VecEnv API (auto-reset) while every sub-environment runs a counted episode. Once one is
+    idle (no episode left to start), a bare VecEnv (``SubprocVecEnv``) steps only the busy ones, each alone
+    (:class:`_SubEnv`), so an idle one starts no episode that its ``Monitor`` would log; through VecEnv wrappers (they
+    must see every step) idle sub-environments keep stepping in lock-step."""
     obs = list(env.reset())
     run.start(obs)
+    bare = not isinstance(env, VecEnvWrapper)
     while run.running:
+        if bare and None in run.tracks:
+            return _run_each([_SubEnv(env, i) for i in range(env.num_envs)], act, run, on_step, obs)
         actions = act(_batch(obs))
         rows = np.asarray(actions).tolist()
         new_obs, vec_rewards, vec_dones, infos = env.step(actions)
@@ -360,7 +517,7 @@ def _run_vec_env(
             next_obs, env_end = new_obs[i], None
             if vec_dones[i]:
                 next_obs = infos[i].get("terminal_observation", new_obs[i])
-                env_end = "truncated" if infos[i].get("TimeLimit.truncated", False) else "terminated"
+                env_end = _env_end(not infos[i].get("TimeLimit.truncated", False), infos[i])
             end = track.add(rows[i], next_obs, rewards[i], env_end, run.cap)
             if end is not None:
                 ended.append(i)

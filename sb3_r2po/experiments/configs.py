@@ -1,8 +1,8 @@
 """
 Which hyperparameters a run gets: the zoo's hyperparameter files, as ``python -m sb3_r2po.zoo train`` reads them.
 
-Baselines read the zoo's tuned ``hyperparams/<algo>.yml``, or ours in ``zoo_configs/`` for the env ids the zoo lacks
-(:func:`sb3_r2po.zoo.resolve_train_args` picks the file). R2PO and its variants read ``zoo_configs/r2po.yml`` (the
+Baselines read the zoo's tuned ``hyperparams/<algo>.yml``, or ours in ``sb3_r2po/zoo/configs/`` for the env ids the zoo lacks
+(:func:`sb3_r2po.zoo.resolve_train_args` picks the file). R2PO and its variants read ``sb3_r2po/zoo/configs/r2po.yml`` (the
 paper's per-env settings; a variant gets the reference's own settings for the env from the entry's ``variants:``,
 :func:`sb3_r2po.zoo.settings.apply_variant`), with the run's ``llm``, ``variant`` and ``max_episodes = budget`` on top.
 """
@@ -41,7 +41,7 @@ IGNORE_STOP = ("ars",)
 def hyperparams_file(algo: str, env_id: str) -> Path:
     """
     The hyperparameter file the zoo entry point would read for ``--algo algo --env env_id``: ours
-    (``zoo_configs/<algo>.yml``) for R2PO and for the env ids we ship, the zoo's own ``hyperparams/<algo>.yml``
+    (``sb3_r2po/zoo/configs/<algo>.yml``) for R2PO and for the env ids we ship, the zoo's own ``hyperparams/<algo>.yml``
     otherwise.
     """
     resolved = resolve_train_args(["--algo", algo, "--env", env_id])
@@ -70,7 +70,7 @@ def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
 
 def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
     """
-    The settings of ``variant`` for ``env_id`` in ``zoo_configs/r2po.yml`` (the ``default`` entry for other envs): the
+    The settings of ``variant`` for ``env_id`` in ``sb3_r2po/zoo/configs/r2po.yml`` (the ``default`` entry for other envs): the
     entry with the settings its ``variants:`` mapping gives ``variant`` (the reference's own settings for a baseline or
     ablation; :func:`sb3_r2po.zoo.settings.apply_variant`), without the mapping itself.
 
@@ -79,7 +79,7 @@ def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
     """
     path = config_file(ALGO_NAME)
     if path is None:
-        raise FileNotFoundError("zoo_configs/r2po.yml not found")
+        raise FileNotFoundError("sb3_r2po/zoo/configs/r2po.yml not found")
     return apply_variant(zoo_entry(path, env_id), variant)[0]
 
 
@@ -107,7 +107,7 @@ def method_algo(method: str) -> str:
 def episode_cap(env_id: str, variant: str | None = None) -> tuple[int, bool]:
     """
     The episode length cap of an R2PO ``variant`` (``None``: R2PO's entry, the cap of the comparison's baselines) in
-    ``zoo_configs/r2po.yml``: the ``max_episode_steps`` of its ``env_kwargs`` (which replaces the env's time limit;
+    ``sb3_r2po/zoo/configs/r2po.yml``: the ``max_episode_steps`` of its ``env_kwargs`` (which replaces the env's time limit;
     the reference's 100 steps of six Maze variants), else the env's own time limit, else its ``max_episode_steps``
     (default 1000), which every method then gets as a ``TimeLimit``.
 
@@ -146,7 +146,7 @@ def r2po_overrides(
     prompts: str | None = None,
 ) -> dict[str, Any]:
     """
-    The R2PO hyperparameters set on top of ``zoo_configs/r2po.yml``: the LLM, the variant, the budget and, when
+    The R2PO hyperparameters set on top of ``sb3_r2po/zoo/configs/r2po.yml``: the LLM, the variant, the budget and, when
     ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its ten prompt parameters. They win over the
     file's settings for the variant (its ``variants:`` entry), as ``--hyperparams`` do in the zoo. The budget is an
     episode budget, the same for every algorithm of a comparison: ``max_episodes = budget`` stops the run, and

@@ -1,8 +1,9 @@
 """
 Grids of runs: the product of envs, methods and seeds (:func:`grid`), and the named grids (:data:`GRIDS`): ``paper``,
-the R2PO paper's ten environments (R2PO_METHOD.md section 5), five seeds, R2PO with every variant (its baselines and
-ablations) and the SB3 algorithms of the paper's comparison, each at the paper's budget; with the published numbers
-(section 6) that :func:`sb3_r2po.experiments.report.paper_table` prints beside ours.
+the ten environments of the R2PO paper (arXiv 2605.08315), ten seeds (the paper's ten runs), R2PO with every variant
+(its baselines and ablations) and the SB3 algorithms of the paper's comparison, each at the paper's budget; with the
+published numbers (the paper's table of mean return across training) that
+:func:`sb3_r2po.experiments.report.paper_table` prints beside ours.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ PAPER_ENVS: tuple[str, ...] = (
 )
 """The paper's ten environments."""
 
-PAPER_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
-"""Seeds of the ``paper`` grid."""
+PAPER_SEEDS: tuple[int, ...] = tuple(range(10))
+"""Seeds of the ``paper`` grid: ten, the paper's count of runs per method."""
 
 PAPER_BUDGET = 4000
 """Training episodes of a baseline run in the ``paper`` grid; an R2PO method gets 4000 after its own warm-up (the
-``max_episodes`` of its entry in ``zoo_configs/r2po.yml``)."""
+``max_episodes`` of its entry in ``sb3_r2po/zoo/configs/r2po.yml``)."""
 
 PAPER_BASELINES: dict[str, tuple[str, ...]] = {
     "discrete": ("ppo", "a2c", "dqn", "trpo"),
@@ -60,7 +61,8 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     env_id: {"props": props, "props_plus": plus, "sb3": (sb3[0], sb3[1:]), "r2po": r2po, "best": best}
     for env_id, props, plus, sb3, r2po, best in _PUBLISHED_ROWS
 }
-"""The paper's published results (R2PO_METHOD.md section 6; 10 runs each): per env, the mean return across training
+"""The paper's published results (arXiv 2605.08315, its table of mean return across training; 10 runs each): per env,
+the mean return across training
 (mean +- std over runs) of ProPS, ProPS+, the best SB3 algorithm (the paper's protocol charged 20 evaluation episodes
 after every training episode) and R2PO, and R2PO's best iteration (``None``: not published)."""
 
@@ -97,7 +99,7 @@ PAPER_POLICY_RUNS: tuple[tuple[str, str, int, int, dict[str, Any]], ...] = (
 )
 """The reference's runs of its nonlinear policies: env, method, warm-up episodes, the seed base of the projections
 (``projection_seed`` = base + run index, the index counted from 1: seed ``s`` of the grid is run ``s + 1``) and the
-settings on top of the method's entry in ``zoo_configs/r2po.yml``. Each runs 200 iterations of K = 20 episodes after
+settings on top of the method's entry in ``sb3_r2po/zoo/configs/r2po.yml``. Each runs 200 iterations of K = 20 episodes after
 its warm-up, with the target 250 and the step 0.1 of the method's entry."""
 
 PAPER_POLICY_ITERATIONS = 200

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.experiments.configs import R2PO_METHODS
-from sb3_r2po.experiments.stats import episodes_cell, iteration_figures, mean_std, run_label, summarize, threshold_cell
+from sb3_r2po.experiments.stats import (
+    episodes_cell,
+    interval_note,
+    iqm_cell,
+    iteration_figures,
+    mean_std,
+    run_label,
+    summarize,
+    threshold_cell,
+)
 
 VERSIONS = ("sb3-r2po", "stable-baselines3", "sb3-contrib", "rl_zoo3", "gymnasium", "torch", "numpy")
 """Packages whose versions are written next to the tables."""
@@ -35,13 +44,15 @@ def versions() -> str:
 
 
 def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> str:
-    """The markdown table of one env's runs (``runs.json`` records): one row per method, mean +- std over its seeds."""
+    """The markdown table of one env's runs (``runs.json`` records): one row per method, each return figure as
+    mean +- std over its seeds and as IQM [95 % CI] (:func:`~sb3_r2po.experiments.stats.iqm_cell`) beside it."""
     methods = list(dict.fromkeys(run_label(r) for r in runs))
     target = "n/a" if threshold is None else f"{threshold:g}"
     lines = [
-        f"| method | training episodes | mean return over training | best ({window}-ep. rolling mean) "
-        f"| final (last {window} ep.) | episodes to {target} (seeds reaching it) | wall time per run (s) |",
-        "|---|---|---|---|---|---|---|",
+        f"| method | training episodes | mean return over training | IQM [95 % CI] | best ({window}-ep. rolling mean) "
+        f"| IQM [95 % CI] | final (last {window} ep.) | IQM [95 % CI] | episodes to {target} (seeds reaching it) "
+        "| wall time per run (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method in methods:
         mine = [r for r in runs if run_label(r) == method]
@@ -50,8 +61,11 @@ def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> s
             method,
             episodes_cell([len(r["returns"]) for r in mine]),
             mean_std([s["mean"] for s in stats]),
+            iqm_cell([s["mean"] for s in stats]),
             mean_std([s["best"] for s in stats]),
+            iqm_cell([s["best"] for s in stats]),
             mean_std([s["final"] for s in stats]),
+            iqm_cell([s["final"] for s in stats]),
             "n/a" if threshold is None else threshold_cell([s["to_threshold"] for s in stats]),
             mean_std([r["wall_time_s"] for r in mine]),
         ]
@@ -65,12 +79,14 @@ def _short(path: str) -> str:
     return f"{p.parent.name}/{p.name}"
 
 
-def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str) -> list[str]:
-    """The lines of one env's part of ``results.md``: title, table, curves, definitions and settings.
+def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str, intervals: str | None = None) -> list[str]:
+    """The lines of one env's part of ``results.md``: title, table, figures, definitions and settings.
 
     :param s: The settings of the comparison for this env (``env``, ``methods``, ``threshold``, ``episode_cap``, ...).
     :param runs: The env's runs (``runs.json`` records).
     :param curves: The file name of the env's learning curves.
+    :param intervals: The file name of the env's interval figure (:func:`~sb3_r2po.experiments.plots.plot_intervals`;
+        ``None``: none).
     """
     window, threshold = s["window"], s["threshold"]
     methods = list(dict.fromkeys(run_label(r) for r in runs))
@@ -81,7 +97,10 @@ def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str) -> l
         "",
         f"![learning curves]({curves})",
         "",
-        f"Mean +- std over seeds {s['seeds']} (population std). Every method is charged only for the episodes it "
+        *([f"![IQM and 95 % confidence intervals]({intervals})", ""] if intervals else []),
+        f"Mean +- std over seeds {s['seeds']} (population std). "
+        + interval_note([sum(run_label(r) == m for r in runs) for m in methods])
+        + " Every method is charged only for the episodes it "
         "trains on; evaluation episodes are not charged (unlike the paper's SB3 protocol, where 20 evaluation "
         "episodes after every training episode counted towards the budget).",
         "",
@@ -109,7 +128,8 @@ def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str) -> l
         lines.append(f"| {method} | {first['algo']} (`{file}`) | {first['horizon']:,} steps | {shown} |")
     own_caps = s.get("variant_episode_caps") or {}
     own = "".join(
-        f"; {m} {c} steps (its own cap in the reference, `variants:` of `zoo_configs/r2po.yml`)" for m, c in own_caps.items()
+        f"; {m} {c} steps (its own cap in the reference, `variants:` of `sb3_r2po/zoo/configs/r2po.yml`)"
+        for m, c in own_caps.items()
     )
     lines += [
         "",
@@ -142,18 +162,20 @@ def _llm_lines(s: dict[str, Any], methods: Sequence[str]) -> list[str]:
     return lines
 
 
-def compare_report(result: dict[str, Any], curves: dict[str, str]) -> str:
+def compare_report(result: dict[str, Any], curves: dict[str, str], intervals: dict[str, str] | None = None) -> str:
     """
     The markdown report (``results.md``) of a comparison: one section per env, then the wall time and the command.
 
     :param result: ``runs.json``'s data (``settings``, ``runs``, ``command``, ``versions``, ``wall_time_s``).
     :param curves: The learning-curve file of each env.
+    :param intervals: The interval figure of each env (``None``: none).
     """
     lines: list[str] = []
     for env_id, settings in env_settings(result["settings"]).items():
         if lines:
             lines.append("")
-        lines += env_section(settings, [r for r in result["runs"] if r.get("env", env_id) == env_id], curves[env_id])
+        runs = [r for r in result["runs"] if r.get("env", env_id) == env_id]
+        lines += env_section(settings, runs, curves[env_id], (intervals or {}).get(env_id))
     lines += ["", f"Total wall time: {result['wall_time_s']:.0f} s.", "", "## Reproduce", "", "```bash"]
     lines += [result["command"], "```", "", result["versions"]]
     return "\n".join(lines) + "\n"
@@ -188,14 +210,18 @@ def paper_table(
     - **episodes to threshold**: training episodes until the ``window``-episode rolling mean of the training returns
       first reaches the env's threshold.
 
+    Ours: mean +- std over seeds, and the IQM [95 % CI] over seeds beside it
+    (:func:`~sb3_r2po.experiments.stats.iqm_cell`); published: mean +- std over the paper's 10 runs.
+
     :param runs: ``runs.json`` records of R2PO methods (with ``iteration_returns``) and baselines.
     :param window: The rolling-mean window.
     :param thresholds: The threshold of each env.
     :param published: The published numbers per env (:data:`sb3_r2po.experiments.grids.PUBLISHED`).
     """
     lines = [
-        "| env | method | seeds | mean return | published | best | published best | episodes to threshold |",
-        "|---|---|---|---|---|---|---|---|",
+        "| env | method | seeds | mean return | IQM [95 % CI] | published | best | IQM [95 % CI] | published best "
+        "| episodes to threshold |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for env_id in dict.fromkeys(r["env"] for r in runs):
         paper = published.get(env_id, {})
@@ -219,7 +245,8 @@ def paper_table(
             if sb3 is not None and sb3[0] == method:
                 mean_published = _published(sb3[1], " (best SB3)")
             best_published = "-" if method != "r2po" or paper.get("best") is None else f"{paper['best']:g}"
-            cells = [env_id, method, str(len(seeds)), mean_std(means), mean_published, mean_std(bests), best_published]
+            cells = [env_id, method, str(len(seeds)), mean_std(means), iqm_cell(means), mean_published]
+            cells += [mean_std(bests), iqm_cell(bests), best_published]
             cells.append("n/a" if threshold is None else f"{threshold_cell(reach)} to {threshold:g}")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -228,6 +255,7 @@ def paper_table(
 def paper_document(paper: str, result: dict[str, Any]) -> str:
     """``paper.md``: the :func:`paper_table` ``paper`` of a comparison's ``result`` with its definitions and command."""
     s = result["settings"]
+    counts = [len(group) for group in _by_env_and_label(result["runs"]).values()]
     lines = [
         "# The paper's table: ours beside the published numbers",
         "",
@@ -239,9 +267,12 @@ def paper_document(paper: str, result: dict[str, Any]) -> str:
         f"{s['window']}-episode rolling mean. **episodes to threshold**: training episodes until the {s['window']}-episode "
         "rolling mean of the training returns first reaches the threshold (mean +- std over the seeds that did).",
         "",
-        "Published (R2PO_METHOD.md section 6, 10 runs each): mean return across training of ProPS, ProPS+, R2PO and "
-        "the best SB3 algorithm of the paper, whose protocol charged 20 evaluation episodes after every training "
-        "episode (about 190 training episodes of 4000); ours charges training episodes only. Best: R2PO's best iteration.",
+        interval_note(counts or [0]),
+        "",
+        "Published (the R2PO paper, arXiv 2605.08315: its table of mean return across training, mean +- std over 10 "
+        "runs each): ProPS, ProPS+, R2PO and the best SB3 algorithm of the paper, whose protocol charged 20 evaluation "
+        "episodes after every training episode (about 190 training episodes of 4000); ours charges training episodes "
+        "only. Published best: R2PO's best iteration, as the paper reports it.",
     ]
     if str(s["llm"]).split(":")[0] == "example":
         lines += ["", "**`example` is not an LLM**: these R2PO numbers say nothing about what a language model achieves."]
@@ -249,27 +280,39 @@ def paper_document(paper: str, result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _by_env_and_label(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The runs of each (env, row label) of the paper table."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["env"], run_label(run)), []).append(run)
+    return groups
+
+
 # --------------------------------------------------------------------------- the ablation report
 
 
 def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
-    """The markdown report of an ablation (``python -m sb3_r2po.ablate``'s run records)."""
+    """The markdown report of an ablation (``python -m sb3_r2po.ablate``'s run records): per figure, a table of
+    mean +- std over seeds and one of the IQM [95 % CI] over seeds (:func:`~sb3_r2po.experiments.stats.iqm_cell`)."""
     from sb3_r2po.diagnostics import salience_summary, salience_table
 
     envs = list(dict.fromkeys(r["env"] for r in runs))
     variants = list(dict.fromkeys(r["variant"] for r in runs))
     lines: list[str] = []
     for title, key in (("Mean return over iterations", "mean_return"), ("Best iteration", "best_return")):
-        lines += [
-            f"## {title} (mean +- std over seeds)",
-            "",
-            "| env | " + " | ".join(variants) + " |",
-            "|---|" + "---|" * len(variants),
-        ]
-        for env in envs:
-            cells = [mean_std([r[key] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
-            lines.append(f"| {env} | " + " | ".join(cells) + " |")
-        lines.append("")
+        for over, cell in (("mean +- std over seeds", mean_std), ("IQM [95 % CI] over seeds", iqm_cell)):
+            lines += [
+                f"## {title} ({over})",
+                "",
+                "| env | " + " | ".join(variants) + " |",
+                "|---|" + "---|" * len(variants),
+            ]
+            for env in envs:
+                cells = [cell([r[key] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
+                lines.append(f"| {env} | " + " | ".join(cells) + " |")
+            lines.append("")
+    counts = [sum(r["env"] == env and r["variant"] == v for r in runs) for env in envs for v in variants]
+    lines += [interval_note([c for c in counts if c] or [0]), ""]
     lines += ["## Salience diagnostics (all envs and seeds pooled)", ""]
     pooled = {}
     for v in variants:
@@ -281,7 +324,8 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
         "",
         "## Settings",
         "",
-        f"Seeds {seeds}. Each env's entry of `zoo_configs/r2po.yml` with the variant's own settings (its `variants:`, "
+        f"Seeds {seeds}. Each env's entry of `sb3_r2po/zoo/configs/r2po.yml` with the variant's own settings "
+        "(its `variants:`, "
         "the reference's) and the command's options on top; `max_episodes` is the budget of a run, warm-up included:",
         "",
     ]

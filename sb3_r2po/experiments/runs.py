@@ -8,7 +8,8 @@ How a run is built and measured:
    <algo> --env <env>`` builds them, from the hyperparameter file :func:`~sb3_r2po.experiments.configs.hyperparams_file`
    picks. So ``n_envs``, ``normalize``, ``policy_kwargs``, ``env_wrapper``, ``env_kwargs``, ``frame_stack`` and
    schedules such as ``lin_7.3e-4`` mean what they mean in the zoo. R2PO (and its variants) reads
-   ``zoo_configs/r2po.yml`` with ``llm``, ``variant``, ``max_episodes = budget`` and the spec's ``settings`` set on top.
+   ``sb3_r2po/zoo/configs/r2po.yml`` with ``llm``, ``variant``, ``max_episodes = budget`` and the spec's ``settings`` set
+   on top.
    The ``callback`` entries of the files are ignored: :class:`~sb3_r2po.experiments.budget.EpisodeBudget` replaces them.
 2. **Training episodes** are read from the ``Monitor`` of every sub-environment of the training env
    (:class:`~sb3_r2po.experiments.budget.EpisodeBudget`). ARS and R2PO run every episode on the training env, so all
@@ -93,7 +94,7 @@ class RunSpec:
     :param budget: Training episodes.
     :param llm: The llm string (R2PO methods only; ``None`` for a baseline, whatever is given). When a built backend
         answers the run (:func:`run_one`'s ``llm``), the string names it.
-    :param settings: R2PO keyword overrides on top of ``zoo_configs/r2po.yml`` (JSON-able values), as ``(key, value)``
+    :param settings: R2PO keyword overrides on top of ``sb3_r2po/zoo/configs/r2po.yml`` (JSON-able values), as ``(key, value)``
         pairs sorted by key; a mapping is accepted and sorted.
     """
 

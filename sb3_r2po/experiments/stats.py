@@ -11,11 +11,18 @@ Over the training-episode returns of one run, in the order the episodes ended:
 
 Over R2PO's history (the paper's figures): the mean over iterations of the kept candidates' K-episode means, and the
 best iteration (:func:`iteration_figures`).
+
+Over the runs of a method (its seeds), each figure is reported twice: mean +- std (:func:`mean_std`) and the
+interquartile mean with its 95 % stratified bootstrap confidence interval (:func:`iqm_interval`, :func:`iqm_cell`;
+the ``rliable`` library, installed with the ``zoo`` extra), with a fixed random state so that a result always gives
+the same report.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,6 +84,100 @@ def mean_std(values: Sequence[float]) -> str:
     """``"mean +- std"`` of ``values`` (population std), two decimals: one cell of the reports' tables."""
     arr = np.asarray(values, dtype=np.float64)
     return f"{arr.mean():.2f} +- {arr.std():.2f}"
+
+
+BOOTSTRAP_REPS = 2000
+"""Bootstrap resamples of an interval (:func:`iqm_interval`)."""
+
+BOOTSTRAP_SEED = 0
+"""Seed each interval's bootstrap starts from (:func:`iqm_interval`): one result, one report."""
+
+CONFIDENCE = 0.95
+"""Coverage of the intervals."""
+
+
+def _rliable() -> tuple[Any, Any]:
+    """rliable's ``library`` and ``metrics`` modules, imported when an interval is computed (an optional dependency)."""
+    try:
+        from rliable import library, metrics  # type: ignore[import-untyped]
+    except ImportError as error:
+        raise ImportError(
+            "the reports' confidence intervals need rliable, installed with the zoo extra: pip install 'sb3-r2po[zoo]'"
+        ) from error
+    return library, metrics
+
+
+def iqm_interval(
+    values: Sequence[float] | np.ndarray, reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float, float]:
+    """
+    The interquartile mean of one figure over runs (the mean of the middle 50 %: ``scipy.stats.trim_mean(values,
+    0.25)``, rliable's ``aggregate_iqm``) and its :data:`CONFIDENCE` stratified bootstrap confidence interval over the
+    runs (rliable's ``get_interval_estimates``, percentile method, one task).
+
+    :param values: The figure of each run.
+    :param reps: Bootstrap resamples.
+    :param seed: Seed of the bootstrap's resampling (numpy's global generator, which rliable draws from, seeded for the
+        call and restored after it): the same values always give the same interval.
+    :return: ``(iqm, low, high)``; all three NaN when there is no value or a value is not finite. With one run the
+        interval is the point itself (a resample of one run is that run).
+    """
+    figures = tuple(float(v) for v in np.asarray(values, dtype=np.float64).ravel())
+    if not figures or not all(math.isfinite(v) for v in figures):
+        return math.nan, math.nan, math.nan
+    return _bootstrap(figures, reps, seed)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bootstrap(figures: tuple[float, ...], reps: int, seed: int) -> tuple[float, float, float]:
+    """:func:`iqm_interval` of finite ``figures``, kept for the next table or figure that shows the same values (about
+    0.2-0.5 s a call: rliable's bootstrap calls the IQM once per resample)."""
+    scores = np.asarray(figures, dtype=np.float64).reshape(-1, 1)  # (runs, tasks): one task
+    library, metrics = _rliable()
+    # rliable's StratifiedBootstrap draws its resamples from numpy's global generator whatever random_state it gets:
+    # seed that for the call and give the caller's state back afterwards
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        with warnings.catch_warnings():  # arch (under rliable) deprecates random_state in favour of a Generator
+            warnings.simplefilter("ignore", FutureWarning)
+            points, intervals = library.get_interval_estimates(
+                {"runs": scores},
+                lambda x: np.array([metrics.aggregate_iqm(x)]),
+                reps=reps,
+                confidence_interval_size=CONFIDENCE,
+                random_state=np.random.RandomState(seed),
+            )
+    finally:
+        np.random.set_state(state)
+    low, high = np.asarray(intervals["runs"], dtype=np.float64).ravel()[:2]
+    return float(np.asarray(points["runs"]).ravel()[0]), float(low), float(high)
+
+
+def iqm_cell(values: Sequence[float]) -> str:
+    """``"iqm [low, high]"`` of :func:`iqm_interval` over ``values``, two decimals, ``(1 run)`` appended when the
+    interval rests on one run (a point, no interval); ``n/a`` without finite values: one cell of the reports' tables."""
+    iqm, low, high = iqm_interval(values)
+    if math.isnan(iqm):
+        return "n/a"
+    return f"{iqm:.2f} [{low:.2f}, {high:.2f}]" + (" (1 run)" if len(values) == 1 else "")
+
+
+def interval_note(runs: int | Sequence[int]) -> str:
+    """The sentence a report gives its intervals: what they are and how many runs each rests on (``runs``: the count
+    per method, or one count)."""
+    counts = sorted({runs} if isinstance(runs, int) else set(runs))
+    shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    note = (
+        f"IQM [95 % CI]: the interquartile mean over the runs (seeds) of a method, {shown} "
+        f"{'run' if counts == [1] else 'runs'} each, with its 95 % stratified bootstrap confidence interval (rliable, "
+        f"percentile method, {BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED})."
+    )
+    if counts[0] == 1:
+        note += " With one run a cell is that run's figure and its interval the point itself, marked (1 run): no interval."
+    elif counts[0] < 5:
+        note += f" With {counts[0]} runs an interval shows their spread, not where further seeds would fall."
+    return note
 
 
 def episodes_cell(counts: list[int]) -> str:

@@ -47,7 +47,7 @@ class BatchingBackend:
     batches of ``inner``.
 
     Which calls share a batch depends on timing; the replies of a deterministic (greedy) ``inner`` do not, except
-    for the small numerical effect of padding in a batched ``generate`` (see ``docs/scaling.md``).
+    for the small numerical effect of padding in a batched ``generate`` (see the Scaling page of the documentation).
 
     :param inner: The backend (or ``llm`` string, or callable) that answers.
     :param max_batch: The largest batch sent at once (``None``: every waiting call).

@@ -5,7 +5,7 @@ the free memory it needs.
 (:func:`adaptive_threads`), and llama.cpp's OpenMP threads spin only briefly at barriers (:func:`set_spin_count`):
 both keep generation from collapsing when other processes share the cores. llama.cpp builds with AMX kernels get
 their "extra buffer types" turned off (they crashed on the AMX machine this was tested on;
-:func:`llama_build_has_amx`, :func:`model_params_override`). See ``docs/embedded.md``.
+:func:`llama_build_has_amx`, :func:`model_params_override`). See the embedded CPU model page of the documentation.
 
 Nothing here imports ``llama_cpp`` at module level.
 """
@@ -108,7 +108,7 @@ def adaptive_threads(max_threads: int) -> int:
     Threads for the next call: ``max_threads`` on an idle machine, one fewer for each other running task,
     at least one. llama.cpp's threads meet at hundreds of barriers per token, so when the cores are
     oversubscribed every barrier waits for a descheduled thread, and fewer threads generate faster (the thread
-    measurements of docs/embedded.md).
+    measurements on the embedded CPU model page of the documentation).
     """
     busy = busy_cpus()
     if busy is None:

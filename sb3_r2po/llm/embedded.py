@@ -15,8 +15,8 @@ the grammar is checked only against the token greedy decoding picks, and, when i
 best ones (the whole vocabulary only when none of the 64 best decides: :class:`~sb3_r2po.llm.grammar.GreedyGrammar`):
 the same replies as llama-cpp-python's own grammar
 sampler, which applies it to every token at every step, at a fraction of its cost (``grammar_first=True`` restores
-that; measurements: ``docs/performance.md``). Where the grammar allows one token alone (``forced_tokens=True``,
-default), that token is not decoded on its own: it is evaluated in one batch with the token before it
+that; measurements: the Performance page of the documentation). Where the grammar allows one token alone
+(``forced_tokens=True``, default), that token is not decoded on its own: it is evaluated in one batch with the token before it
 (:func:`forcing_generate`).
 
 **Cut-off replies.** A reply that hits ``max_tokens`` (llama.cpp's ``finish_reason == "length"``; only
@@ -30,12 +30,14 @@ cut reply), or which it rejects with ``reject_cut_off_replies``.
 only from where it departs from the longest prefix any of them processed: R2PO's Search call reuses the previous
 Search call's prefix although a Critic call came between them. Every reply counts the prompt tokens it did not
 evaluate (:attr:`~sb3_r2po.llm.base.ChatReply.prompt_tokens_cached`; without the cache llama.cpp still reuses what the
-prompt shares with the call just before). Measured savings and how often replies differ: ``docs/performance.md``.
+prompt shares with the call just before). Measured savings and how often replies differ: the Performance page of the
+documentation.
 
 **CPU threads.** By default the thread count is chosen before every call from the CPUs that are free at
 that moment, and llama.cpp's OpenMP threads spin only briefly at barriers: both keep generation from
 collapsing when other processes share the cores. llama.cpp builds with AMX kernels get their "extra
-buffer types" turned off (they crashed on the AMX machine this was tested on). See ``docs/embedded.md``.
+buffer types" turned off (they crashed on the AMX machine this was tested on). See the embedded CPU model page of
+the documentation.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def forcing_generate(llm: Any, greedy: GreedyGrammar) -> Callable[..., Iterator[
 
     Every token of a reply is the one greedy decoding under the grammar picks, up to llama.cpp's rounding, which
     depends on how the tokens are batched and on the context's layout (how often replies differed:
-    ``docs/performance.md``).
+    the Performance page of the documentation).
 
     :param llm: The loaded ``llama_cpp.Llama``.
     :param greedy: The grammar the completion decodes under (its logits processor), reset for this reply.
@@ -170,7 +172,7 @@ class EmbeddedBackend(TransientState):
     :param grammar: Whether to decode under a parameter grammar once :meth:`constrain` was called.
     :param reply_style: The reply shape the grammar enforces: ``"list"`` (``params: [v0, v1, ...]``, the
         default: 52 generated tokens for 10 parameters against 89, equally reliable in the measurements of
-        ``docs/embedded.md``, also under prompts that ask for the other shape) or ``"indexed"``
+        the embedded CPU model page of the documentation, also under prompts that ask for the other shape) or ``"indexed"``
         (``params[0]: v, params[1]: v, ...``). R2PO's parser reads both.
     :param grammar_first: Apply the grammar to every token of the vocabulary at every step, as llama-cpp-python does.
         ``False`` (default): at temperature 0, check it against the greedy token only (the same replies, see the module's
@@ -189,8 +191,8 @@ class EmbeddedBackend(TransientState):
         ``GOMP_SPINCOUNT`` before ``llama_cpp`` is first imported (libgomp reads it once), unless the user
         set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``; ``None`` keeps OpenMP's default (a long spin). 3000
         (default) keeps most of the idle generation speed and loses less than the default when another process is
-        busy; ``0`` sleeps at once (measurements: ``docs/embedded.md``). No effect when ``llama_cpp`` was imported
-        before the first model load.
+        busy; ``0`` sleeps at once (measurements: the embedded CPU model page of the documentation). No effect when
+        ``llama_cpp`` was imported before the first model load.
     :param llama: An already loaded ``llama_cpp.Llama`` to answer with instead of loading the model file of ``size``:
         nothing is joined, checked or loaded for it, and ``n_ctx``, ``extra_buffers`` and ``spin_count`` do not apply
         to it (with ``n_threads`` given, it keeps its own thread count). Without a grammar and with ``n_threads``

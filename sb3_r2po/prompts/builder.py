@@ -261,7 +261,13 @@ class PromptBuilder:
         if reply_style not in REPLY_STYLES:
             raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
         self.reply_style: ReplyStyle = reply_style
-        self.env = template_environment(None if template_dir is None else os.path.abspath(template_dir))
+        self.template_dir = None if template_dir is None else os.path.abspath(template_dir)
+
+    @property
+    def env(self) -> jinja2.Environment:
+        """The Jinja2 environment of the templates (:func:`template_environment`, one per directory in a process): not
+        held by the builder, so that a builder, and a model holding one, pickles and deep-copies."""
+        return template_environment(self.template_dir)
 
     def _render(self, name: str, **values: Any) -> str:
         text = self.env.get_template(name).render(**values)

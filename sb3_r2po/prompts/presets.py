@@ -18,8 +18,7 @@ of them (or a compressed history) the Critic's sections are ordered for prefix r
 run first (the reply layout among it), the history next, the proposal and its test last
 (:class:`~sb3_r2po.prompts.builder.PromptContext`'s ``reuse_order``).
 
-Measured sizes and results of each preset: ``docs/performance.md`` (``benchmarks/prompt_tokens.py`` and
-``benchmarks/prompt_settings.py``).
+Measured sizes and results of each preset: the Performance page of the documentation.
 """
 
 from __future__ import annotations

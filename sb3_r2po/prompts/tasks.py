@@ -21,8 +21,8 @@ class TaskDescription:
     What the LLM is told about an environment.
 
     :param summary: One or two sentences: the goal.
-    :param observations: One line per observation dimension (``Box``), or a single line describing the
-        state index (``Discrete``).
+    :param observations: One line per observation dimension (``Box``, ``MultiDiscrete``, ``MultiBinary``: flattened), or
+        a single line describing the state index (``Discrete``).
     :param actions: One line per discrete action, or per action dimension for ``Box`` actions.
     :param reward: How reward is given.
     :param episode_end: When an episode ends.
@@ -65,6 +65,14 @@ def generic_task_description(observation_space: spaces.Space, action_space: spac
     elif isinstance(observation_space, spaces.Discrete):
         first = int(observation_space.start)
         observations = (f"the state is an integer index in {first}..{first + int(observation_space.n) - 1}",)
+    elif isinstance(observation_space, spaces.MultiDiscrete):
+        nvec = observation_space.nvec.reshape(-1).tolist()
+        starts = np.broadcast_to(observation_space.start, observation_space.shape).reshape(-1).tolist()
+        observations = tuple(
+            f"s[{i}]: an integer in {first}..{first + n - 1}" for i, (n, first) in enumerate(zip(nvec, starts, strict=True))
+        )
+    elif isinstance(observation_space, spaces.MultiBinary):
+        observations = tuple(f"s[{i}]: 0 or 1" for i in range(int(np.prod(observation_space.shape))))
     else:
         observations = (str(observation_space),)
     if isinstance(action_space, spaces.Discrete):

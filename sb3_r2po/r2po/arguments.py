@@ -9,11 +9,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from gymnasium import spaces
 
 from sb3_r2po.common.parameters import REPLY_STYLES
 from sb3_r2po.common.rollouts import check_vec_env
 from sb3_r2po.llm.resolve import check_llm_spec
 from sb3_r2po.prompts.builder import PROMPT_LAYOUTS
+from sb3_r2po.r2po.policies import CompactPolicy
 from sb3_r2po.variants import get_variant
 from sb3_r2po.zoo.settings import WITHOUT_TABLE
 
@@ -62,12 +64,18 @@ def check_path(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a path (str or os.PathLike) or None, got {value!r}")
 
 
-def check_policy(policy: Any, aliases: Mapping[str, type]) -> None:
-    """Raise a ``ValueError`` unless ``policy`` is one of the policy names or a policy class."""
+def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None) -> None:
+    """Raise a ``ValueError`` unless ``policy`` is one of the policy names or a policy class, or when it does not take
+    the observation space of ``env`` (an env or a VecEnv; an env id is checked once made): before SB3 wraps the env,
+    so that the error names the env's own space, not a wrapper SB3 adds (``VecTransposeImage`` for images)."""
     if isinstance(policy, str) and policy not in aliases:
         raise ValueError(f"Unknown policy {policy!r}; R2PO accepts {sorted(aliases)} or a CompactPolicy class")
     if not isinstance(policy, (str, type)):
         raise ValueError(f"policy must be one of {sorted(aliases)} or a CompactPolicy class, got {policy!r}")
+    policy_class = aliases[policy] if isinstance(policy, str) else policy
+    space = getattr(env, "observation_space", None)
+    if isinstance(space, spaces.Space) and issubclass(policy_class, CompactPolicy):
+        policy_class.check_observation_space(space)
 
 
 def check_budget(

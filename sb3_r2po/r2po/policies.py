@@ -1,14 +1,18 @@
 """Compact policies whose flat parameter vector an LLM can read and write.
 
-- :class:`LinearPolicy` (``"MlpLinear"``): ``y = s @ W + b`` for ``Box`` observations; ``Discrete`` actions
-  take ``argmax(y)``, ``Box`` actions ``clip(y, low, high)``. Flat layout, state-major:
-  ``theta[i * act_dim + j] = W[i, j]``, then the last ``act_dim`` entries are ``b``.
+- :class:`LinearPolicy` (``"MlpLinear"``): ``y = x @ W + b`` for ``Box``, ``MultiDiscrete`` and ``MultiBinary``
+  observations, ``x`` their features as SB3 preprocesses them (the values themselves; one-hot per ``MultiDiscrete``
+  value); ``Discrete`` actions take ``argmax(y)``, ``Box`` actions ``clip(y, low, high)`` (``squash_output=True``:
+  ``tanh`` scaled into the bounds, as sb3-contrib ARS). Flat layout, feature-major:
+  ``theta[i * act_dim + j] = W[i, j]``, then the last ``act_dim`` entries are ``b`` (none with ``with_bias=False``).
 - :class:`TabularPolicy` (``"Tabular"``): ``Discrete`` observations; ``theta[s]`` is the action taken in state ``s``.
 - :class:`ProjectedMlpPolicy` (``"ProjectedMlp"``) and :class:`RandomFeaturesPolicy` (``"RandomFeatures"``): the
   reference's two compact nonlinear policies for ``Box`` observations, a two-layer tanh network decoded from a latent
   vector through fixed QR projections, and fixed random tanh features with a linear readout; their fixed matrices
   are drawn from ``projection_seed`` and kept as module buffers. Actions from ``y`` as :class:`LinearPolicy`'s.
 
+Every policy checks its observation space when built, and :meth:`CompactPolicy.check_observation_space` before SB3
+wraps the env: an unsupported one is refused naming it and the spaces that are supported (:data:`OBSERVATION_SPACES`).
 All keep ``theta`` as a float64 torch parameter (so SB3's ``save``/``load``/``set_parameters`` work and a
 round trip is exact) and act through a numpy forward that rollouts call with any candidate vector.
 """
@@ -22,13 +26,21 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.preprocessing import get_flattened_obs_dim, is_image_space
 from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_r2po.common.parameters import ParameterSpace
 
 MAX_TABULAR_STATES = 1000
 """Largest ``Discrete`` observation space a tabular policy accepts: one value per state must fit in a prompt."""
+
+
+OBSERVATION_SPACES = (
+    "R2PO's policies take Box (not an image), MultiDiscrete and MultiBinary observations ('MlpLinear'; 'ProjectedMlp' "
+    "and 'RandomFeatures': Box only) and Discrete ones ('Tabular'); Dict, Tuple, Graph, Text and image observations "
+    "are not supported"
+)
+"""The observation spaces of all policies, in the words of the error that refuses another one."""
 
 
 def _offset(name: str, offset: int) -> str:
@@ -46,7 +58,13 @@ class CompactPolicy(BasePolicy):
     :param action_space: The action space of the environment.
     :param param_bounds: Range of every parameter (continuous parameter spaces).
     :param param_decimals: Precision of every parameter, in decimals (continuous parameter spaces).
+    :param squash_output: For ``Box`` actions, whether the output ``y`` is squashed into the bounds with ``tanh``
+        (``low + (tanh(y) + 1) / 2 * (high - low)``, as sb3-contrib ARS's policies) instead of clipped; ignored for other
+        action spaces. ``predict()`` maps ``tanh(y)`` onto the bounds (SB3's ``unscale_action``).
     """
+
+    observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)
+    """The observation spaces the policy takes (a ``Box`` only when it is not an image)."""
 
     def __init__(
         self,
@@ -54,12 +72,34 @@ class CompactPolicy(BasePolicy):
         action_space: spaces.Space,
         param_bounds: tuple[float, float] = (-6.0, 6.0),
         param_decimals: int = 1,
+        squash_output: bool = False,
     ) -> None:
-        super().__init__(observation_space, action_space)
+        super().__init__(observation_space, action_space, squash_output=isinstance(action_space, spaces.Box) and squash_output)
         self.param_bounds = (float(param_bounds[0]), float(param_bounds[1]))
         self.param_decimals = int(param_decimals)
         self.parameter_space = self._make_parameter_space()
         self.theta = th.nn.Parameter(th.zeros(self.parameter_space.size, dtype=th.float64), requires_grad=False)
+
+    @classmethod
+    def check_observation_space(cls, observation_space: spaces.Space) -> None:
+        """
+        Raise a ``ValueError`` that names ``observation_space`` and the supported spaces (:data:`OBSERVATION_SPACES`)
+        unless the policy takes it (:attr:`observation_spaces`; an image ``Box``, channels first or last, never).
+        """
+        image = isinstance(observation_space, spaces.Box) and is_image_space(observation_space, check_channels=False)
+        if isinstance(observation_space, cls.observation_spaces) and not image:
+            return
+        what = "image" if image else type(observation_space).__name__
+        raise ValueError(
+            f"{cls.title()} does not support the observation space {observation_space} ({what} observations): "
+            f"{OBSERVATION_SPACES}."
+        )
+
+    @classmethod
+    def title(cls) -> str:
+        """The class's name and the short name ``R2PO`` takes for it, for messages: ``LinearPolicy ('MlpLinear')``."""
+        alias = next((name for name, policy in POLICY_ALIASES.items() if policy is cls and name != cls.__name__), None)
+        return cls.__name__ if alias is None else f"{cls.__name__} ({alias!r})"
 
     def _make_parameter_space(self) -> ParameterSpace:
         raise NotImplementedError
@@ -109,8 +149,9 @@ class CompactPolicy(BasePolicy):
     kind: ClassVar[str] = "linear"
     """What the prompts call the policy: "improving a <kind> policy" (the Critics' opening)."""
 
-    def layout_lines(self) -> tuple[str, ...]:
-        """How the flat parameters map onto the policy, in words, for prompts."""
+    def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
+        """How the flat parameters map onto the policy, in words, for prompts; ``clip``: whether training clips continuous
+        actions (the six ablations step the env with the raw output, and their prompts say so)."""
         raise NotImplementedError
 
     def summary_lines(self) -> tuple[str, ...]:
@@ -121,21 +162,56 @@ class CompactPolicy(BasePolicy):
     def forward(self, obs: PyTorchObs, deterministic: bool = True) -> th.Tensor:
         return self._predict(obs, deterministic)
 
+    def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """The outputs ``y`` (``(batch, act_dim)``, float64) of ``params`` before they become actions (policies with
+        ``Box`` actions; ``squash_output``'s ``predict()`` needs them)."""
+        raise NotImplementedError
+
     def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
         assert isinstance(observation, th.Tensor)
-        actions = self.act(observation.detach().cpu().numpy())
-        return th.as_tensor(actions)
+        observations = observation.detach().cpu().numpy()
+        if self.squash_output:  # tanh(y), which predict() maps onto the bounds, as the actor does
+            return th.as_tensor(np.tanh(self.outputs(self.get_flat())(observations)))
+        return th.as_tensor(self.act(observations))
 
 
-class LinearPolicy(CompactPolicy):
+class VectorPolicy(CompactPolicy):
     """
-    Linear policy ``y = s @ W + b`` for ``Box`` observations (see the module docstring for the layout).
+    A policy that computes ``act_dim`` outputs ``y`` from an observation (:meth:`outputs`), then its actions from ``y``:
+    the argmax for ``Discrete`` actions, ``y`` clipped to the bounds (or squashed, ``squash_output``) for ``Box``
+    actions. Subclasses set ``obs_dim`` and ``act_dim`` (:func:`_vector_dims`) before building the base class.
+    """
 
-    :param observation_space: A non-image ``Box`` (flattened).
-    :param action_space: ``Discrete`` (argmax) or a bounded ``Box`` (clipped).
+    obs_dim: int
+    act_dim: int
+
+    def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
+        return self.actor(self.get_flat() if params is None else params)(observations)
+
+    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        """The forward pass of ``params``: :meth:`outputs`, then the actions. With ``clip=False`` a ``Box`` action is
+        ``y`` itself (in the action space's dtype), not clipped (a squashed action is always inside the bounds)."""
+        outputs, to_actions = self.outputs(params), _to_actions(self.action_space, clip, self.squash_output)
+        return lambda observations: to_actions(outputs(observations))
+
+
+class LinearPolicy(VectorPolicy):
+    """
+    Linear policy ``y = x @ W + b`` (see the module docstring for the layout), sb3-contrib ARS's ``LinearPolicy``
+    with R2PO's flat layout. ``x`` is the observation as SB3's ``preprocess_obs`` gives it: a ``Box`` or ``MultiBinary``
+    observation flattened, a ``MultiDiscrete`` one as the one-hot encodings of its values, concatenated
+    (``get_flattened_obs_dim`` features).
+
+    :param observation_space: A non-image ``Box``, a ``MultiDiscrete`` (one dimension of values) or a ``MultiBinary``.
+    :param action_space: ``Discrete`` (argmax) or a bounded ``Box`` (clipped, or squashed with ``squash_output``).
     :param param_bounds: Range of every parameter.
     :param param_decimals: Precision of every parameter, in decimals.
+    :param with_bias: Whether ``y`` has the bias ``b`` (``act_dim`` parameters more), as ARS's ``with_bias``.
+    :param squash_output: For ``Box`` actions, ``tanh`` scaled into the bounds instead of clipping (see
+        :class:`CompactPolicy`).
     """
+
+    observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 
     def __init__(
         self,
@@ -143,71 +219,43 @@ class LinearPolicy(CompactPolicy):
         action_space: spaces.Space,
         param_bounds: tuple[float, float] = (-6.0, 6.0),
         param_decimals: int = 1,
+        with_bias: bool = True,
+        squash_output: bool = False,
     ) -> None:
-        if not isinstance(observation_space, spaces.Box) or is_image_space(observation_space, check_channels=False):
-            raise ValueError(
-                f"LinearPolicy ('MlpLinear') needs a non-image Box observation space, got {observation_space}. "
-                "Use 'Tabular' for Discrete observations; Dict, Tuple, MultiDiscrete, MultiBinary and image "
-                "observations are not supported."
-            )
-        if isinstance(action_space, spaces.Discrete):
-            self.act_dim = int(action_space.n)
-        elif isinstance(action_space, spaces.Box):
-            if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-                raise ValueError(f"LinearPolicy needs a bounded Box action space (actions are clipped), got {action_space}")
-            self.act_dim = int(np.prod(action_space.shape))
-        else:
-            raise ValueError(
-                f"LinearPolicy supports Discrete and bounded Box action spaces, got {action_space} "
-                "(MultiDiscrete, MultiBinary, Dict and Tuple actions are not supported)."
-            )
-        self.obs_dim = int(np.prod(observation_space.shape))
-        super().__init__(observation_space, action_space, param_bounds, param_decimals)
+        if isinstance(observation_space, spaces.MultiDiscrete) and observation_space.nvec.ndim != 1:
+            raise ValueError(f"LinearPolicy needs a MultiDiscrete observation space of one dimension, got {observation_space}")
+        self.obs_dim, self.act_dim = _vector_dims(type(self), observation_space, action_space)
+        self.with_bias = bool(with_bias)
+        super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
 
     def _make_parameter_space(self) -> ParameterSpace:
         low, high = self.param_bounds
-        return ParameterSpace(self.obs_dim * self.act_dim + self.act_dim, low=low, high=high, decimals=self.param_decimals)
+        size = self.obs_dim * self.act_dim + (self.act_dim if self.with_bias else 0)
+        return ParameterSpace(size, low=low, high=high, decimals=self.param_decimals)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return dict(super()._get_constructor_parameters(), with_bias=self.with_bias, squash_output=self.squash_output)
 
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(W, b)`` of shape ``(obs_dim, act_dim)`` and ``(act_dim,)`` from a flat vector."""
-        theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64)
+        """``(W, b)`` of shape ``(obs_dim, act_dim)`` and ``(act_dim,)`` (zeros without ``with_bias``) from a flat vector."""
+        theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
         split = self.obs_dim * self.act_dim
-        return theta[:split].reshape(self.obs_dim, self.act_dim), theta[split:]
+        return theta[:split].reshape(self.obs_dim, self.act_dim), theta[split:] if self.with_bias else np.zeros(self.act_dim)
 
-    def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        return self.actor(self.get_flat() if params is None else params)(observations)
-
-    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
-        """The forward pass of ``params``: ``y`` is computed as a C-contiguous float64 ``(batch, obs_dim)`` matrix times
-        ``W``, plus ``b``, whatever the layout of the observations given, so the actions never depend on it. With
-        ``clip=False`` a ``Box`` action is ``y`` itself (in the action space's dtype), not clipped to its bounds."""
+    def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+        """``y`` of ``params``: the features (a C-contiguous float64 ``(batch, obs_dim)`` matrix, whatever the layout of
+        the observations given, so the outputs never depend on it) times ``W``, plus ``b``."""
         w, b = (x.copy() for x in self.weights(params))
-        obs_dim = self.obs_dim
-        if isinstance(self.action_space, spaces.Discrete):
-            start = int(self.action_space.start)
+        features = _features(self.observation_space, self.obs_dim)
 
-            def discrete(observations: np.ndarray) -> np.ndarray:
-                y = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w
-                y += b
-                actions = y.argmax(axis=1)
-                if start:
-                    actions += start
-                return actions
-
-            return discrete
-        assert isinstance(self.action_space, spaces.Box)
-        low = self.action_space.low.reshape(-1).astype(np.float64)
-        high = self.action_space.high.reshape(-1).astype(np.float64)
-        dtype, shape = self.action_space.dtype, self.action_space.shape
-
-        def box(observations: np.ndarray) -> np.ndarray:
-            y = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim) @ w
+        def linear(observations: np.ndarray) -> np.ndarray:
+            y = features(observations) @ w
             y += b
-            return (y.clip(low, high) if clip else y).astype(dtype).reshape(-1, *shape)
+            return y
 
-        return box
+        return linear
 
-    def layout_lines(self) -> tuple[str, ...]:
+    def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         n, m = self.obs_dim, self.act_dim
         if isinstance(self.action_space, spaces.Discrete):
             start = int(self.action_space.start)
@@ -219,18 +267,64 @@ class LinearPolicy(CompactPolicy):
                     f"so the actions are {start}..{start + m - 1}"
                 )
         else:
-            rule = "the action is y, clipped to the action bounds"
+            rule = _output_rule(self.action_space, m, self.squash_output, clip)
+        x, inputs, names = _input_names(self.observation_space)
+        y = f"y = {x} @ W + b" if self.with_bias else f"y = {x} @ W (no bias)"
+        shapes = f"W of shape ({n}, {m}) and b of shape ({m},)" if self.with_bias else f"W of shape ({n}, {m})"
+        bias = f", and params[{n * m} + j] = b[j]." if self.with_bias else "."
         lines = [
-            f"Linear policy: y = s @ W + b, with s the {n} observation values, W of shape ({n}, {m}) "
-            f"and b of shape ({m},); {rule}.",
-            f"Layout: params[i * {m} + j] = W[i][j] (the weight from s[i] to y[j]), and params[{n * m} + j] = b[j].",
+            f"Linear policy: {y}, with {inputs}, {shapes}; {rule}.",
+            f"Layout: params[i * {m} + j] = W[i][j] (the weight from {x}[i] to y[j]){bias}",
         ]
-        for i in range(n):
+        for i, name in enumerate(names):
             idx = ", ".join(f"params[{i * m + j}]" for j in range(m))
-            lines.append(f"- {idx}: W[{i}] (weights of s[{i}])")
-        idx = ", ".join(f"params[{n * m + j}]" for j in range(m))
-        lines.append(f"- {idx}: b (bias)")
+            lines.append(f"- {idx}: W[{i}] (weights of {name})")
+        if self.with_bias:
+            idx = ", ".join(f"params[{n * m + j}]" for j in range(m))
+            lines.append(f"- {idx}: b (bias)")
         return tuple(lines)
+
+
+def _features(observation_space: spaces.Space, obs_dim: int) -> Callable[[np.ndarray], np.ndarray]:
+    """A batch of observations as the C-contiguous float64 ``(batch, obs_dim)`` features SB3's ``preprocess_obs`` makes of
+    them: the values (``Box``, ``MultiBinary``), or each value's one-hot encoding over its ``nvec`` entry, concatenated
+    (``MultiDiscrete``: a value ``v`` of a space with ``start`` is entry ``v - start``). ``ValueError`` for a
+    ``MultiDiscrete`` value outside the space (SB3's one-hot would fail on it too)."""
+    if not isinstance(observation_space, spaces.MultiDiscrete):
+        return lambda observations: np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
+    nvec = observation_space.nvec.astype(np.int64)
+    start = np.broadcast_to(np.asarray(observation_space.start, dtype=np.int64), nvec.shape)
+    offsets = np.concatenate(([0], np.cumsum(nvec)[:-1]))
+
+    def one_hot(observations: np.ndarray) -> np.ndarray:
+        values = np.asarray(observations).reshape(-1, nvec.size).astype(np.int64) - start
+        outside = (values < 0) | (values >= nvec)
+        if outside.any():
+            row = np.asarray(observations).reshape(-1, nvec.size)[np.flatnonzero(outside.any(axis=1))[0]]
+            raise ValueError(f"observation {row.tolist()} is outside the observation space {observation_space}")
+        features = np.zeros((len(values), obs_dim), dtype=np.float64)
+        np.put_along_axis(features, values + offsets, 1.0, axis=1)
+        return features
+
+    return one_hot
+
+
+def _input_names(observation_space: spaces.Space) -> tuple[str, str, list[str]]:
+    """What the linear layout calls the policy's input (``s``, or ``x`` for one-hot features), how it introduces it and
+    the name of each input value (``s[3]``, ``x[4]: 1 when s[1] = 2, one-hot over 3``)."""
+    if isinstance(observation_space, spaces.MultiDiscrete):
+        nvec = observation_space.nvec.tolist()
+        starts = np.broadcast_to(np.asarray(observation_space.start), observation_space.nvec.shape).tolist()
+        entries = [(i, first + v, n) for i, (n, first) in enumerate(zip(nvec, starts, strict=True)) for v in range(n)]
+        names = [f"x[{k}]: s[{i}] = {v}, one-hot over {n}" for k, (i, v, n) in enumerate(entries)]
+        inputs = (
+            f"x the {len(names)} one-hot features of the {len(nvec)} observation values s "
+            "(x[k] is 1 when s[i] has the value its line below names, else 0)"
+        )
+        return "x", inputs, names
+    n = get_flattened_obs_dim(observation_space)
+    values = " (each 0 or 1)" if isinstance(observation_space, spaces.MultiBinary) else ""
+    return "s", f"s the {n} observation values{values}", [f"s[{i}]" for i in range(n)]
 
 
 class TabularPolicy(CompactPolicy):
@@ -244,6 +338,7 @@ class TabularPolicy(CompactPolicy):
     """
 
     kind: ClassVar[str] = "tabular"
+    observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
 
     def __init__(
         self,
@@ -252,8 +347,8 @@ class TabularPolicy(CompactPolicy):
         param_bounds: tuple[float, float] = (-6.0, 6.0),
         param_decimals: int = 1,
     ) -> None:
-        if not isinstance(observation_space, spaces.Discrete):
-            raise ValueError(f"TabularPolicy ('Tabular') needs a Discrete observation space, got {observation_space}")
+        self.check_observation_space(observation_space)
+        assert isinstance(observation_space, spaces.Discrete)
         if int(observation_space.n) > MAX_TABULAR_STATES:
             raise ValueError(
                 f"TabularPolicy shows one value per state to the LLM; {int(observation_space.n)} states exceed the "
@@ -279,7 +374,7 @@ class TabularPolicy(CompactPolicy):
             raise ValueError(f"observation {bad} is outside the observation space {self.observation_space}")
         return theta[states].astype(np.int64)
 
-    def layout_lines(self) -> tuple[str, ...]:
+    def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """The state-to-parameter mapping; the allowed values are stated by the prompt's parameter section."""
         first, last = self.obs_start, self.obs_start + self.n_states - 1
         if first == 0:
@@ -301,43 +396,51 @@ RANDOM_FEATURES_SEED = 1001
 Swimmer config) plus the run index of a first run (1)."""
 
 
-def _vector_dims(name: str, observation_space: spaces.Space, action_space: spaces.Space) -> tuple[int, int]:
-    """``(obs_dim, act_dim)`` of a policy that maps a flat ``Box`` observation to ``act_dim`` outputs ``y`` (``Discrete``
-    actions: one output per action, argmax; bounded ``Box`` actions: one per dimension); ``ValueError`` otherwise."""
-    if not isinstance(observation_space, spaces.Box) or is_image_space(observation_space, check_channels=False):
-        raise ValueError(f"{name} needs a non-image Box observation space, got {observation_space}")
-    obs_dim = int(np.prod(observation_space.shape))
+def _vector_dims(policy: type[CompactPolicy], observation_space: spaces.Space, action_space: spaces.Space) -> tuple[int, int]:
+    """``(obs_dim, act_dim)`` of a ``policy`` that maps the ``obs_dim`` features of an observation (SB3's
+    ``get_flattened_obs_dim``) to ``act_dim`` outputs ``y`` (``Discrete`` actions: one output per action, argmax; bounded
+    ``Box`` actions: one per dimension); ``ValueError`` for a space the policy does not take."""
+    policy.check_observation_space(observation_space)
+    obs_dim = int(get_flattened_obs_dim(observation_space))
     if isinstance(action_space, spaces.Discrete):
         return obs_dim, int(action_space.n)
     if isinstance(action_space, spaces.Box) and np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all():
         return obs_dim, int(np.prod(action_space.shape))
-    raise ValueError(f"{name} supports Discrete and bounded Box action spaces, got {action_space}")
+    raise ValueError(f"{policy.title()} supports Discrete and bounded Box action spaces, got {action_space}")
 
 
-def _to_actions(action_space: spaces.Space, clip: bool) -> Callable[[np.ndarray], np.ndarray]:
+def _to_actions(action_space: spaces.Space, clip: bool, squash: bool = False) -> Callable[[np.ndarray], np.ndarray]:
     """How a batch of outputs ``y`` (``(batch, act_dim)``) becomes actions: the argmax (plus the space's ``start``) for
-    ``Discrete``; for ``Box``, ``y`` clipped to the bounds (``clip=False``: ``y`` itself) in the space's dtype and shape."""
+    ``Discrete``; for ``Box``, ``y`` clipped to the bounds (``clip=False``: ``y`` itself) in the space's dtype and shape,
+    or with ``squash`` ``low + (0.5 * (tanh(y) + 1) * (high - low))``, SB3's ``unscale_action`` of ``tanh(y)`` term for
+    term (``predict()``'s actions, before the cast to the space's dtype)."""
     if isinstance(action_space, spaces.Discrete):
         start = int(action_space.start)
         return lambda y: y.argmax(axis=1) + start
     assert isinstance(action_space, spaces.Box)
+    if squash:
+        bottom, top = action_space.low.reshape(-1), action_space.high.reshape(-1)
+        dtype, shape = action_space.dtype, action_space.shape
+        return lambda y: (bottom + (0.5 * (np.tanh(y) + 1.0) * (top - bottom))).astype(dtype).reshape(-1, *shape)
     low = action_space.low.reshape(-1).astype(np.float64)
     high = action_space.high.reshape(-1).astype(np.float64)
     dtype, shape = action_space.dtype, action_space.shape
     return lambda y: (y.clip(low, high) if clip else y).astype(dtype).reshape(-1, *shape)
 
 
-def _output_rule(action_space: spaces.Space, n_outputs: int) -> str:
-    """The prompt's words for :func:`_to_actions` (with clipping)."""
+def _output_rule(action_space: spaces.Space, n_outputs: int, squash: bool = False, clip: bool = True) -> str:
+    """The prompt's words for :func:`_to_actions`."""
     if isinstance(action_space, spaces.Discrete):
         start = int(action_space.start)
         if start == 0:
             return f"the action is the index j of the largest y[j] (j = 0..{n_outputs - 1})"
         return f"the action is {_offset('j', start)}, with j the index of the largest y[j] (j = 0..{n_outputs - 1})"
-    return "the action is y, clipped to the action bounds"
+    if squash:
+        return "the action is y squashed into the action bounds: low + (tanh(y) + 1) / 2 * (high - low)"
+    return "the action is y, clipped to the action bounds" if clip else "the action is y itself (not clipped to the bounds)"
 
 
-class ProjectedMlpPolicy(CompactPolicy):
+class ProjectedMlpPolicy(VectorPolicy):
     """
     The reference's ``ProjectedMLPPolicy`` (``"ProjectedMlp"``): a two-layer tanh network
     ``y = tanh(s @ W1 + b1) @ W2 + b2`` whose weights are decoded from the searched latent vector through two fixed
@@ -355,7 +458,8 @@ class ProjectedMlpPolicy(CompactPolicy):
     :param latent_dim_layer1: Latent values of layer 1 (5), at most its weight and bias count.
     :param latent_dim_layer2: Latent values of layer 2 (5), at most its weight and bias count.
     :param projection_seed: Seed of the projections (:data:`PROJECTED_MLP_SEED`).
-    :param bias: Whether both layers have a bias.
+    :param with_bias: Whether both layers have a bias.
+    :param squash_output: ``tanh`` scaled into the bounds instead of clipping ``Box`` actions (:class:`CompactPolicy`).
     :param init_std: Standard deviation of a warm-up draw of each latent value (then clipped and rounded; 2).
     :param decoded_weight_scale: Factor of the decoded weights (1).
     """
@@ -370,16 +474,17 @@ class ProjectedMlpPolicy(CompactPolicy):
         latent_dim_layer1: int = 5,
         latent_dim_layer2: int = 5,
         projection_seed: int = PROJECTED_MLP_SEED,
-        bias: bool = True,
+        with_bias: bool = True,
+        squash_output: bool = False,
         init_std: float = 2.0,
         decoded_weight_scale: float = 1.0,
     ) -> None:
-        self.obs_dim, self.act_dim = _vector_dims("ProjectedMlpPolicy ('ProjectedMlp')", observation_space, action_space)
-        self.hidden_dim, self.projection_seed, self.bias = int(hidden_dim), int(projection_seed), bool(bias)
+        self.obs_dim, self.act_dim = _vector_dims(type(self), observation_space, action_space)
+        self.hidden_dim, self.projection_seed, self.with_bias = int(hidden_dim), int(projection_seed), bool(with_bias)
         self.latent_dims = (int(latent_dim_layer1), int(latent_dim_layer2))
         self.init_std, self.decoded_weight_scale = float(init_std), float(decoded_weight_scale)
         n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
-        self.layer_sizes = (n * h + (h if self.bias else 0), h * m + (m if self.bias else 0))
+        self.layer_sizes = (n * h + (h if self.with_bias else 0), h * m + (m if self.with_bias else 0))
         if h < 1:
             raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
         shapes = tuple(zip(self.layer_sizes, self.latent_dims, strict=True))
@@ -388,7 +493,7 @@ class ProjectedMlpPolicy(CompactPolicy):
                 raise ValueError(f"latent_dim_layer{layer} must be in 1..{size} (the layer's parameters), got {latent}")
         rng = np.random.RandomState(self.projection_seed)
         projections = [np.linalg.qr(rng.randn(size, latent))[0] for size, latent in shapes]
-        super().__init__(observation_space, action_space, param_bounds, param_decimals)
+        super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
         self.register_buffer("projection1", th.as_tensor(projections[0], dtype=th.float64))
         self.register_buffer("projection2", th.as_tensor(projections[1], dtype=th.float64))
 
@@ -403,7 +508,8 @@ class ProjectedMlpPolicy(CompactPolicy):
             latent_dim_layer1=self.latent_dims[0],
             latent_dim_layer2=self.latent_dims[1],
             projection_seed=self.projection_seed,
-            bias=self.bias,
+            with_bias=self.with_bias,
+            squash_output=self.squash_output,
             init_std=self.init_std,
             decoded_weight_scale=self.decoded_weight_scale,
         )
@@ -423,29 +529,26 @@ class ProjectedMlpPolicy(CompactPolicy):
         layers = ((self.obs_dim, self.hidden_dim), (self.hidden_dim, self.act_dim))
         for q, z, (n_in, n_out) in zip(self.projections(), (z1, z2), layers, strict=True):
             flat = self.decoded_weight_scale * (q @ z)
-            decoded += [flat[: n_in * n_out].reshape(n_in, n_out), flat[n_in * n_out :] if self.bias else np.zeros(n_out)]
+            decoded += [flat[: n_in * n_out].reshape(n_in, n_out), flat[n_in * n_out :] if self.with_bias else np.zeros(n_out)]
         return decoded[0], decoded[1], decoded[2], decoded[3]
 
-    def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        return self.actor(self.get_flat() if params is None else params)(observations)
-
-    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+    def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         w1, b1, w2, b2 = self.weights(params)
-        obs_dim, to_actions = self.obs_dim, _to_actions(self.action_space, clip)
+        obs_dim = self.obs_dim
 
         def forward(observations: np.ndarray) -> np.ndarray:
             s = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
-            return to_actions(np.tanh(s @ w1 + b1) @ w2 + b2)
+            return np.tanh(s @ w1 + b1) @ w2 + b2
 
         return forward
 
-    def layout_lines(self) -> tuple[str, ...]:
+    def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """The network and the latent vector's role, as the reference's prompts give them: the params are opaque (the
         projections are not shown)."""
         n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
         return (
             f"Two-layer neural-network policy: s (the {n} observation values) -> {h} hidden units with tanh activation "
-            f"-> y ({m} values); {_output_rule(self.action_space, m)}.",
+            f"-> y ({m} values); {_output_rule(self.action_space, m, self.squash_output, clip)}.",
             f"The {self.parameter_space.size} params are opaque controls of this network: together they set all "
             f"{sum(self.layer_sizes)} of its weights and biases, and no param is the weight of a single observation value. "
             "Judge a vector by the behaviour of the whole policy it gives, and prefer coherent, moderate changes to "
@@ -457,14 +560,14 @@ class ProjectedMlpPolicy(CompactPolicy):
         return self.layout_lines()
 
 
-class RandomFeaturesPolicy(CompactPolicy):
+class RandomFeaturesPolicy(VectorPolicy):
     """
     The reference's ``RandomFeaturePolicy`` (``"RandomFeatures"``): fixed random tanh features with a searched linear
     readout. ``h = tanh(R @ clip(s / obs_scale, -obs_clip, obs_clip) + c)`` with ``R`` (``(hidden_dim, obs_dim)``, standard
     normal divided by ``sqrt(obs_dim)``) then ``c`` (``hidden_dim`` values uniform in [-0.1, 0.1]) drawn with
     ``numpy.random.RandomState(projection_seed)``, kept as buffers of the module (saved with the model);
     ``y = output_gain * (theta @ h + bias)``. Layout, action-major: ``params[k * hidden_dim + j] = theta[k, j]``, then
-    ``bias`` (``act_dim`` values, with ``bias``). Actions as :class:`LinearPolicy`'s from ``y``.
+    ``bias`` (``act_dim`` values, with ``with_bias``). Actions as :class:`LinearPolicy`'s from ``y``.
 
     :param observation_space: A non-image ``Box`` (flattened).
     :param action_space: ``Discrete`` (argmax of ``y``) or a bounded ``Box`` (``y`` clipped).
@@ -472,7 +575,8 @@ class RandomFeaturesPolicy(CompactPolicy):
     :param param_decimals: Precision of every readout value, in decimals.
     :param hidden_dim: Random features (the reference's Swimmer config: 8).
     :param projection_seed: Seed of the features (:data:`RANDOM_FEATURES_SEED`).
-    :param bias: Whether the readout has a bias per output.
+    :param with_bias: Whether the readout has a bias per output.
+    :param squash_output: ``tanh`` scaled into the bounds instead of clipping ``Box`` actions (:class:`CompactPolicy`).
     :param init_std: Standard deviation of a warm-up draw of each readout value (then clipped and rounded; 0.75).
     :param obs_scale: The observation is divided by it before the features (3).
     :param obs_clip: ... then clipped to ``[-obs_clip, obs_clip]`` (5).
@@ -487,14 +591,15 @@ class RandomFeaturesPolicy(CompactPolicy):
         param_decimals: int = 1,
         hidden_dim: int = 8,
         projection_seed: int = RANDOM_FEATURES_SEED,
-        bias: bool = True,
+        with_bias: bool = True,
+        squash_output: bool = False,
         init_std: float = 0.75,
         obs_scale: float = 3.0,
         obs_clip: float = 5.0,
         output_gain: float = 0.5,
     ) -> None:
-        self.obs_dim, self.act_dim = _vector_dims("RandomFeaturesPolicy ('RandomFeatures')", observation_space, action_space)
-        self.hidden_dim, self.projection_seed, self.bias = int(hidden_dim), int(projection_seed), bool(bias)
+        self.obs_dim, self.act_dim = _vector_dims(type(self), observation_space, action_space)
+        self.hidden_dim, self.projection_seed, self.with_bias = int(hidden_dim), int(projection_seed), bool(with_bias)
         self.init_std, self.obs_scale, self.obs_clip = float(init_std), float(obs_scale), float(obs_clip)
         self.output_gain = float(output_gain)
         if self.hidden_dim < 1:
@@ -504,13 +609,13 @@ class RandomFeaturesPolicy(CompactPolicy):
         rng = np.random.RandomState(self.projection_seed)
         feature_weight = rng.randn(self.hidden_dim, self.obs_dim) / np.sqrt(self.obs_dim)
         feature_bias = rng.uniform(-0.1, 0.1, size=self.hidden_dim)
-        super().__init__(observation_space, action_space, param_bounds, param_decimals)
+        super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
         self.register_buffer("feature_weight", th.as_tensor(feature_weight, dtype=th.float64))
         self.register_buffer("feature_bias", th.as_tensor(feature_bias, dtype=th.float64))
 
     def _make_parameter_space(self) -> ParameterSpace:
         low, high = self.param_bounds
-        size = self.act_dim * self.hidden_dim + (self.act_dim if self.bias else 0)
+        size = self.act_dim * self.hidden_dim + (self.act_dim if self.with_bias else 0)
         return ParameterSpace(size, low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
@@ -518,7 +623,8 @@ class RandomFeaturesPolicy(CompactPolicy):
             super()._get_constructor_parameters(),
             hidden_dim=self.hidden_dim,
             projection_seed=self.projection_seed,
-            bias=self.bias,
+            with_bias=self.with_bias,
+            squash_output=self.squash_output,
             init_std=self.init_std,
             obs_scale=self.obs_scale,
             obs_clip=self.obs_clip,
@@ -532,45 +638,43 @@ class RandomFeaturesPolicy(CompactPolicy):
         return self.feature_weight.detach().cpu().numpy(), self.feature_bias.detach().cpu().numpy()  # type: ignore[operator]
 
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The readout ``(theta, bias)`` of shapes ``(act_dim, hidden_dim)`` and ``(act_dim,)`` (zeros without ``bias``)."""
+        """The readout ``(theta, bias)`` of shapes ``(act_dim, hidden_dim)`` and ``(act_dim,)`` (zeros without
+        ``with_bias``)."""
         flat = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
         split = self.act_dim * self.hidden_dim
-        return flat[:split].reshape(self.act_dim, self.hidden_dim), flat[split:] if self.bias else np.zeros(self.act_dim)
+        return flat[:split].reshape(self.act_dim, self.hidden_dim), flat[split:] if self.with_bias else np.zeros(self.act_dim)
 
-    def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        return self.actor(self.get_flat() if params is None else params)(observations)
-
-    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+    def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         theta, bias = self.weights(params)
         readout, offset = self.output_gain * theta.T, self.output_gain * bias
         r, c = (x.copy() for x in self.features())
-        obs_dim, scale, limit, to_actions = self.obs_dim, self.obs_scale, self.obs_clip, _to_actions(self.action_space, clip)
+        obs_dim, scale, limit = self.obs_dim, self.obs_scale, self.obs_clip
 
         def forward(observations: np.ndarray) -> np.ndarray:
             s = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
             hidden = np.tanh(np.clip(s / scale, -limit, limit) @ r.T + c)
-            return to_actions(hidden @ readout + offset)
+            return hidden @ readout + offset
 
         return forward
 
-    def layout_lines(self) -> tuple[str, ...]:
+    def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """The fixed features, the readout and its layout, as the reference's prompts give them."""
         n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
-        bias = " + bias[k]" if self.bias else ""
+        bias = " + bias[k]" if self.with_bias else ""
         lines = [
             f"Random-feature policy: h[j] = tanh(R[j] . x + c[j]) for the {h} features j = 0..{h - 1}, where x is s (the "
             f"{n} observation values) divided by {self.obs_scale:g} and clipped to [-{self.obs_clip:g}, {self.obs_clip:g}], "
             f"and R and c were drawn at random once and stay fixed (they are not params); then "
             f"y[k] = {self.output_gain:g} * (sum over j of theta[k][j] * h[j]{bias}) for k = 0..{m - 1}; "
-            f"{_output_rule(self.action_space, m)}.",
+            f"{_output_rule(self.action_space, m, self.squash_output, clip)}.",
             "The params are the trainable linear readout on top of the fixed nonlinear features: each one weights an "
             "abstract feature, not a single observation value.",
             f"Layout: params[k * {h} + j] = theta[k][j] (the weight of h[j] in y[k])"
-            + (f", and params[{m * h} + k] = bias[k]." if self.bias else "."),
+            + (f", and params[{m * h} + k] = bias[k]." if self.with_bias else "."),
         ]
         for k in range(m):
             lines.append(f"- params[{k * h}] to params[{k * h + h - 1}]: theta[{k}] (the feature weights of y[{k}])")
-        if self.bias:
+        if self.with_bias:
             lines.append("- " + ", ".join(f"params[{m * h + k}]" for k in range(m)) + ": bias")
         return tuple(lines)
 

@@ -83,7 +83,7 @@ class PromptView:
         ]
         return PromptContext(
             task=describe_task(model.env_id, model.observation_space, model.action_space, type(model.policy).__name__),
-            layout=model.policy.layout_lines(),
+            layout=model.policy.layout_lines(model.actions_clipped),
             space=model.policy.parameter_space,
             target=model.target,
             history=tuple(lines),

@@ -34,7 +34,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 
 from sb3_r2po.common.parameters import ReplyStyle
 from sb3_r2po.common.racing import run_race
-from sb3_r2po.common.rollouts import RolloutResult, check_vec_env, env_spec
+from sb3_r2po.common.rollouts import RolloutResult, cap_episodes, check_vec_env, env_spec
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
@@ -43,9 +43,9 @@ from sb3_r2po.r2po.history import best_record, reached
 from sb3_r2po.r2po.patterns import Start, pattern_for
 from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
 from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, HistoryEntry, Revision
-from sb3_r2po.r2po.reporting import Progress, record_metrics
+from sb3_r2po.r2po.reporting import Progress, record_metrics, warn_before_first_iteration, with_progress_bar
 from sb3_r2po.r2po.roles import LLMRoles, new_llm_stats
-from sb3_r2po.r2po.run_state import COMMITTED_STATE, RunState, check_model_file, loaded_checkpoint_dir
+from sb3_r2po.r2po.run_state import COMMITTED_STATE, RunState, check_model_file, evaluation_seed, loaded_checkpoint_dir
 from sb3_r2po.variants import Variant, get_variant
 from sb3_r2po.zoo.settings import reference_env, reference_settings
 
@@ -112,7 +112,7 @@ class R2PO(BaseAlgorithm):
     :param stats_window_size: Window of the ``rollout/`` statistics.
     :param tensorboard_log: TensorBoard log directory.
     :param seed: Seed of the warm-up, the fallbacks and the environment.
-    :param verbose: 0 silent, 1 info, 2 debug.
+    :param verbose: 0 silent; 1 a line per iteration; 2 also a line per LLM call (its sizes, time and vector or error).
     :param device: Torch device of the policy (the policy is tiny; ``"cpu"`` is right).
     :param _init_setup_model: Whether to build the policy at construction (``load()``: no, nor read the table).
 
@@ -175,7 +175,7 @@ class R2PO(BaseAlgorithm):
         device: th.device | str = "cpu",
         _init_setup_model: bool = True,
     ) -> None:
-        arguments.check_policy(policy, self.policy_aliases)
+        arguments.check_policy(policy, self.policy_aliases, env)
         given = dict(locals())  # the settings of the table (arguments.resolve_settings) as given
         if isinstance(env, str) and _init_setup_model and max_episode_steps is None:
             env = reference_env(env, variant)  # the table's env_kwargs (the Maze's cap for six variants)
@@ -212,21 +212,17 @@ class R2PO(BaseAlgorithm):
         self.max_llm_retries, self.on_unusable_reply = max_llm_retries, on_unusable_reply
         self.max_iteration_attempts, self.reject_duplicates = max_iteration_attempts, reject_duplicates
         self.reply_reading, self.reject_cut_off_replies = reply_reading, reject_cut_off_replies
-        self.skip_unchanged_revisions, self.checkpoint_dir, self.clip_actions = (
-            skip_unchanged_revisions,
-            checkpoint_dir,
-            clip_actions,
-        )
-        self.racing, self.racing_chunk, self.racing_z = racing, racing_chunk, racing_z
+        self.skip_unchanged_revisions, self.clip_actions = skip_unchanged_revisions, clip_actions
+        self.racing, self.racing_chunk, self.racing_z, self.checkpoint_dir = racing, racing_chunk, racing_z, checkpoint_dir
         arguments.check(self, llm_given=_init_setup_model)  # load() builds with defaults first, then sets the saved llm
         self.param_bounds = None if param_bounds is None else (float(param_bounds[0]), float(param_bounds[1]))
         self.history: list[dict[str, Any]] = []
-        self.iteration = 0
-        self.llm_stats: dict[str, float] = new_llm_stats()
+        self.iteration, self.llm_stats = 0, new_llm_stats()
         self._rng = np.random.default_rng(seed)
         self._n_evaluations, self._stop_requested = 0, False
         self._last_result: RolloutResult | None = None  # the last entry's episodes (critic_only's evidence)
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
+        self._placed: np.ndarray | None = None  # the vector _use_best left in the policy (see _warmup)
         self._llm = LLMRoles(self)
         self._run, self._progress = RunState(), Progress(self)
         if _init_setup_model:
@@ -241,17 +237,17 @@ class R2PO(BaseAlgorithm):
         self.policy = self.policy.to(self.device)
         if not isinstance(self.policy, CompactPolicy):
             raise TypeError(f"R2PO needs a CompactPolicy (linear or tabular), got {type(self.policy).__name__}")
-        _use_best(self)
+        cap_episodes(self.env, self.episode_cap)  # Monitor files see the episodes R2PO's cap cuts
+        self._placed = _use_best(self)
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """SB3's ``set_env``, refusing VecEnv wrappers that change observations or rewards (see :func:`check_vec_env`)."""
         super().set_env(env, force_reset=force_reset)
-        assert self.env is not None
-        check_vec_env(self.env)
+        check_vec_env(self.env, cap=self.episode_cap)  # then Monitor files see the episodes R2PO's cap cuts
 
     def _excluded_save_params(self) -> list[str]:
         last = [] if self.variant_spec.search == "none" else ["_last_result"]  # only critic_only reads it again
-        return [*super()._excluded_save_params(), "_llm", "_run", "_progress", "llm_confirmed", *last]
+        return [*super()._excluded_save_params(), "_llm", "_run", "_progress", "llm_confirmed", "_placed", *last]
 
     def save(
         self,
@@ -338,20 +334,19 @@ class R2PO(BaseAlgorithm):
         progress_bar: bool = False,
     ) -> SelfR2PO:
         """
-        Train until ``total_timesteps`` environment steps (the running iteration completes), ``max_iterations``
-        completed iterations, the ``max_episodes`` cap, or a callback stops training.
+        Train until ``total_timesteps`` environment steps (the running iteration or warm-up episode completes; a learn()
+        ending before the first iteration warns), ``max_iterations`` iterations, ``max_episodes``, or a callback stops.
 
         :param total_timesteps: Environment steps to train for (a lower bound).
         :param callback: Callback(s) called after every environment step.
         :param log_interval: Dump the logs every ``log_interval`` iterations.
         :param tb_log_name: Name of the TensorBoard run.
         :param reset_num_timesteps: Whether to reset the step and episode counters.
-        :param progress_bar: Show a progress bar (tqdm and rich).
+        :param progress_bar: Show a progress bar (tqdm and rich) in the unit that binds (see ``BudgetProgressBar``).
         :return: The trained model.
         """
-        total_timesteps, callback = self._setup_learn(
-            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
-        )
+        callback = with_progress_bar(callback, progress_bar)
+        total_timesteps, callback = self._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name)
         callback.on_training_start(locals(), globals())
         self._stop_requested = False
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
@@ -361,7 +356,7 @@ class R2PO(BaseAlgorithm):
             self._progress.start()
             calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
             self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
-            if self._warmup(callback):
+            if self._warmup(callback, total_timesteps):
                 planned, k = self.max_iterations or math.inf, self.n_eval_episodes  # the plan: completed iterations
                 while self.num_timesteps < total_timesteps and self.episodes_left >= k and self.iteration < planned:
                     self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
@@ -371,6 +366,7 @@ class R2PO(BaseAlgorithm):
                         self.dump_logs()
                     if self.stop_at_target and self.target_confirmed():
                         break
+            warn_before_first_iteration(self)
         except BaseException:
             self._roll_back()
             raise
@@ -379,14 +375,17 @@ class R2PO(BaseAlgorithm):
         callback.on_training_end()
         return self
 
-    def _warmup(self, callback: BaseCallback) -> bool:
-        """Evaluate the remaining warm-up candidates (one episode each); False if training must stop."""
-        while sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes and self.episodes_left >= 1:
-            params = self.policy.parameter_space.sample(self._rng)  # the reference's draw, never redrawn: repeats allowed
-            result = self._evaluate(params, 1, callback)
-            if result is None:
+    def _warmup(self, callback: BaseCallback, total_timesteps: int) -> bool:
+        """A vector set since (``set_parameters()``: K episodes), then random draws while budgets last; False: stop."""
+        given, k, space = self.policy.get_flat(), self.n_eval_episodes, self.policy.parameter_space
+        first = self._placed is not None and not np.array_equal(given, self._placed) and self.episodes_left >= k
+        warmup = lambda: sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes  # noqa: E731
+        while self.num_timesteps < total_timesteps and (first or (warmup() and self.episodes_left >= 1)):  # as iterations
+            candidate = Candidate("given", given) if first else Candidate("warmup", space.sample(self._rng))  # repeats allowed
+            candidate.result, first = self._evaluate(candidate.params, k if first else 1, callback), False
+            if candidate.result is None:
                 return False
-            self._commit(HistoryEntry(self.iteration, Candidate("warmup", params, result=result)))
+            self._commit(HistoryEntry(self.iteration, candidate))
             if self._stop_requested:
                 return False
         return True
@@ -442,8 +441,8 @@ class R2PO(BaseAlgorithm):
     def _run_episodes(self, params: np.ndarray, n_episodes: int, callback: BaseCallback) -> RolloutResult | None:
         """One rollout call: ``n_episodes`` episodes of ``params``, counted and reported to the callbacks."""
         assert self.env is not None
-        if self.seed is not None:  # each evaluation's episodes depend only on (seed, evaluation index): resumable
-            self.env.seed(self.seed + self._n_evaluations * self.env.num_envs)
+        if self.seed is not None:  # the run's own stream of env seeds, at its position (resumable: evaluation_seed)
+            self.env.seed(evaluation_seed(self.seed, self._n_evaluations))
         self._n_evaluations += 1
         callback.on_rollout_start()
 
@@ -469,7 +468,7 @@ class R2PO(BaseAlgorithm):
         record = entry.to_dict()
         self.history.append(record)
         self._last_result = entry.kept.result
-        _use_best(self)
+        self._placed = _use_best(self)
         if (calls := self._run.transcript_calls) is not None:
             self._transcript_calls = calls
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))
@@ -485,16 +484,17 @@ class R2PO(BaseAlgorithm):
         committed = len(self._run.saved_history(self.history))
         if len(self.history) > committed:  # cut inside _commit, after the append and before the snapshot (a Ctrl-C)
             del self.history[committed:]
-            _use_best(self)
+            self._placed = _use_best(self)
 
     def dump_logs(self) -> None:
-        """Write the iteration's metrics (see the README's metrics table) at ``step=num_timesteps``."""
+        """Write the iteration's metrics (the Metrics page of the documentation) at ``step=num_timesteps``."""
         record_metrics(self.logger, self, self.start_time, self._num_timesteps_at_start, self._llm.last_exchanges)
         self.logger.dump(step=self.num_timesteps)
 
 
-def _use_best(model: R2PO) -> None:
-    """Put the best history candidate into the policy; an empty history leaves it as it is."""
+def _use_best(model: R2PO) -> np.ndarray:
+    """Put the best history candidate into the policy (an empty history: as it is); return the policy's vector."""
     best = model.best_record()
     if best is not None:
         model.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+    return model.policy.get_flat()

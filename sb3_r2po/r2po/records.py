@@ -1,7 +1,8 @@
 """Typed records of a run: candidates, revisions, discarded attempts and history entries.
 
-``R2PO.history`` is a list of plain dicts (JSON-serialisable, public and documented in the README); every dict is made
-by :meth:`HistoryEntry.to_dict`, so its keys and their order are defined here and nowhere else.
+``R2PO.history`` is a list of plain dicts (JSON-serialisable, public and documented on the Usage page of the
+documentation); every dict is made by :meth:`HistoryEntry.to_dict`, so its keys and their order are defined here and
+nowhere else.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from sb3_r2po.common import finite
 from sb3_r2po.common.rollouts import RolloutResult
 from sb3_r2po.llm.asking import Answer
 
-Kind = Literal["warmup", "search", "critic", "fallback"]
-"""Where a history entry's vector came from: a random warm-up draw, a Search or Critic reply, or the fallback."""
+Kind = Literal["warmup", "given", "search", "critic", "fallback"]
+"""Where a history entry's vector came from: a random warm-up draw, the user (``set_parameters()`` before ``learn()``,
+evaluated for K episodes), a Search or Critic reply, or the fallback."""
 
 Role = Literal["search", "critic"]
 """The LLM role that answered."""
@@ -150,7 +152,7 @@ class HistoryEntry:
     """
     One entry of the history: the kept candidate of a warm-up draw or of an iteration.
 
-    :param iteration: The iteration it belongs to (0: the warm-up).
+    :param iteration: The iteration it belongs to (0: the warm-up); a given vector's: the iterations completed before.
     :param kept: The kept candidate, evaluated.
     :param shown: What later prompts show of its episodes (``rollout_excerpt``, ``first_episode``; some variants).
     :param search: The iteration's first candidate (``None`` for the warm-up and critic_only).
@@ -172,7 +174,7 @@ class HistoryEntry:
     timesteps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry as ``R2PO.history`` stores it (see the README's history table)."""
+        """The entry as ``R2PO.history`` stores it (see the Usage page of the documentation)."""
         result = self.kept.result
         assert result is not None, "only evaluated candidates enter the history"
         returns = result.returns

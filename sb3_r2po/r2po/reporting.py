@@ -1,18 +1,24 @@
-"""What a run reports: a progress line per iteration (``verbose >= 1``) and the metrics of SB3's logger.
+"""What a run reports: a progress line per iteration (``verbose >= 1``), a line per LLM call (``verbose >= 2``,
+:func:`call_line`) and the metrics of SB3's logger.
 
-The metric names are documented in docs/metrics.md.
+The metric names are documented on the Metrics page of the documentation.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, ProgressBarCallback
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
+from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.llm.asking import LLMCall
 from sb3_r2po.r2po.history import best_record
 
 if TYPE_CHECKING:
@@ -43,6 +49,13 @@ class Progress:
         budget = f"/{model.max_episodes}" if model.max_episodes is not None else ""
         best = best_record(model.history)
         assert best is not None
+        if record["kind"] == "given":
+            print(
+                f"R2PO given vector (set_parameters): mean return {record['mean_return']:.4g} over {record['n_episodes']} "
+                f"episodes | episodes {model.episodes_used}{budget} | best {best['mean_return']:.4g}",
+                flush=True,
+            )
+            return
         if record["kind"] == "warmup":
             done = sum(r["kind"] == "warmup" for r in model.history)
             if done == model.warmup_episodes:
@@ -76,6 +89,28 @@ class Progress:
         print(" | ".join(parts), flush=True)
 
 
+def call_line(number: int, call: LLMCall, params: np.ndarray | None, space: ParameterSpace) -> str:
+    """
+    The ``verbose >= 2`` line of one LLM call: ``R2PO LLM call 7: critic | prompt 5230 chars (1304 tokens, 1024 cached)
+    | reply 412 chars (98 tokens) | 2.31 s | params: [0.5, -1.2, ...]``, or ``| unusable: <reason>`` in place of the
+    vector; token counts only where the backend reports them.
+
+    :param number: The call's number in the model's calls (``llm_stats["calls"]`` once it is counted).
+    :param call: The call.
+    :param params: The vector its reply gave (``None``: the reply was unusable, ``call.error`` says why).
+    :param space: The parameter space, to write the vector.
+    """
+
+    def size(chars: int, tokens: int | None, cached: int | None = None) -> str:
+        counted = [] if tokens is None else [f"{tokens} tokens"] + ([] if cached is None else [f"{cached} cached"])
+        return f"{chars} chars" + (f" ({', '.join(counted)})" if counted else "")
+
+    prompt = size(sum(len(m["content"]) for m in call.messages), call.prompt_tokens, call.prompt_tokens_cached)
+    outcome = space.format(params, "list") if params is not None else f"unusable: {call.error}"
+    reply = size(len(call.reply), call.completion_tokens)
+    return f"R2PO LLM call {number}: {call.role} | prompt {prompt} | reply {reply} | {call.seconds:.2f} s | {outcome}"
+
+
 def record_metrics(
     logger: Logger, model: R2PO, start_time: float, timesteps_at_start: int, exchanges: dict[str, tuple[str, str]]
 ) -> None:
@@ -97,7 +132,7 @@ def record_metrics(
     logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
     logger.record("time/total_timesteps", model.num_timesteps)
     last = model.history[-1] if model.history else None
-    if last is not None and last["kind"] != "warmup":
+    if last is not None and "revision" in last:  # an iteration's entry (not the warm-up's, nor a given vector's)
         _record_iteration(logger, last)
     best = best_record(model.history)
     if best is not None:
@@ -129,3 +164,85 @@ def _record_iteration(logger: Logger, last: dict[str, Any]) -> None:
     logger.record("r2po/revision_kept", int(revision["status"] == "kept"))
     for key, value in last.get("diagnostics", {}).items():
         logger.record(f"diagnostics/{key}", float(value))
+
+
+def planned_episodes(model: R2PO) -> int | None:
+    """
+    The episodes the rest of the run may take by its episode budget (``max_episodes``) and its plan (the remaining
+    warm-up, then ``max_iterations`` iterations of K episodes per candidate, discarded attempts not foreseen), the
+    smaller of the two; ``None`` when neither is set.
+    """
+    bounds = [] if model.max_episodes is None else [int(model.episodes_left)]
+    if model.max_iterations is not None:
+        warmup = max(0, model.warmup_episodes - sum(r["kind"] == "warmup" for r in model.history))
+        iterations = max(0, model.max_iterations - model.iteration)
+        bounds.append(warmup + iterations * model.variant_spec.candidates_per_iteration * model.n_eval_episodes)
+    return max(0, min(bounds)) if bounds else None
+
+
+class BudgetProgressBar(ProgressBarCallback):
+    """
+    ``learn(..., progress_bar=True)``'s bar in the unit that binds. Without ``max_episodes`` and ``max_iterations`` it
+    is SB3's (steps against ``total_timesteps``). With either, it counts the episodes of this ``learn()`` against
+    :func:`planned_episodes`; steps move it too when ``total_timesteps`` would end training sooner (the same fraction
+    of its episodes), and it is full when training ends (the budget cannot pay for another evaluation).
+    """
+
+    def _on_training_start(self) -> None:
+        model = cast("R2PO", self.model)
+        self._episodes = planned_episodes(model)
+        if self._episodes is None:
+            super()._on_training_start()
+            return
+        from tqdm.rich import tqdm  # SB3's progress bar (its "extra": tqdm and rich)
+
+        self._start = (model.episodes_used, model.num_timesteps, int(self.locals["total_timesteps"]))
+        self.pbar = tqdm(total=self._episodes, unit="episodes")
+
+    def _on_step(self) -> bool:
+        if self._episodes is None:
+            return super()._on_step()
+        model = cast("R2PO", self.model)
+        episodes, steps, total = self._start
+        by_steps = (model.num_timesteps - steps) / max(total - steps, 1) * self._episodes
+        self.pbar.update(min(self._episodes, max(model.episodes_used - episodes, int(by_steps))) - self.pbar.n)
+        return True
+
+    def _on_training_end(self) -> None:
+        if self._episodes is not None:
+            self.pbar.update(self._episodes - self.pbar.n)
+        super()._on_training_end()
+
+
+def with_progress_bar(callback: MaybeCallback, progress_bar: bool) -> MaybeCallback:
+    """``callback`` with :class:`BudgetProgressBar` added when ``progress_bar`` (R2PO's stand-in for SB3's bar)."""
+    if not progress_bar:
+        return callback
+    given = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
+    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in given] + [BudgetProgressBar()]
+
+
+def warn_before_first_iteration(model: R2PO) -> None:
+    """
+    At the end of a ``learn()``, before the run's first LLM iteration is complete: one ``UserWarning`` with the
+    warm-up's episodes and steps so far and about how many more steps the first iteration needs (the rest of the
+    warm-up, then K x the mean warm-up episode length x the candidates per iteration), and when ``max_episodes`` is
+    too small for it, that too. Nothing once an iteration is complete.
+    """
+    if model.iteration > 0:
+        return
+    warmup = [r for r in model.history if r["kind"] == "warmup"]
+    steps = int(sum(r["mean_length"] * r["n_episodes"] for r in warmup))
+    length = steps / len(warmup) if warmup else float(model.episode_cap)
+    rest = max(0, model.warmup_episodes - len(warmup))
+    episodes = model.variant_spec.candidates_per_iteration * model.n_eval_episodes
+    first = f"{rest} warm-up episodes, then " if rest else ""
+    text = (
+        f"R2PO: learn() ended before the first LLM iteration: the warm-up ran {len(warmup)} of {model.warmup_episodes} "
+        f"episodes ({steps} steps); the first iteration needs about {round((rest + episodes) * length)} more steps "
+        f"({first}{episodes} episodes of about {length:.0f} steps{'' if warmup else ', the episode cap'}). Give learn() "
+        "more total_timesteps (a later learn(..., reset_num_timesteps=False) continues this run)"
+    )
+    if model.episodes_left < rest + model.n_eval_episodes:
+        text += f"; max_episodes={model.max_episodes} leaves {int(model.episodes_left)} episodes, too few"
+    warnings.warn(text + ".", UserWarning, stacklevel=3)

@@ -23,6 +23,7 @@ from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
 from sb3_r2po.r2po.history import duplicate_error, perturb_best
 from sb3_r2po.r2po.prompting import PromptView, Shown
 from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, Role
+from sb3_r2po.r2po.reporting import call_line
 from sb3_r2po.r2po.run_state import RunState
 
 if TYPE_CHECKING:
@@ -254,9 +255,13 @@ class LLMRoles:
         return self._account(role, answer)
 
     def _account(self, role: str, answer: Answer) -> Answer:
-        """Count an answer's calls in ``llm_stats`` and keep the last exchange for the logs."""
+        """Count an answer's calls in ``llm_stats`` and keep the last exchange for the logs; with ``verbose >= 2`` print
+        a line per call (:func:`~sb3_r2po.r2po.reporting.call_line`)."""
         stats, verbose = self.model.llm_stats, self.model.verbose
         for call in answer.calls:
+            if verbose >= 2:  # only a reply without error gave the answer's vector (the last call)
+                usable = answer.params if call.error is None else None
+                print(call_line(int(stats["calls"]) + 1, call, usable, self.model.policy.parameter_space), flush=True)
             stats["calls"] += 1
             stats["parse_failures"] += int(call.error is not None)
             stats["seconds"] += call.seconds

@@ -11,13 +11,13 @@ zoo module that holds a different ``ALGOS`` object, in case a future zoo copies 
 The entry point then:
 
 1. imports :mod:`sb3_r2po` (registers ``R2PO/Nim-v0``, ``R2PO/Pong-v0`` and ``R2PO/Maze3x3-v0``);
-2. for ``train`` without ``-conf``/``--conf-file``: ``--algo r2po`` reads ``zoo_configs/r2po.yml``, and any other
-   algorithm reads ``zoo_configs/<algo>.yml`` when that file has an entry for the ``--env`` id (our custom envs,
-   FrozenLake-v1 and the ``-v5`` MuJoCo tasks, which the zoo's own files lack); everything else keeps the
-   zoo's own hyperparameter files. The options are read as the zoo's parser reads them, abbreviations
-   (``--alg r2po``) and ``--option=value`` included. An R2PO env entry's ``variants:`` mapping gives each of the
-   paper's baselines and ablations (``--hyperparams variant:"'props'"``) the reference's own settings for that env
-   (:mod:`sb3_r2po.zoo.settings`; the keys given with ``--hyperparams`` win);
+2. for ``train`` without ``-conf``/``--conf-file``: ``--algo r2po`` reads our ``r2po.yml`` (:func:`config_dir`;
+   installed: ``sb3_r2po/zoo/configs/``), and any other algorithm reads our ``<algo>.yml`` when that file has an entry
+   for the ``--env`` id (our custom envs, FrozenLake-v1 and the ``-v5`` MuJoCo tasks, which the zoo's own files
+   lack); everything else keeps the zoo's own hyperparameter files. The options are read as the zoo's parser reads
+   them, abbreviations (``--alg r2po``) and ``--option=value`` included. An R2PO env entry's ``variants:`` mapping
+   gives each of the paper's baselines and ablations (``--hyperparams variant:"'props'"``) the reference's own
+   settings for that env (:mod:`sb3_r2po.zoo.settings`; the keys given with ``--hyperparams`` win);
 3. for ``plot_train``/``all_plots``: rewrites ``-e/--env`` ids to the zoo's folder names (``R2PO/Nim-v0`` ->
    ``R2PO-Nim-v0``), which the zoo's plot scripts match as plain substrings;
 4. passes every argument to the zoo's script unchanged otherwise.
@@ -55,7 +55,7 @@ PLOT_SCRIPTS = ("plot_train", "all_plots")
 """Scripts whose ``-e/--env`` values are matched against log folder names (slashes replaced by dashes)."""
 
 CONFIG_DIR_ENV = "SB3_R2PO_ZOO_CONFIGS"
-"""Environment variable naming a directory of zoo hyperparameter files that replaces ``zoo_configs``."""
+"""Environment variable naming a directory of zoo hyperparameter files that replaces ours (:func:`config_dir`)."""
 
 _CONF_FLAGS = ("-conf", "--conf-file")
 
@@ -63,7 +63,7 @@ _CONF_FLAGS = ("-conf", "--conf-file")
 def config_dir_candidates() -> list[Path]:
     """
     The directories searched for the hyperparameter files, in order: ``$SB3_R2PO_ZOO_CONFIGS`` when set, then
-    ``zoo_configs/`` next to the ``sb3_r2po`` package (a source checkout or an editable install: the repository
+    the ``zoo_configs`` directory next to the ``sb3_r2po`` package (a source checkout or an editable install: the repository
     root is the parent of ``sb3_r2po/``), then ``sb3_r2po/zoo/configs/`` (an installed wheel that ships them as
     package data).
     """
@@ -89,7 +89,7 @@ def config_dir() -> Path:
 
 
 def config_file(algo: str) -> Path | None:
-    """Our hyperparameter file for ``algo`` (``zoo_configs/<algo>.yml``), or ``None`` when we ship none."""
+    """Our hyperparameter file for ``algo`` (``<algo>.yml`` in :func:`config_dir`), or ``None`` when we ship none."""
     path = config_dir() / f"{algo}.yml"
     return path if path.is_file() else None
 
@@ -214,8 +214,8 @@ def resolve_train_args(argv: Sequence[str]) -> list[str]:
     """
     Add ``--conf-file`` to the zoo's ``train`` arguments where R2PO ships the hyperparameters.
 
-    ``--algo r2po`` without a config file gets ``zoo_configs/r2po.yml``; another algorithm gets
-    ``zoo_configs/<algo>.yml`` when that file has an entry for the ``--env`` id. An explicit ``-conf``/
+    ``--algo r2po`` without a config file gets our ``r2po.yml`` (:func:`config_file`); another algorithm gets our
+    ``<algo>.yml`` when that file has an entry for the ``--env`` id. An explicit ``-conf``/
     ``--conf-file`` is never overridden. ``--algo`` and ``--env`` are read as the zoo's parser reads them:
     ``--algo=r2po`` and the abbreviations argparse accepts (``--alg r2po``) count, and the last occurrence wins.
 
@@ -258,7 +258,10 @@ def normalize_plot_env_args(argv: Sequence[str]) -> list[str]:
 
 def _usage() -> str:
     names = "|".join(SCRIPTS)
-    return f"usage: python -m sb3_r2po.zoo {{{names}}} [zoo arguments ...]\n(docs/zoo.md; python -m sb3_r2po.zoo train -h)"
+    return (
+        f"usage: python -m sb3_r2po.zoo {{{names}}} [zoo arguments ...]\n"
+        "(see the RL Zoo page of the sb3_r2po documentation; python -m sb3_r2po.zoo train -h)"
+    )
 
 
 def load_script(name: str) -> Callable[[], Any]:

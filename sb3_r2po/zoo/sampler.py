@@ -6,7 +6,8 @@ Registered by :func:`sb3_r2po.zoo.register_r2po` in ``rl_zoo3.hyperparams_opt.HY
         --storage sqlite:///r2po.db --study-name r2po-cartpole --hyperparams llm:"'http://host:8000/v1#model'"
 
 tunes R2PO, and several such processes started with the same ``--storage`` and ``--study-name`` share the trials
-(``docs/scaling.md``). Everything not sampled here comes from ``zoo_configs/r2po.yml`` and ``--hyperparams``.
+(the Scaling page of the documentation). Everything not sampled here comes from R2PO's zoo hyperparameter file
+(``sb3_r2po/zoo/configs/r2po.yml``) and ``--hyperparams``.
 Each trial is scored by the zoo's evaluation of the trained policy when the run ends (:mod:`sb3_r2po.zoo.optimize`).
 """
 
@@ -24,7 +25,7 @@ SEARCH_SPACE: dict[str, list[Any]] = {
 """
 The sampled R2PO hyperparameters and their choices (categorical). The paper's values are among them: step size 1.0,
 or 0.1 for InvertedDoublePendulum and Swimmer; K = 20; temperature 0.0 and the whole episode (``None``) of
-``zoo_configs/r2po.yml``; R2PO's default reply style, ``"indexed"``.
+``sb3_r2po/zoo/configs/r2po.yml``; R2PO's default reply style, ``"indexed"``.
 """
 
 

@@ -1,5 +1,5 @@
 """
-The settings table: ``zoo_configs/r2po.yml`` (shipped as ``sb3_r2po/zoo/configs/r2po.yml``), each env entry with its
+The settings table: ``sb3_r2po/zoo/configs/r2po.yml``, R2PO's zoo hyperparameter file, each env entry with its
 ``variants:`` mapping, read by the zoo, ``compare``, ``ablate`` and a plain ``R2PO(policy, env_id)``
 (:func:`reference_settings`).
 
@@ -61,7 +61,7 @@ DEFAULT_VARIANT = "r2po"
 
 SETTINGS_FILE = Path(__file__).resolve().parent / "configs" / "r2po.yml"
 """The settings table: R2PO's zoo hyperparameter file as the package ships it (``sb3_r2po/zoo/configs/r2po.yml``; in
-a source checkout a link to ``zoo_configs/r2po.yml``). ``R2PO(...)`` reads it (:func:`reference_settings`) whatever
+a source checkout a link to the repository's own copy). ``R2PO(...)`` reads it (:func:`reference_settings`) whatever
 ``$SB3_R2PO_ZOO_CONFIGS`` says; the zoo, ``compare`` and ``ablate`` read the same file unless that variable replaces it."""
 
 WITHOUT_TABLE: dict[str, Any] = {
