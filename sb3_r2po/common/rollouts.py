@@ -184,13 +184,10 @@ CAPPED = "r2po_episode_cap"
 """The step info key by which :class:`EpisodeCap` says that it cut the episode at R2PO's cap."""
 
 
-def _time_limit_class() -> type[gym.Wrapper]:
-    """gymnasium's ``TimeLimit`` as its module holds it now, which pickles by name into a ``SubprocVecEnv`` worker:
-    importing rl_zoo3 replaces it there by a subclass (``PatchedTimeLimit``, which the envs it makes use), so the class
-    imported before that no longer pickles."""
-    import gymnasium.wrappers.common
-
-    return gymnasium.wrappers.common.TimeLimit  # type: ignore[no-any-return]
+TIME_LIMIT_ATTRIBUTE = "_max_episode_steps"
+"""The attribute a gymnasium ``TimeLimit`` (and any subclass: rl_zoo3's ``PatchedTimeLimit``, :class:`EpisodeCap`) sets:
+a ``SubprocVecEnv`` worker is asked whether its env has it (``has_wrapper_attr``) rather than sent the class, which no
+longer pickles once importing rl_zoo3 has replaced gymnasium's ``TimeLimit`` by its subclass."""
 
 
 class EpisodeCap(TimeLimit):
@@ -265,7 +262,7 @@ def cap_episodes(env: VecEnv | None, cap: int) -> None:
                 base.envs[i] = EpisodeCap(sub_env, cap)
         return
     monitored = any(env.env_is_wrapped(Monitor)) or vec_monitored
-    if monitored and not all(env.env_is_wrapped(_time_limit_class())):
+    if monitored and not all(env.env_method("has_wrapper_attr", TIME_LIMIT_ATTRIBUTE)):
         warnings.warn(
             f"R2PO ends an episode of this env at {cap} steps (its episode cap; the env has no time limit), but the "
             "env's Monitor does not see that cut and never logs the episode: its Monitor file will miss them. Wrap "
