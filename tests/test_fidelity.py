@@ -211,6 +211,28 @@ def test_r2po_critic_shows_a_long_median_episode_whole(prompts) -> None:
     assert max(lengths) > 40  # longer than our old default budget of 40 steps, shown whole
 
 
+@pytest.mark.parametrize("variant", ["r2po", "three_traj"])
+def test_the_titled_rollouts_are_the_median_worst_and_best_of_the_candidates_returns(run, variant: str) -> None:
+    """The rollout shown as the median is the one whose return is the middle of the K (odd) returns, found here from
+    the Search candidate's returns in the history, not by the code under test; three_traj's worst and best likewise."""
+    model, llm = run(variant, "CartPole-v1")
+    candidates = [r for r in model.history if r["kind"] != "warmup"]
+    critics = [p for p in llm.prompts() if is_critic(p)]
+    assert len(critics) == len(candidates) == ITERATIONS
+    shown = []
+    for record, prompt in zip(candidates, critics, strict=True):
+        assert record["kind"] == "search"  # kept over its revision: the record holds the K returns the Critic was shown
+        returns = record["returns"]
+        assert len(returns) == K and K % 2 == 1  # an odd K: the median is one of the returns
+        titled = {"Median": returns.index(sorted(returns)[K // 2])}
+        if variant == "three_traj":
+            titled |= {"Worst": returns.index(min(returns)), "Best": returns.index(max(returns))}
+        for title, i in titled.items():
+            assert re.search(rf"^{title} rollout \(rollout {i}, reward={returns[i]:.4f}[,)]", prompt, re.M), (title, returns)
+        shown.append(titled["Median"])
+    assert any(shown)  # a median that is not the first rollout
+
+
 @pytest.mark.parametrize(
     "env_id, rule, other",
     [

@@ -1,3 +1,4 @@
+import json
 import logging
 
 import pytest
@@ -60,6 +61,25 @@ def test_text_is_not_printed_to_stdout(tmp_path, capsys, make_r2po) -> None:
     assert "seeded local search" not in out and "Search step" not in out  # no reply or prompt text
     csv_header = (tmp_path / "progress.csv").read_text().splitlines()[0]
     assert "llm_text" not in csv_header and "theta" not in csv_header
+
+
+def test_logged_best_return_and_episodes_are_the_values_the_metrics_page_defines(tmp_path, make_r2po) -> None:
+    """The scalars read back from SB3's JSON output (the values TensorBoard gets), one row per iteration:
+    ``r2po/best_return`` is the highest K-episode mean of the iterations so far (the first's 4 after the second's 1,
+    not the last record's), ``time/episodes`` every episode run so far, the warm-up's included."""
+    replies = [vector(2.0, 2.0), vector(1.0, 1.0), vector(0.5, 0.5), vector(0.25, 0.25)]  # Search, Critic, Search, Critic
+    model = make_r2po(BanditEnv(), llm=ScriptedLLM(replies), n_eval_episodes=2, warmup_episodes=2, seed=0, max_episodes=10)
+    model.set_logger(configure(str(tmp_path), ["json"]))
+    model.learn(UNTIL_BUDGET)
+    rows = [json.loads(line) for line in (tmp_path / "progress.json").read_text().splitlines()]
+    # the bandit's return is W + b: the Search candidates (2, 2) and (0.5, 0.5) beat their revisions and are kept
+    assert [r["mean_return"] for r in model.history if r["kind"] != "warmup"] == [4.0, 1.0]
+    assert [row["r2po/kept_return"] for row in rows] == [4.0, 1.0]
+    assert [row["r2po/best_return"] for row in rows] == [4.0, 4.0]
+    assert [row["time/episodes"] for row in rows] == [2 + 2 * 2, 2 + 2 * 2 * 2]  # warm-up, then K + K an iteration
+    best = model.best_record()
+    assert best is not None and rows[-1]["r2po/best_return"] == best["mean_return"]
+    assert rows[-1]["time/episodes"] == model.episodes_used == 10
 
 
 class _SlowToLoad(ScriptedLLM):

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
-from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM
+from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
-from sb3_r2po.common.parsing import NO_FINAL_ANSWER, parse_params
+from sb3_r2po.common.parsing import NO_FINAL_ANSWER, READINGS, parse_params
 from sb3_r2po.llm.harmony import without_answer
 
 SPACE = ParameterSpace(3, low=-6, high=6, decimals=1)
@@ -110,15 +110,29 @@ def test_parse_never_raises_on_vector_like_text(values: list, sep: str) -> None:
     assert result.ok or result.error
 
 
+CARTPOLE_VECTORS = st.lists(st.floats(-6, 6), min_size=10, max_size=10).map(lambda v: vector(*v))
+"""Indexed replies of the 10 parameters of CartPole's linear policy."""
+
+
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.text(max_size=200), min_size=1, max_size=6))
+@given(st.lists(st.one_of(st.text(max_size=200), CARTPOLE_VECTORS), min_size=1, max_size=6))
 def test_learn_survives_any_replies(make_r2po, replies: list[str]) -> None:
+    """Every call is counted, a reply that does not parse (read here as the run reads it) is a parse failure, and
+    every candidate in the history is the vector of a reply that parses (an unusable reply reruns the iteration)."""
     llm = ScriptedLLM(replies)
     model = make_r2po(llm=llm, n_eval_episodes=1, warmup_episodes=1, seed=0, max_episodes=5)
     model.learn(UNTIL_BUDGET)
     assert model.episodes_used <= 5
-    assert model.llm_stats["parse_failures"] >= 0
-    assert all(r["kind"] in {"warmup", "search", "critic", "fallback"} for r in model.history)
+    space, reading = model.policy.parameter_space, model.variant_spec.reading[0]  # the linear policy's reading
+    answered = [replies[min(i, len(replies) - 1)] for i in range(len(llm.calls))]
+    parsed = [parse_params(reply, space, reading).params for reply in answered]
+    assert model.llm_stats["calls"] == len(llm.calls)
+    assert model.llm_stats["parse_failures"] == sum(params is None for params in parsed)
+    assert model.llm_stats["fallbacks"] == 0 and all(r["kind"] in {"warmup", "search", "critic"} for r in model.history)
+    usable = [params for params in parsed if params is not None]
+    for record in model.history[1:]:
+        candidates = [record["search"]["params"], record["revision"].get("params")]
+        assert all(any(np.array_equal(c, params) for params in usable) for c in candidates if c is not None)
 
 
 def test_failed_search_falls_back_after_a_retry(make_r2po) -> None:
@@ -270,6 +284,57 @@ def test_irregular_indices_without_a_complete_vector_first_stay_rejected(reply: 
         np.testing.assert_array_equal(first.params, [1.0, 2.0, 3.0])
     else:
         assert not first.ok and "missing params[2]" in first.error
+
+
+TWO_VECTORS = "params[0]: 0, params[1]: 0, params[2]: 0; params[0]: 1, params[1]: 2, params[2]: 3"
+"""Two indexed vectors on one line, no word between them: each ``params[0]`` starts a new vector."""
+
+
+@pytest.mark.parametrize(
+    "reading, expected", [("first", [0, 0, 0]), ("last", [1, 2, 3]), ("first_line", [0, 0, 0]), ("last_vector", [1, 2, 3])]
+)
+def test_every_params_0_starts_a_new_indexed_vector(reading: str, expected: list[float]) -> None:
+    """Read as one vector, the six entries would be irregular indices (a repeat of params[0]) and the reply rejected."""
+    result = parse_params(TWO_VECTORS, SPACE, reading)
+    assert result.ok, result.error
+    np.testing.assert_array_equal(result.params, expected)
+
+
+AMBIGUOUS_INDEXED = "a decimal comma or a digit group (0,5 or 1,000 or 1 000) can be read in more than one way"
+AMBIGUOUS_LIST = "the list can be read in more than one way: it has a comma between digits"
+
+
+@pytest.mark.parametrize("reading", READINGS)
+@pytest.mark.parametrize(
+    "reply, reason",
+    [
+        ("params[0]: 0,5, params[1]: 1, params[2]: 2", f"params[0] is written '0,5,': {AMBIGUOUS_INDEXED}"),
+        ("params[0]: 1, params[1]: 1,000, params[2]: 2", f"params[1] is written '1,000,': {AMBIGUOUS_INDEXED}"),
+        ("params[0]: 1 000, params[1]: 1, params[2]: 2", f"params[0] is written '1 000,': {AMBIGUOUS_INDEXED}"),
+        ("params: [0,5, 1,5, 2]", AMBIGUOUS_LIST),
+        ("params: [1,000, 2, 3]", AMBIGUOUS_LIST),
+    ],
+)
+def test_a_decimal_comma_or_digit_group_is_rejected_as_ambiguous(reading: str, reply: str, reason: str) -> None:
+    """Read value by value, each of these replies would give a vector (0,5 as 0, or [0, 5, 1, 5, 2] cut or refused
+    for its size): the reason must say that the reply can be read in more than one way."""
+    result = parse_params(reply, SPACE, reading)
+    assert not result.ok and reason in result.error, result.error
+
+
+@pytest.mark.parametrize("reading", READINGS)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "old_params: [1, 2, 3]",
+        '{"old_params": [1, 2, 3]}',
+        "my_params[0]: 1, my_params[1]: 2, my_params[2]: 3",
+        "theta_params[0]=1, theta_params[1]=2, theta_params[2]=3",
+    ],
+)
+def test_params_must_be_a_word_of_its_own(reading: str, reply: str) -> None:
+    result = parse_params(reply, SPACE, reading)
+    assert not result.ok and "no parameter vector found" in result.error, result
 
 
 def test_a_plain_reply_starting_with_analysis_colon_is_read() -> None:

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from helpers import UNTIL_BUDGET
+from stable_baselines3.common.callbacks import CheckpointCallback
 
 from sb3_r2po import R2PO, ExampleLLM
 from sb3_r2po.llm.base import LLMBackendError
@@ -150,6 +151,51 @@ def test_a_counted_call_of_an_iteration_cut_short_by_an_llm_error_is_set_aside(t
     assert model.history == uninterrupted.history and model.iteration == 4
     replayed = make_r2po(llm=f"replay:{path}", **OUTAGE).learn(UNTIL_BUDGET)
     assert replayed.history == model.history
+
+
+def _search_unusable(critic_failing: int | None) -> Callable[[list[dict[str, str]]], str]:
+    """An LLM whose Search replies hold no vector and whose Critic answers as ``ExampleLLM(0)``, except that its
+    ``critic_failing``-th call fails once ("server down")."""
+    example, critic_calls = ExampleLLM(0), [0]
+
+    def chat(messages: list[dict[str, str]]) -> str:
+        if "The optimizer proposed these parameters:" not in messages[-1]["content"]:
+            return "no vector in this reply"
+        critic_calls[0] += 1
+        if critic_calls[0] == critic_failing:
+            raise LLMBackendError("server down")
+        return example.chat(messages).text
+
+    return chat
+
+
+def test_a_fallback_drawn_in_an_iteration_cut_short_is_drawn_again_from_the_same_random_state(make_r2po) -> None:
+    """Every Search reply is unusable, so each iteration draws a fallback step from the run's random generator
+    (``on_unusable_reply="reask"`` without re-asks); the second iteration's Critic call fails after its draw. The
+    roll-back restores the generator too, so the repeated iteration draws the same fallback: the uninterrupted run."""
+    settings = dict(on_unusable_reply="reask", max_llm_retries=0, **OUTAGE)
+    uninterrupted = make_r2po(llm=_search_unusable(None), **settings).learn(UNTIL_BUDGET)
+    model = make_r2po(llm=_search_unusable(2), **settings)
+    with pytest.raises(LLMBackendError, match="server down"):
+        model.learn(UNTIL_BUDGET)
+    assert len(model.history) == 3 and model.llm_stats["fallbacks"] == 1  # rolled back to the first iteration's entry
+    model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
+    assert uninterrupted.llm_stats["fallbacks"] == model.llm_stats["fallbacks"] == 4
+    assert model.history == uninterrupted.history
+
+
+def test_a_checkpoint_saved_inside_the_warm_up_resumes_with_the_random_state_of_the_last_entry(tmp_path, make_r2po) -> None:
+    """SB3's ``CheckpointCallback`` saves during the first warm-up episode, after the run drew its random vector: the
+    file holds the state as of the last entry (the start), random generator included, so the run loaded from it draws
+    the same warm-up vectors and is the uninterrupted run."""
+    settings = dict(llm="example", n_eval_episodes=2, warmup_episodes=3, seed=5, max_episodes=3 + 2 * 2 * 2)
+    checkpoints = CheckpointCallback(save_freq=5, save_path=str(tmp_path))
+    uninterrupted = make_r2po(**settings).learn(UNTIL_BUDGET, callback=checkpoints)
+    assert uninterrupted.history[0]["timesteps"] > 5  # the first checkpoint was saved inside the first warm-up episode
+    resumed = R2PO.load(tmp_path / "rl_model_5_steps.zip", env=gym.make("CartPole-v1"), llm="example")
+    assert resumed.history == [] and resumed.num_timesteps == 0
+    resumed.learn(UNTIL_BUDGET, reset_num_timesteps=False)
+    assert resumed.history == uninterrupted.history
 
 
 def test_a_loaded_model_refuses_another_runs_directory(tmp_path, make_r2po) -> None:

@@ -41,9 +41,11 @@ def test_cartpole_improves_over_warmup(make_r2po) -> None:
     model = make_r2po(llm=ExampleLLM(seed=1), n_eval_episodes=5, warmup_episodes=10, seed=1, max_episodes=None)
     model.learn(total_timesteps=30_000)
     warmup_best = max(r["mean_return"] for r in model.history if r["kind"] == "warmup")
-    best = model.best_record()
-    assert best is not None and best["kind"] != "warmup"
+    means = [r["mean_return"] if r["kind"] != "warmup" else -np.inf for r in model.history]
+    best = model.history[int(np.argmax(means))]  # the first highest iteration mean, found here (not by best_record())
+    assert best is not model.history[-1] and best["mean_return"] > model.history[-1]["mean_return"]  # not the last one
     assert best["mean_return"] >= 300 and best["mean_return"] > warmup_best + 100
+    assert model.best_record() is best
     # the model's policy holds the best candidate
     np.testing.assert_array_equal(model.policy.get_flat(), np.array(best["params"]))
 
@@ -262,21 +264,22 @@ class AlternatingBandit(BanditEnv):
 
 
 def test_stop_at_target_needs_the_minimum_of_k_episodes_at_the_target(make_r2po) -> None:
-    """Returns 3, 1, 3: the mean and the best episode reach the target 3, the worst does not, so training goes on;
-    a warm-up record (one episode) never confirms the target."""
+    """(2, 2) on the alternating bandit returns 2, 4, 2: the mean (2.67) and the best episode reach the target 2.5, the
+    worst does not, so training goes on; a warm-up record (one episode) never confirms the target."""
     model = make_r2po(
         AlternatingBandit(),
-        llm=ScriptedLLM(TOWARD_3),
+        llm=ScriptedLLM([vector(2.0, 2.0)]),
         n_eval_episodes=3,
         warmup_episodes=0,
-        target_return=3,
+        target_return=2.5,
         seed=0,
         max_episodes=12,
         stop_at_target=True,
     )
     model.learn(UNTIL_BUDGET)
-    assert any(r["max_return"] >= 3 for r in model.history)
-    assert not model.target_confirmed() and model.iteration > 1
+    assert [r["returns"] for r in model.history] == [[2.0, 4.0, 2.0]] * 2
+    assert all(r["mean_return"] >= 2.5 > r["min_return"] for r in model.history)
+    assert not model.target_confirmed() and model.iteration == 2 and model.episodes_used == 12
     model.history = [{"kind": "warmup", "n_episodes": 1, "min_return": 10.0, "mean_return": 10.0}]
     assert not model.target_confirmed()
 

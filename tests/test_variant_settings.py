@@ -11,8 +11,10 @@ import contextlib
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -136,11 +138,29 @@ def test_r2po_keeps_its_own_entry() -> None:
         assert "r2po" not in (raw.get(VARIANTS_KEY) or {})
 
 
-def test_the_packaged_copy_is_the_same_file() -> None:
-    packaged = Path(sb3_r2po.__file__).resolve().parent / "zoo" / "configs"
-    for path in config_dir().glob("*.yml"):
-        assert (packaged / path.name).read_bytes() == path.read_bytes(), path.name
-    assert SETTINGS_FILE == packaged / "r2po.yml"  # the table a plain R2PO reads is the one the package ships
+def test_the_packaged_copy_is_the_same_file(tmp_path: Path) -> None:
+    """In a checkout ``sb3_r2po/zoo/configs`` is a link to ``zoo_configs`` (one file each: nothing to keep in step);
+    a wheel built from the checkout's sources ships every config file byte for byte."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        pytest.skip("not a source checkout: there is no pyproject.toml to build a wheel from")
+    pytest.importorskip("setuptools")  # the build backend pyproject.toml names
+    source, packaged = root / "zoo_configs", root / "sb3_r2po" / "zoo" / "configs"
+    assert packaged.is_symlink() and packaged.resolve() == source.resolve() == config_dir().resolve()
+    copy, out = tmp_path / "checkout", tmp_path / "dist"
+    shutil.copytree(root / "sb3_r2po", copy / "sb3_r2po", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(source, copy / "zoo_configs")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, copy / name)
+    build = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", build, str(out)], cwd=copy, check=True, capture_output=True, timeout=300)
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = [name for name in archive.namelist() if name.startswith("sb3_r2po/zoo/configs/")]
+        shipped = {Path(name).name: archive.read(name) for name in names}
+    assert shipped == {path.name: path.read_bytes() for path in source.glob("*.yml")} and "r2po.yml" in shipped
+    # the table a plain R2PO reads is the one the package ships
+    assert SETTINGS_FILE == Path(sb3_r2po.__file__).resolve().parent / "zoo" / "configs" / "r2po.yml"
 
 
 def test_apply_variant_merges_env_kwargs_keeps_explicit_keys_and_refuses_unknown_variants() -> None:

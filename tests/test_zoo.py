@@ -106,13 +106,11 @@ def _monitor_episodes(run_dir: Path) -> int:
 
 @pytest.fixture(scope="module")
 def r2po_loads(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Skip when ``R2PO.load`` cannot rebuild a saved model in this checkout (a core issue, not the zoo's)."""
+    """``R2PO.load`` rebuilds a saved model outside the zoo: when it cannot (a core issue, a damaged or mismatched
+    file included), the test errors here, with the core's message, rather than inside the zoo's subprocess."""
     path = tmp_path_factory.mktemp("load") / "m.zip"
     R2PO("Tabular", "R2PO/Maze3x3-v0", llm="example:0", warmup_episodes=1, n_eval_episodes=1, max_episodes=1).save(path)
-    try:
-        R2PO.load(path, device="cpu")
-    except ValueError as error:
-        pytest.skip(f"R2PO.load fails before the zoo is involved: {str(error).splitlines()[0]}")
+    assert isinstance(R2PO.load(path, device="cpu"), R2PO)
 
 
 # ---------------------------------------------------------------------------------------------- registration
