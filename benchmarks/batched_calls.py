@@ -42,23 +42,91 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from embedded_format import SPACE, make_history, make_prompt
-
+from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.base import ChatBackend, Message
 from sb3_r2po.llm.batching import BatchingBackend
 from sb3_r2po.llm.resolve import make_backend
 
 TINY_MAX_TOKENS = 96
+SPACE = ParameterSpace(size=10, low=-6.0, high=6.0, decimals=1)
+OBS_DIM, ACT_DIM = 4, 2
+
+SYSTEM = (
+    "You are a careful optimizer. You improve a control policy by proposing parameter vectors; each proposal is "
+    "run in the environment and its return is reported back to you."
+)
+
+TASK = """\
+Environment: CartPole-v1. A cart moves along a frictionless track and a pole is hinged on top of it.
+Observation s (4 numbers): cart position, cart velocity, pole angle (radians), pole angular velocity.
+Actions: 0 = push the cart left, 1 = push the cart right.
+Reward: +1 for every step the pole stays up. An episode ends when the pole leans more than 12 degrees,
+the cart leaves the track, or after 500 steps, so the best possible return is 500.
+
+Policy: linear. Scores y = s @ W + b with W a 4 x 2 matrix and b 2 numbers; the action is argmax(y).
+Layout of the 10 parameters: params[2*i + j] = W[i][j] for i = 0..3 and j = 0..1, then params[8] = b[0]
+and params[9] = b[1].
+
+Parameter space: 10 parameters, each a number in [-6.0, 6.0] with exactly one decimal."""
+
+RULES = """\
+Rules:
+- Do not propose a vector that is already in the list.
+- The target return is 500. While the best return is below it, explore new regions as well as
+  improving on the best vectors.
+- Change parameters by about 1.0 at a time when you improve on a good vector."""
+
+
+def rollout(params: np.ndarray, seed: int, episodes: int = 1) -> float:
+    """Mean return of the linear argmax policy on CartPole-v1."""
+    env = gym.make("CartPole-v1")
+    w = np.asarray(params[: OBS_DIM * ACT_DIM]).reshape(OBS_DIM, ACT_DIM)
+    b = np.asarray(params[OBS_DIM * ACT_DIM :])
+    total = 0.0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(int(np.argmax(obs @ w + b)))
+            total += float(reward)
+            done = terminated or truncated
+    env.close()
+    return total / episodes
+
+
+def make_history(seed: int, n: int = 20) -> list[tuple[np.ndarray, float]]:
+    """``n`` random candidates (N(0, 3), clipped and rounded) with their single-episode CartPole return."""
+    rng = np.random.default_rng(seed)
+    history = []
+    for k in range(n):
+        theta = SPACE.sample(rng)
+        history.append((theta, rollout(theta, seed=1000 * seed + k)))
+    return history
+
+
+def make_prompt(history: list[tuple[np.ndarray, float]]) -> list[dict[str, str]]:
+    """An R2PO Search-style prompt asking for one line in the indexed format (the removed
+    ``benchmarks/embedded_format.py``'s ``gbnf-indexed`` prompt, which these figures used)."""
+    lines = [f"{k + 1}. {SPACE.format(theta)} -> return {ret:.1f}" for k, (theta, ret) in enumerate(history)]
+    best = max(ret for _, ret in history)
+    fmt = ", ".join(f"params[{i}]: v" for i in range(SPACE.size))
+    reply = f"Reply format: reply with one line only, exactly in this form:\n{fmt}"
+    user = (
+        f"{TASK}\n\nIteration 1 of 100. Best return so far: {best:.1f}. Target: 500.\n\n"
+        f"Evaluated vectors (parameters -> return):\n" + "\n".join(lines) + f"\n\n{RULES}\n\n{reply}"
+    )
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
 def prompts(n: int, offset: int = 0) -> list[list[Message]]:
     """``n`` distinct Search prompts (history seeds ``offset .. offset + n - 1``)."""
-    return [make_prompt(make_history(offset + i), style="indexed", reason=False) for i in range(n)]
+    return [make_prompt(make_history(offset + i)) for i in range(n)]
 
 
 @contextlib.contextmanager

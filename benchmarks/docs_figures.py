@@ -5,7 +5,7 @@
 - ``cartpole_sample_efficiency.png``: learning curves of R2PO (embedded 0.5B model, ``tight`` prompts), ARS and PPO on
   CartPole-v1, from ``benchmarks/results/sample_efficiency_cartpole_embedded_0.5b_tight.json`` (written by
   ``benchmarks/sample_efficiency.py --json``), drawn by the comparison's own plotting code
-  (:func:`sb3_r2po.experiments.plots.plot_curves`).
+  (:func:`sb3_r2po.experiments.report.plot_curves`).
 - ``llm_seconds_per_iteration.png``: LLM seconds per iteration of the embedded 0.5B model per prompt setting, from
   ``benchmarks/results/prompt_settings_cartpole_embedded_0.5b.json`` (``benchmarks/prompt_settings.py --json``).
 - ``prompt_tokens_per_iteration.png``: the Search and Critic prompts' sizes per iteration on CartPole-v1 for the
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from sb3_r2po.experiments.plots import plot_curves
+from sb3_r2po.experiments.report import plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

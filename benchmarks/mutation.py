@@ -1,6 +1,6 @@
 """Mutation testing of the core modules, each against its own test files (docs/mutation.md).
 
-``python benchmarks/mutation.py history evidence --timeout 600`` copies the checkout (``sb3_r2po``, ``tests``,
+``python benchmarks/mutation.py evidence parsing --timeout 600`` copies the checkout (``sb3_r2po``, ``tests``,
 ``benchmarks``, ``pyproject.toml``) to a temporary directory, narrows ``[tool.mutmut]`` there to one module and its test files
 (:data:`MODULES`), runs ``mutmut run`` under a wall-clock bound and prints, per module, the mutants generated, killed,
 survived and timed out, then the diff of every survivor. The checkout itself is never mutated (mutmut writes its
@@ -26,16 +26,20 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "history": (
-        "sb3_r2po/r2po/history.py",
-        ["tests/test_mutation_gaps.py", "tests/test_run.py", "tests/test_prompts.py", "tests/test_prefix_reuse.py"],
+    "records": (
+        "sb3_r2po/r2po/records.py",
+        ["tests/test_mutation_gaps.py", "tests/test_run.py", "tests/test_prompts.py", "tests/test_save_load.py"],
     ),
-    "records": ("sb3_r2po/r2po/records.py", ["tests/test_run.py", "tests/test_save_load.py"]),
     "evidence": (
         "sb3_r2po/common/evidence.py",
-        ["tests/test_evidence.py", "tests/test_reference_prompts.py", "tests/test_prompts.py"],
+        [
+            "tests/test_mutation_evidence.py",
+            "tests/test_evidence.py",
+            "tests/test_reference_prompts.py",
+            "tests/test_prompts.py",
+        ],
     ),
-    "parsing": ("sb3_r2po/common/parsing.py", ["tests/test_parsing.py"]),
+    "parsing": ("sb3_r2po/common/parsing.py", ["tests/test_mutation_parsing.py", "tests/test_parsing.py"]),
     "run_state": ("sb3_r2po/r2po/run_state.py", ["tests/test_resume.py", "tests/test_honest_runs.py"]),
     "reporting": ("sb3_r2po/r2po/reporting.py", ["tests/test_logging.py"]),
 }

@@ -56,7 +56,12 @@ ON_FROZENLAKE = ("lean", "tight", "list", "excerpts", "compact", "last_vector")
 DEFAULTS = [  # plain R2PO(...) with the settings table
     ("CartPole-v1_table", "MlpLinear", "CartPole-v1", {}),
     ("MountainCarContinuous-v0_ProjectedMlp", "ProjectedMlp", "MountainCarContinuous-v0", {}),
-    ("MountainCarContinuous-v0_RandomFeatures", "RandomFeatures", "MountainCarContinuous-v0", {"policy_kwargs": {"hidden_dim": 4}}),
+    (
+        "MountainCarContinuous-v0_RandomFeatures",
+        "RandomFeatures",
+        "MountainCarContinuous-v0",
+        {"policy_kwargs": {"hidden_dim": 4}},
+    ),
     ("MountainCarContinuous-v0_props_plus_table", "ProjectedMlp", "MountainCarContinuous-v0", {"variant": "props_plus"}),
 ]
 
@@ -112,7 +117,8 @@ def compare(a: Path, b: Path) -> int:
             continue
         calls_a, calls_b = calls(run_a / "llm_calls.jsonl"), calls(run_b / "llm_calls.jsonl")
         if calls_a != calls_b:
-            first = next((i for i, (x, y) in enumerate(zip(calls_a, calls_b)) if x != y), min(len(calls_a), len(calls_b)))
+            pairs = enumerate(zip(calls_a, calls_b, strict=False))
+            first = next((i for i, (x, y) in pairs if x != y), min(len(calls_a), len(calls_b)))
             different.append(f"{run_a.name}: LLM call {first} differs ({len(calls_a)} vs {len(calls_b)} calls)")
             continue
         files = [f for f in ("history.json", "final.json") if (run_a / f).read_bytes() != (run_b / f).read_bytes()]

@@ -23,14 +23,6 @@ another commit, imported through ``PYTHONPATH``) to the same rounds, side by sid
 at once with ``ExampleLLM``'s replies: each tree's run is first recorded with ``llm="example"`` (a ``checkpoint_dir``
 transcript, not timed), and the rounds replay it (``llm="replay:<transcript>"``), so the history, the prompts and the
 steps are the same as with ``example``, without the stand-in's own prompt parsing.
-
-    python benchmarks/overhead.py --instructions
-
-The same comparison counted in CPU instructions instead of seconds, which a busy or drifting machine does not
-change: ``example``'s run is recorded once, then each part runs in its own process under valgrind's callgrind
-(``valgrind`` must be installed; about ten minutes on two cores): ``learn()`` with the recording replayed, the
-plain loop and the loop in a ``Monitor`` over the evaluations that ``learn()`` ran, each minus a process that does
-the same set-up (imports, the model, the recorded evaluations) and stops there.
 """
 
 from __future__ import annotations
@@ -38,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
@@ -86,9 +77,9 @@ def record_evaluations(model: R2PO, env: gym.Env) -> list[Evaluation]:
     evaluations: list[Evaluation] = []
     actor, reset = model.policy.actor, env.reset
 
-    def recording_actor(params: np.ndarray) -> Any:
+    def recording_actor(params: np.ndarray, clip: bool = True) -> Any:
         evaluations.append((np.array(params, dtype=np.float64), []))
-        return actor(params)
+        return actor(params, clip)
 
     def recording_reset(**kwargs: Any) -> Any:
         if evaluations:  # learn() also resets the env once before its first evaluation
@@ -104,7 +95,7 @@ def plain_loop(env_id: str, model: R2PO, evaluations: list[Evaluation], monitor:
     """Replay ``evaluations`` in a plain ``gym.make`` loop (in SB3's ``Monitor`` with ``monitor``), the linear policy as
     one numpy line; the steps taken."""
     env = Monitor(gym.make(env_id)) if monitor else gym.make(env_id)
-    space, cap = env.action_space, model.episode_cap
+    space, cap = env.action_space, model.settings.episode_cap
     obs_dim = int(np.prod(env.observation_space.shape))
     act_dim = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space.shape))
     steps = 0
@@ -220,56 +211,7 @@ def versus_plain_loop(args: argparse.Namespace) -> None:
         )
 
 
-COUNTED = ("learn", "plain", "monitor")
 """The parts ``--instructions`` counts; each has a set-up-only twin (``<part>-setup``) whose count is subtracted."""
-
-
-def count_part(args: argparse.Namespace) -> None:
-    """One part of ``--instructions`` (run under callgrind): ``learn()``, writing its evaluations to
-    ``--evaluations``, or a loop over them; with ``-setup``, the same set-up only."""
-    part, setup_only = args.count.removesuffix("-setup"), args.count.endswith("-setup")
-    env = gym.make(args.env)
-    model = make_model(args, env)
-    if part == "learn":
-        evaluations = record_evaluations(model, env)
-        if not setup_only:
-            model.learn(total_timesteps=10**12)
-            Path(args.evaluations).write_bytes(pickle.dumps(evaluations))
-    else:
-        evaluations = pickle.loads(Path(args.evaluations).read_bytes())
-        if not setup_only:
-            plain_loop(args.env, model, evaluations, monitor=part == "monitor")
-
-
-def instructions(args: argparse.Namespace) -> None:
-    """Every part and its set-up under callgrind, two processes at a time; the table of instructions and ratios."""
-    child = [sys.executable, __file__, "--env", args.env, "--k", str(args.k), "--iterations", str(args.iterations)]
-    with tempfile.TemporaryDirectory(prefix="overhead_") as directory:
-        subprocess.run([*child, "--round", "--llm", "example", "--checkpoint-dir", directory], check=True, capture_output=True)
-        child += ["--llm", f"replay:{Path(directory) / 'llm_calls.jsonl'}", "--evaluations", str(Path(directory) / "ev.pkl")]
-        counts: dict[str, int] = {}
-        valgrind = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
-        for part in COUNTED:  # learn first: it writes the evaluations the loops replay
-            names = (part, f"{part}-setup")
-            procs = [subprocess.Popen([*valgrind, *child, "--count", n], stderr=subprocess.PIPE, text=True) for n in names]
-            for name, proc in zip(names, procs, strict=True):
-                _, stderr = proc.communicate()
-                refs = [line for line in stderr.splitlines() if "Collected :" in line]
-                if proc.returncode != 0 or not refs:
-                    raise SystemExit(f"{name} failed under callgrind:\n{stderr[-3000:]}")
-                counts[name] = int(refs[-1].split(":")[-1].strip())
-    net = {part: counts[part] - counts[f"{part}-setup"] for part in COUNTED}
-    print(
-        f"{args.env}, llm=instant, K={args.k}, {args.iterations} iterations; CPU instructions (callgrind), each part "
-        "minus its set-up"
-    )
-    print("| commit | learn() | plain loop | ratio | loop in a Monitor | ratio |")
-    print("|---|---|---|---|---|---|")
-    learn, plain, monitor = net["learn"], net["plain"], net["monitor"]
-    print(
-        f"| {source_label(ROOT)} | {learn / 1e9:.3f} G | {plain / 1e9:.3f} G | {learn / plain:.3f} | {monitor / 1e9:.3f} G "
-        f"| {learn / monitor:.3f} |"
-    )
 
 
 def main() -> None:
@@ -283,17 +225,8 @@ def main() -> None:
     parser.add_argument("--versus-plain-loop", action="store_true", help="learn() against a plain gymnasium loop")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of --versus-plain-loop")
     parser.add_argument("--baseline-tree", default=None, help="a second source tree for --versus-plain-loop")
-    parser.add_argument("--instructions", action="store_true", help="learn() against a plain loop in CPU instructions")
     parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)  # one round, as JSON (internal)
-    parser.add_argument("--count", choices=[f"{p}{s}" for p in COUNTED for s in ("", "-setup")], help=argparse.SUPPRESS)
-    parser.add_argument("--evaluations", help=argparse.SUPPRESS)  # where --count learn writes, and the loops read
     args = parser.parse_args()
-    if args.count:
-        count_part(args)
-        return
-    if args.instructions:
-        instructions(args)
-        return
     if args.round:
         print(json.dumps(one_round(args)))
         return

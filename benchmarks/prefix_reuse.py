@@ -29,10 +29,9 @@ reuse, whose prompts put the history and the candidate before the parts that sta
 its history and replies are not compared.
 
 ``paired`` times the calls of recorded runs (``compare --out``'s run directories) again, call by call, in one
-process: each call of ``RUN_DIR``'s transcript is asked of four backends (without the prefix cache and with the
+process: each call of ``RUN_DIR``'s transcript is asked of three backends (without the prefix cache and with the
 grammar applied to every token, ``grammar_first=True``, as before either change; with the cache and the grammar applied
-first; the defaults: with the cache, the grammar checked against the greedy token and the tokens it forces batched;
-the same with every token decoded, ``forced_tokens=False``), and the same call of
+first; the defaults: with the cache and the grammar checked against the greedy token), and the same call of
 ``--baseline``'s transcript (a run of another commit) of a fourth backend without the cache and with the grammar
 applied first, in turn, so all of them meet the same machine load at the same time (separate runs minutes apart on a
 shared machine differ by more than the cache saves). ``--also RUN_DIR`` adds the calls of one more run (e.g. one with
@@ -63,7 +62,7 @@ from typing import Any
 from sb3_r2po import R2PO
 from sb3_r2po.llm.recording import read_records
 from sb3_r2po.prompts import prompt_preset
-from sb3_r2po.r2po import history as history_module
+from sb3_r2po.r2po import records as history_module
 
 CRITIC_OPENING = "You are an optimization agent"
 """How R2PO's Critic prompts start (its Search prompts are a global optimizer's)."""
@@ -334,7 +333,7 @@ def _commit(tree: Path) -> str:
 def machine() -> str:
     """The CPU, the cores this process may use and the instruction sets llama.cpp uses on them: the embedded model's
     replies depend on them (other kernels round otherwise), so its figures are this machine's."""
-    from sb3_r2po.llm.cpu import default_threads, llama_system_info
+    from sb3_r2po.llm.embedded import default_threads, llama_system_info
 
     try:
         info = Path("/proc/cpuinfo").read_text()
@@ -404,10 +403,9 @@ def paired_main(args: argparse.Namespace) -> None:
         "off, grammar first": (run, {"prefix_cache": False, **first}),
         "on, grammar first": (run, {"prefix_cache": True, **first}),
         "on": (run, {"prefix_cache": True}),
-        "on, every token decoded": (run, {"prefix_cache": True, "forced_tokens": False}),
     }
     if args.defaults_only:
-        configurations = {name: configurations[name] for name in ("on", "on, every token decoded")}
+        configurations = {name: configurations[name] for name in ("on",)}
     if args.also:
         configurations["also: on"] = (Path(args.also), {"prefix_cache": True})
     if args.baseline:

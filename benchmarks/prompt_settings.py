@@ -8,7 +8,8 @@
   (``reply_style="list"``: ``params: [v, v, ...]`` in the history, the candidate and the reply format), the shape the
   embedded backend's grammar enforces;
 - ``tight``: the ``tight`` preset, which keeps Swimmer's Critic prompt under 3000 tokens at iteration 100
-  (``prompt_tokens.py``): the 5 best and 3 most recent history entries, 12 trajectory steps, 2 digits, folding,
+  (measured by the since-removed ``prompt_tokens.py``): the 5 best and 3 most recent history entries, 12 trajectory
+  steps, 2 digits, folding,
   list-style vectors;
 - ``trajectory-only``, ``digits-only``, ``history-only``, ``list-only``: ``full`` with one of ``lean``'s changes
   (20 trajectory steps with folding; 2 digits; the 8 best and 4 most recent history entries; list-style vectors),
@@ -50,7 +51,7 @@ import numpy as np
 from sb3_r2po import R2PO
 from sb3_r2po.experiments import LockstepExecutor, ResultsStore, RunResult, RunSpec
 from sb3_r2po.prompts import prompt_preset
-from sb3_r2po.r2po.history import best_record
+from sb3_r2po.r2po.records import best_record
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "full": prompt_preset("full"),

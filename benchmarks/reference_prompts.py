@@ -24,6 +24,7 @@ import dataclasses
 import importlib.util
 import io
 import json
+import math
 import subprocess
 import sys
 import tarfile
@@ -42,6 +43,7 @@ from sb3_r2po import R2PO
 from sb3_r2po.common.rollouts import Episode, RolloutResult
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
 from sb3_r2po.r2po.prompting import PromptView
+from sb3_r2po.r2po.records import Clock
 
 MIRROR = Path("/work/.mirror/HWUDLabAIRoboticsResearch+R2PO/repo")
 K, WARMUP, ITERATIONS, PLANNED = 20, 20, (1, 50, 100), 100
@@ -260,23 +262,24 @@ def ours(env_id: str, variant: str, iteration: int, hist: list[Any], eps: list[E
         step_size=env.step,
         max_episode_steps=env.cap,
     )
-    view = PromptView(model)
-    records = []
+    records: list[dict] = []
+    view = PromptView(model.settings, records, model.policy)
     for i, (params, value, warm) in enumerate(hist):
         record = {"params": params.tolist(), "mean_return": value, "n_episodes": 1 if warm else K}
         record.update(kind="warmup" if warm else "search", **view.stored_fields(RolloutResult([eps[i % K]])))
         records.append(record)
     model.history, model.iteration = records, iteration - 1
-    builder, spec, out = PromptBuilder(reply_style=model.reply_style), model.variant_spec, {}
+    clock = Clock(iteration - 1, 0, math.inf)
+    builder, spec, out = PromptBuilder(reply_style=model.settings.reply_style), model.settings.variant_spec, {}
     if spec.search != "none":
-        context = dataclasses.replace(view.context(), total_iterations=PLANNED)
+        context = dataclasses.replace(view.context(clock), total_iterations=PLANNED)
         out["search"] = builder.search(context, spec.search_prompt, spec.search_history)[0]["content"]
     if spec.critic is not None:
         rank = len(hist[0][0])
         candidate = np.round(np.random.default_rng(1).uniform(-6, 6, rank), 1) if not env.tabular else hist[-1][0]
         result = RolloutResult(eps)
         line = HistoryLine(view.format(candidate), float(np.mean(result.returns)), K, values=view.values(candidate))
-        context = dataclasses.replace(view.context(critic=True), total_iterations=PLANNED)
+        context = dataclasses.replace(view.context(clock, critic=True), total_iterations=PLANNED)
         critic = spec.critic
         out["critic"] = builder.critic(context, line, view.evidence(result), critic.prompt, critic.history)[0]["content"]
     return out

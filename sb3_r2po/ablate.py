@@ -3,26 +3,15 @@
     python -m sb3_r2po.ablate --llm example --envs CartPole-v1 --variants r2po props rep_traj --seeds 0 1 2 \\
         --max-episodes 200 --out ablation.md
 
-Every run is built by RL Zoo's ``ExperimentManager`` from the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` (the paper's
-settings: target, ``tau_c``, step size, warm-up, K, episode budget, ...) with the settings its ``variants:`` mapping
-gives the variant (the reference's own settings for each baseline and ablation), exactly as ``python -m sb3_r2po.zoo
-train --algo r2po --hyperparams variant:...`` and ``python -m sb3_r2po.compare`` build it
-(:func:`sb3_r2po.experiments.run_one`), with the options given on the command line on top: ``--max-episodes``,
-``--n-eval-episodes`` and ``--warmup-episodes`` replace the file's values only when given. So every variant of an
-env gets the reference's budget, 4000 episodes after its own warm-up (the file's ``max_episodes``), unless
-``--max-episodes`` says otherwise.
+Every run is built by RL Zoo's ``ExperimentManager`` from the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` with
+its ``variants:`` settings for the variant (the reference's, budget included), as ``compare`` builds it;
+``--max-episodes``, ``--n-eval-episodes`` and ``--warmup-episodes`` replace the file's values when given.
 
-Writes a markdown report: the paper-format tables (mean return over iterations, best iteration; mean +- std
-over seeds, and the interquartile mean over seeds with its 95 % stratified bootstrap confidence interval: rliable's,
-from a fixed seed, so a set of runs always gives the same report; the text says how many runs each rests on), the
-salience summary per variant, the settings of each env, and the exact command and package versions. Each run's
-history and settings are saved next to the report (``<out>.runs.json``). The runs are kept in a results store
-(``--store``, default ``<out>.store/``): the same command again reruns nothing that finished, and a run cut in the
-middle resumes from its checkpoint.
-
-The ``llm`` string is resolved once and the same backend answers every run in turn, so with ``--llm replay:FILE`` (a
-file recorded with ``--record FILE``) the same table is reproduced exactly (from an empty store: a replay answers the
-runs in the order they were recorded, and ``--record`` records the runs this command runs).
+Writes a markdown report (mean return over iterations and best iteration, mean +- std and IQM [95 % CI] over seeds;
+the salience summary per variant; the settings, the command and the versions) and ``<out>.runs.json`` (each run's
+history and settings). The runs are kept in a results store (``--store``, default ``<out>.store/``): the same command
+again reruns nothing that finished and resumes a cut run. One backend answers every run in turn, so ``--llm
+replay:FILE`` of a file recorded with ``--record FILE`` (from an empty store) reproduces the table exactly.
 """
 
 from __future__ import annotations
@@ -37,31 +26,22 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.diagnostics import salience_summary
-from sb3_r2po.experiments import EXECUTORS, ResultsStore, RunResult, RunSpec, make_executor
-from sb3_r2po.experiments import run_one as run_spec
-from sb3_r2po.experiments.configs import r2po_entry, r2po_overrides
+from sb3_r2po.experiments.configs import r2po_entry, r2po_overrides, r2po_settings
+from sb3_r2po.experiments.executors import EXECUTORS, make_executor
 from sb3_r2po.experiments.report import ablation_report
+from sb3_r2po.experiments.runs import ResultsStore, RunResult, RunSpec
+from sb3_r2po.experiments.runs import run_one as run_spec
 from sb3_r2po.experiments.stats import iteration_figures
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.variants import VARIANTS
 
-ZOO_STEP_KEYS = ("n_timesteps", "callback")
-"""Keys of ``sb3_r2po/zoo/configs/r2po.yml`` that only the zoo's step-horizon training reads; an ablation run is stopped by its
-``max_episodes`` budget, like a ``compare`` run."""
-
-
-def object_label(llm: Any) -> str:
-    """The llm string of a run answered by a backend object (:func:`run_one`): it names the object's class."""
-    return f"<{type(llm).__name__} object>"
+ZOO_STEP_KEYS = ("n_timesteps", "callback")  # read only by the zoo's step-horizon training; a run stops at max_episodes
 
 
 def literal_policy_kwargs(text: str) -> Any:
-    """
-    A ``policy_kwargs`` string of a zoo file (``"dict(bias=False)"``, ``"{'bias': False}"``) as its value, read with
-    :func:`ast.literal_eval` (``dict(...)`` calls of literals included, nested too); a string that is not a literal
-    (``"dict(activation_fn=nn.Tanh)"``) is returned as it is: the zoo evaluates it when it builds the model.
-    """
+    """A zoo file's ``policy_kwargs`` string (``"dict(bias=False)"``, ``"{'bias': False}"``) as its value, by
+    :func:`ast.literal_eval` (nested ``dict(...)`` of literals too); not a literal: returned as it is."""
 
     def value(node: ast.expr) -> Any:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
@@ -84,12 +64,9 @@ def literal_policy_kwargs(text: str) -> Any:
 
 def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """
-    The settings of one ablation run: the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` (the ``default`` entry for an env
-    without one) with the variant's settings from its ``variants:`` mapping, then the variant, then ``overrides``
-    (which win), merged as the zoo merges them for ``compare`` and ``ablate`` (:func:`sb3_r2po.experiments.run_one`):
-    a ``Tabular`` policy for an env with Discrete observations that the file lacks, and an
-    ``n_eval_episodes``/``warmup_episodes``/``max_episodes`` of ``overrides`` replacing the file's. The zoo's step
-    horizon (``n_timesteps``) and ``callback`` are dropped.
+    The settings of one ablation run: the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` for the variant, then
+    ``overrides`` (which win), merged as :func:`sb3_r2po.experiments.run_one` merges them; ``n_timesteps`` and
+    ``callback`` dropped.
 
     :param env_id: The gymnasium id.
     :param variant: The R2PO variant.
@@ -104,8 +81,7 @@ def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = N
     budget = overrides.pop("max_episodes", entry.get("max_episodes"))
     if budget is None:
         raise ValueError(f"{env_id}: no episode budget (max_episodes) in sb3_r2po/zoo/configs/r2po.yml: give --max-episodes")
-    n_eval, warmup = overrides.pop("n_eval_episodes", None), overrides.pop("warmup_episodes", None)
-    settings = {**entry, **r2po_overrides(variant, env_id, "", int(budget), n_eval, warmup)}
+    settings = {**entry, **r2po_overrides(variant, env_id, "", int(budget))}
     settings.pop("llm")  # the run's llm is an argument of run_one (a backend shared by the runs)
     settings.update(overrides)
     if isinstance(settings.get("policy_kwargs"), str):
@@ -114,10 +90,7 @@ def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = N
 
 
 def run_spec_of(env_id: str, variant: str, seed: int, llm: str, overrides: dict[str, Any] | None = None) -> RunSpec:
-    """
-    The :class:`~sb3_r2po.experiments.RunSpec` of one ablation run: the budget is ``overrides``' ``max_episodes``, else
-    the variant's in ``sb3_r2po/zoo/configs/r2po.yml``; the other overrides are the spec's settings.
-    """
+    """One ablation run's spec: the budget is ``overrides``' ``max_episodes``, else the variant's; the rest its settings."""
     settings = dict(overrides or {})
     budget = settings.pop("max_episodes", None)
     if budget is None:
@@ -126,7 +99,7 @@ def run_spec_of(env_id: str, variant: str, seed: int, llm: str, overrides: dict[
 
 
 def record(result: RunResult, run_dir: Path) -> dict[str, Any]:
-    """One run as the report and ``<out>.runs.json`` hold it: the figures over its iterations and its whole history."""
+    """One run as the report and ``<out>.runs.json`` hold it: its figures and its whole history."""
     spec = result.spec
     history = result.full_history(run_dir)
     return {
@@ -153,26 +126,16 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
     :param llm: The LLM: an ``llm`` string, or a backend object (shared by the runs of :func:`main`).
     :param settings: Overrides of the env's settings in ``sb3_r2po/zoo/configs/r2po.yml`` (see :func:`run_settings`).
     """
-    spec = run_spec_of(env_id, variant, seed, llm if isinstance(llm, str) else object_label(llm), settings)
+    spec = run_spec_of(env_id, variant, seed, llm if isinstance(llm, str) else f"<{type(llm).__name__} object>", settings)
     with tempfile.TemporaryDirectory(prefix="sb3_r2po_ablate_") as directory:
         result = run_spec(spec, directory, None if isinstance(llm, str) else llm)
         return record(result, Path(directory))
 
 
-def report(runs: list[dict[str, Any]], command: str) -> str:
-    """The markdown report of a set of runs (:func:`sb3_r2po.experiments.report.ablation_report`)."""
-    return ablation_report(runs, command)
-
-
 def resolve_llm(llm: str, record: str | None = None) -> ChatBackend:
     """
-    The one backend that answers every run of an ablation, in turn.
-
-    A ``replay:FILE`` backend hands out the replies recorded for a request in the order they were recorded; one
-    backend per run would give a request that recurs in a later run (the first Search prompt of two variants on the
-    same seed, for example) the first run's reply. Sharing it replays the recording made by a shared
-    :class:`~sb3_r2po.llm.recording.RecordingBackend` (``record``) exactly. Building is lazy: nothing is loaded or
-    contacted before the first call.
+    The one backend that answers every run of an ablation in turn, so a ``replay:FILE`` recorded by a shared
+    :class:`~sb3_r2po.llm.recording.RecordingBackend` (``record``) replays exactly. Built lazily.
 
     :param llm: The ``llm`` string.
     :param record: A JSONL file to record every call to, or ``None``.
@@ -200,12 +163,7 @@ def _parser() -> argparse.ArgumentParser:
         "--max-episodes", type=int, default=None,
         help="episode budget per run, warm-up included (default: the variant's max_episodes in sb3_r2po/zoo/configs/r2po.yml)",
     )  # fmt: skip
-    parser.add_argument(
-        "--n-eval-episodes",
-        type=int,
-        default=None,
-        help="K (default: the env's n_eval_episodes in sb3_r2po/zoo/configs/r2po.yml)",
-    )
+    parser.add_argument("--n-eval-episodes", type=int, default=None, help="K (default: the env's in r2po.yml)")
     parser.add_argument(
         "--warmup-episodes", type=int, default=None,
         help="warm-up (default: the variant's warmup_episodes in sb3_r2po/zoo/configs/r2po.yml)",
@@ -219,21 +177,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """
-    Run the ablation of the command line and write the report (see the module docstring).
-
-    :param argv: The arguments (without the program name); defaults to ``sys.argv[1:]``.
-    """
+    """``python -m sb3_r2po.ablate ...``: run the ablation and write the report (``argv``: default ``sys.argv[1:]``)."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.executor == "ray" and args.record:
         parser.error("--record records in this process: not with --executor ray")
-    options = {
-        "max_episodes": args.max_episodes,
-        "n_eval_episodes": args.n_eval_episodes,
-        "warmup_episodes": args.warmup_episodes,
-    }
-    overrides = {key: value for key, value in options.items() if value is not None}
+    overrides = r2po_settings(args.n_eval_episodes, args.warmup_episodes)
+    if args.max_episodes is not None:
+        overrides["max_episodes"] = args.max_episodes
     specs = [
         run_spec_of(env_id, variant, seed, args.llm, overrides)
         for env_id in args.envs
@@ -257,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     results = executor.run(specs, store)
     runs = [record(result, store.run_dir(result.spec)) for result in results]
     command = "python -m sb3_r2po.ablate " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    out.write_text(report(runs, command))
+    out.write_text(ablation_report(runs, command))
     out.with_suffix(out.suffix + ".runs.json").write_text(json.dumps(runs, indent=1, default=repr))
     print(out.read_text())
 

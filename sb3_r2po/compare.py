@@ -6,35 +6,17 @@ Usage::
         --budget 300 --out comparison
     python -m sb3_r2po.compare --grid paper --llm http://HOST:PORT/v1 --executor ray --out results
 
-Every method is charged only for the episodes it trains on; evaluation episodes are not charged (the paper's
-SB3 protocol charged 20 evaluation episodes after every training episode). Writes to ``--out``:
+Every method is charged only for the episodes it trains on (the paper's SB3 protocol also charged 20 evaluation
+episodes after every training episode). Writes to ``--out``: ``results.md`` (per env: mean +- std and IQM [95 %
+CI] over seeds of the mean, best and final return and the episodes to the threshold; the settings, the command and
+the package versions), ``paper.md`` (the paper-format table beside the published numbers), ``curves[_<env>].png``,
+``intervals[_<env>].png``, ``runs.json`` (every run's training-episode returns and hyperparameters) and the results
+store ``runs/<run_id>/``: the same command again reruns nothing that finished and resumes a cut R2PO run.
 
-- ``results.md``: per env, the table (mean return over training, best, final, episodes until the rolling mean
-  reaches the threshold; mean +- std over seeds, and for each return figure the interquartile mean over seeds with
-  its 95 % stratified bootstrap confidence interval: rliable's, from a fixed seed, so the same runs give the same
-  report), the definitions, the settings, then the exact command and the package versions;
-- ``paper.md``: the paper-format table (per env and method: mean return, best, episodes to threshold, mean +- std
-  over seeds, IQM [95 % CI] beside them) side by side with the published numbers
-  (:data:`sb3_r2po.experiments.grids.PUBLISHED`);
-- ``curves.png`` (one env) or ``curves_<env>.png`` (several): learning curves (x = training episodes, the rolling
-  mean, shaded +- std over seeds);
-- ``intervals.png`` or ``intervals_<env>.png``: per return figure and method, the IQM with its 95 % CI and the
-  mean +- std over seeds;
-- ``runs.json``: every run's training-episode returns and lengths, in order, and the hyperparameters used;
-- ``runs/<run_id>/``: the results store (:class:`sb3_r2po.experiments.ResultsStore`). The same command again reruns
-  nothing that finished, and an R2PO run cut in the middle resumes from its checkpoint.
-
-Seeds: 0-4 by default (five runs per method), ``--grid paper`` 0-9 (the paper's ten runs); the intervals rest on
-these runs (with one seed, a cell is that run's figure, no interval). The intervals need rliable (the ``zoo`` extra).
-
-The grid: ``--grid paper`` (the paper's ten envs, ten seeds, R2PO, its variants and the SB3 algorithms of the
-paper, at the paper's budgets), narrowed by ``--envs``/``--methods``/``--seeds``/``--budget``; without ``--grid``,
-every env (``--envs``, or ``--env``) x method x seed at ``--budget``. The executor: ``--executor serial`` (one run
-after another), ``lockstep`` (the seeds of an R2PO method train together, their LLM calls batched; ``--lockstep`` is
-the same) or ``ray`` (one Ray task per run on the cluster at ``--ray-address``; default: a local Ray).
-
-How a run is built and counted: :mod:`sb3_r2po.experiments.runs` (RL Zoo's ``ExperimentManager`` and hyperparameter
-files, the episode budget, the step horizon). Statistics: :mod:`sb3_r2po.experiments.stats`.
+Seeds: 0-4 (``--grid paper``: 0-9, the paper's ten runs). ``--grid paper`` is the paper's ten envs, R2PO, its variants
+and the paper's SB3 algorithms at the paper's budgets, narrowed by ``--envs``/``--methods``/``--seeds``/``--budget``.
+Executors: ``serial``, ``lockstep`` (the seeds of an R2PO method train together, their LLM calls batched) or ``ray``
+(one Ray task per run on ``--ray-address``; default a local Ray). The intervals need rliable (the ``zoo`` extra).
 """
 
 from __future__ import annotations
@@ -45,117 +27,36 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sb3_r2po.common.files import atomic_write
-from sb3_r2po.experiments import EXECUTORS, PreparedRun, ResultsStore, RunResult, RunSpec, make_executor
-from sb3_r2po.experiments import finish_run as finish_spec
-from sb3_r2po.experiments import prepare_run as prepare_spec
-from sb3_r2po.experiments.budget import BudgetReached, EpisodeBudget, find_monitors
 from sb3_r2po.experiments.configs import (
     BASELINES,
-    IGNORE_STOP,
     R2PO_METHODS,
     comparison_env_settings,
-    default_threshold,
-    episode_cap,
     episodes_used,
-    hyperparams_file,
-    is_tabular,
     method_algo,
     r2po_entry,
-    r2po_overrides,
-    zoo_entry,
+    r2po_settings,
 )
+from sb3_r2po.experiments.executors import EXECUTORS, make_executor
 from sb3_r2po.experiments.grids import GRIDS, PUBLISHED, grid, paper_grid
-from sb3_r2po.experiments.plots import plot_curves, plot_intervals
 from sb3_r2po.experiments.report import (
-    VERSIONS,
     compare_report,
-    package_version,
+    env_settings,
     paper_document,
     paper_table,
-    table,
+    plot_curves,
+    plot_intervals,
     versions,
 )
-from sb3_r2po.experiments.stats import WINDOW, mean_std, rolling_mean, summarize
-from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
+from sb3_r2po.experiments.runs import ResultsStore, RunResult, RunSpec
+from sb3_r2po.experiments.stats import WINDOW, summarize
+from sb3_r2po.prompts import PROMPT_PRESETS
 
-__all__ = [
-    "BASELINES",
-    "DEFAULT_SEEDS",
-    "IGNORE_STOP",
-    "R2PO_METHODS",
-    "VERSIONS",
-    "WINDOW",
-    "BudgetReached",
-    "EpisodeBudget",
-    "default_threshold",
-    "episode_cap",
-    "find_monitors",
-    "finish_run",
-    "hyperparams_file",
-    "is_tabular",
-    "main",
-    "mean_std",
-    "method_algo",
-    "package_version",
-    "plot_curves",
-    "prepare_run",
-    "r2po_entry",
-    "r2po_overrides",
-    "report",
-    "rolling_mean",
-    "run_comparison",
-    "summarize",
-    "table",
-    "versions",
-    "write_outputs",
-    "zoo_entry",
-]
-
-
-DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
-"""Seeds of a comparison without ``--grid`` and ``--seeds``: five runs per method (``--grid paper``:
-:data:`sb3_r2po.experiments.grids.PAPER_SEEDS`, ten)."""
-
-
-def r2po_settings(n_eval_episodes: int | None, warmup_episodes: int | None, prompts: str | None) -> dict[str, Any]:
-    """The R2PO settings of the command line: the prompt preset's ten parameters, K and the warm-up (when given)."""
-    settings: dict[str, Any] = dict(prompt_preset(prompts)) if prompts is not None else {}
-    if n_eval_episodes is not None:
-        settings["n_eval_episodes"] = n_eval_episodes
-    if warmup_episodes is not None:
-        settings["warmup_episodes"] = warmup_episodes
-    return settings
-
-
-def prepare_run(
-    method: str,
-    env_id: str,
-    seed: int,
-    budget: int,
-    llm: str | None = None,
-    n_eval_episodes: int | None = None,
-    warmup_episodes: int | None = None,
-    device: str = "cpu",
-    progress: bool = False,
-    prompts: str | None = None,
-) -> PreparedRun:
-    """One method's model on one seed, built by RL Zoo's ``ExperimentManager`` (:func:`sb3_r2po.experiments.prepare_run`
-    of the run's :class:`~sb3_r2po.experiments.RunSpec`; no run directory)."""
-    settings = r2po_settings(n_eval_episodes, warmup_episodes, prompts) if method in R2PO_METHODS else {}
-    if method in R2PO_METHODS and llm is None:
-        raise ValueError(f"method {method!r} needs an llm string")
-    spec = RunSpec(env_id, method, seed, budget, llm, tuple(settings.items()))
-    return prepare_spec(spec, None, None, device, progress)
-
-
-def finish_run(run: PreparedRun) -> dict[str, Any]:
-    """Close a run's env and log folder and return its measurements as ``runs.json`` holds them."""
-    return finish_spec(run).record()
+DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)  # without --grid and --seeds: five runs per method
 
 
 def _note_unused_episodes(specs: Sequence[RunSpec]) -> None:
@@ -172,12 +73,6 @@ def _note_unused_episodes(specs: Sequence[RunSpec]) -> None:
             )
 
 
-def _budget_of(specs: Sequence[RunSpec]) -> int | str:
-    """The budget of ``specs``: one number, or the range when they differ (the paper's grid)."""
-    budgets = sorted({s.budget for s in specs})
-    return budgets[0] if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}"
-
-
 def run_comparison(
     env_id: str | None,
     methods: Sequence[str],
@@ -191,7 +86,6 @@ def run_comparison(
     device: str = "cpu",
     progress: bool = True,
     command: str = "",
-    lockstep: bool = False,
     prompts: str | None = None,
     *,
     envs: Sequence[str] | None = None,
@@ -201,23 +95,24 @@ def run_comparison(
     store: str | Path | None = None,
 ) -> dict[str, Any]:
     """
-    Run the grid and return ``runs.json``'s data: ``settings``, ``runs`` (:meth:`RunResult.record` of every run, in grid
-    order), ``command``, ``versions`` and ``wall_time_s``.
+    Run the grid; return ``runs.json``'s data: ``settings``, ``runs`` (:meth:`RunResult.record`, grid order), ``command``,
+    ``versions`` and ``wall_time_s``.
 
     :param env_id: The env (``envs`` wins when given).
     :param methods: The methods (with ``grid_name``: those of the grid's; empty: all of them).
     :param seeds: The seeds (with ``grid_name`` and empty: the grid's).
     :param budget: Training episodes per run (with ``grid_name``, ``None``: the grid's own budgets).
-    :param lockstep: The same as ``executor="lockstep"``.
     :param envs: Several envs.
     :param grid_name: A named grid (:data:`sb3_r2po.experiments.grids.GRIDS`).
     :param executor: ``serial`` (default), ``lockstep`` or ``ray``.
     :param ray_address: The Ray cluster (``ray`` only; ``None``: a local Ray).
     :param store: The results store's directory (``None``: a temporary one, removed afterwards).
     """
+    import torch as th
+
     import sb3_r2po  # noqa: F401  (registers the custom envs)
 
-    executor = executor or ("lockstep" if lockstep else "serial")
+    executor = executor or "serial"
     for method in methods:
         method_algo(method)  # fail on an unknown method before anything runs
     if llm is None and (grid_name is not None or any(m in R2PO_METHODS for m in methods)):
@@ -236,17 +131,18 @@ def run_comparison(
         raise ValueError("the grid has no runs")
     _note_unused_episodes(specs)
     env_ids = list(dict.fromkeys(s.env_id for s in specs))
+    budgets = sorted({s.budget for s in specs})
     per_env = {e: comparison_env_settings(e, [s.method for s in specs if s.env_id == e], threshold) for e in env_ids}
     common = {
         "env": env_ids[0] if len(env_ids) == 1 else None,
         "methods": list(dict.fromkeys(s.method for s in specs)),
         "seeds": list(dict.fromkeys(s.seed for s in specs)),
-        "budget": _budget_of(specs),
+        "budget": budgets[0] if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}",
         "llm": llm,
         "window": window,
         "n_eval_episodes": n_eval_episodes,
         "warmup_episodes": warmup_episodes,
-        "torch_threads": _torch_threads(),
+        "torch_threads": int(th.get_num_threads()),
         "lockstep": executor == "lockstep",
         "prompts": prompts,
         "executor": executor,
@@ -278,7 +174,8 @@ def _execute(
     """Run ``specs`` with the named executor into the store, printing a line per finished run."""
     from tqdm.auto import tqdm
 
-    with _store_dir(store) as root:
+    directory = contextlib.nullcontext(store) if store is not None else tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_")
+    with directory as root:  # a temporary store is removed at the end
         results_store = ResultsStore(root)
         done = len(results_store.results(specs))
         with tqdm(total=len(specs), initial=done, desc="runs", unit="run", disable=not progress) as bar:
@@ -299,22 +196,6 @@ def _execute(
             return make_executor(executor, ray_address, **options).run(specs, results_store)
 
 
-@contextlib.contextmanager
-def _store_dir(path: str | Path | None) -> Iterator[Path]:
-    """The store directory: ``path``, or a temporary directory removed at the end (``path`` ``None``)."""
-    if path is not None:
-        yield Path(path)
-        return
-    with tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_") as temporary:
-        yield Path(temporary)
-
-
-def _torch_threads() -> int:
-    import torch as th
-
-    return int(th.get_num_threads())
-
-
 def _curves_name(env_id: str, several: bool, kind: str = "curves") -> str:
     return f"{kind}_{env_id.replace('/', '_')}.png" if several else f"{kind}.png"
 
@@ -330,8 +211,6 @@ def report(result: dict[str, Any]) -> str:
 def write_outputs(result: dict[str, Any], out: Path) -> None:
     """Write ``results.md``, ``paper.md``, the learning curves, the interval figures and ``runs.json`` to ``out``."""
     import json
-
-    from sb3_r2po.experiments.report import env_settings
 
     out.mkdir(parents=True, exist_ok=True)
     per_env = env_settings(result["settings"])
@@ -433,11 +312,10 @@ def main(argv: list[str] | None = None) -> None:
             device=args.device,
             progress=not args.no_progress,
             command=command,
-            lockstep=args.lockstep,
             prompts=args.prompts,
             envs=args.envs,
             grid_name=args.grid,
-            executor=args.executor,
+            executor=args.executor or ("lockstep" if args.lockstep else None),
             ray_address=args.ray_address,
             store=out,
         )

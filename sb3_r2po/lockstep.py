@@ -3,12 +3,9 @@
     models = [R2PO("MlpLinear", "CartPole-v1", llm=llm, seed=seed, max_episodes=200) for seed in range(4)]
     learn_in_lockstep(models, total_timesteps=100_000)
 
-Each model learns in its own thread; one :class:`~sb3_r2po.llm.batching.BatchingBackend` holds every LLM call
-until all models still training wait for the LLM, then sends the calls as one batch (one ``generate`` on a GPU,
-concurrent requests to a server). Environment steps stay in the threads (they are cheap next to an LLM call), so
-a run of N seeds costs about one seed's LLM time when the backend batches well. Results do not depend on the
-batching: every model keeps its own env, random generator, history and checkpoint directory, and a seed trained
-in lockstep gives the same history as the same seed trained alone with a deterministic LLM (tested).
+Each model learns in its own thread; one :class:`~sb3_r2po.llm.batching.BatchingBackend` holds every LLM call until
+all models still training wait for the LLM, then sends them as one batch. Every model keeps its own env, generator,
+history and checkpoint directory: with a deterministic LLM a seed gives the same history as alone (tested).
 """
 
 from __future__ import annotations
@@ -20,13 +17,13 @@ from typing import Any
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 
+from sb3_r2po import R2PO
 from sb3_r2po.llm.base import Constrainable
 from sb3_r2po.llm.batching import BatchingBackend
-from sb3_r2po.r2po.r2po import R2PO
 
 
 class LockstepError(RuntimeError):
-    """One or more models of a lockstep run raised; the others finished. ``errors`` maps model index to exception."""
+    """Some models of a lockstep run raised (``errors``: model index -> exception); the others finished."""
 
     def __init__(self, errors: dict[int, BaseException]) -> None:
         self.errors = errors
@@ -35,7 +32,7 @@ class LockstepError(RuntimeError):
 
 
 class _StopWhenSet(BaseCallback):
-    """Stop training (return ``False``) once ``event`` is set: how the caller's Ctrl-C reaches the worker threads."""
+    """Stop training once ``event`` is set (the caller's Ctrl-C)."""
 
     def __init__(self, event: threading.Event) -> None:
         super().__init__()
@@ -46,47 +43,21 @@ class _StopWhenSet(BaseCallback):
 
 
 def _with_stop(callback: MaybeCallback, event: threading.Event) -> list[BaseCallback]:
-    """``callback`` (``None``, a callback, a function as SB3 accepts it, or a list) followed by a :class:`_StopWhenSet`."""
-    if callback is None:
-        others: list = []
-    elif isinstance(callback, list):
-        others = list(callback)
-    else:
-        others = [callback]
+    others = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
     return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in others] + [_StopWhenSet(event)]
 
 
-def shared_llm(models: Sequence[R2PO]) -> Any:
-    """The one ``llm`` of ``models``: equal strings, or the same object; a ``ValueError`` otherwise."""
-    first = models[0].llm
-    for i, model in enumerate(models[1:], start=1):
-        same = model.llm == first if isinstance(first, str) else model.llm is first
-        if not same:
-            raise ValueError(f"learn_in_lockstep needs one llm for all models; model 0 has {first!r}, model {i} {model.llm!r}")
-    if first is None:
-        raise ValueError("the models have no llm (llm=None): give one, e.g. R2PO.load(path, env=env, llm=...)")
-    return first
-
-
-def _callbacks_for(models: Sequence[R2PO], callbacks: Sequence[MaybeCallback] | None) -> Sequence[MaybeCallback]:
-    """One callback per model (``None``: none for any); a ``ValueError`` for a model given twice or a count that differs."""
-    if len({id(m) for m in models}) != len(models):
-        raise ValueError("learn_in_lockstep got the same model twice")
-    if callbacks is None:
-        callbacks = [None] * len(models)
-    if len(callbacks) != len(models):
-        raise ValueError(f"got {len(callbacks)} callbacks for {len(models)} models")
-    return callbacks
-
-
 def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[Any, BatchingBackend]:
-    """
-    The models' shared ``llm`` spec and the one :class:`BatchingBackend` built from it; a ``ValueError`` when the
-    backend constrains its decoding to one parameter space and the models have several.
-    """
-    spaces = {str(m.policy.parameter_space) for m in models}
-    llm = shared_llm(models)
+    """The models' one ``llm`` (equal strings, or one object) and its :class:`BatchingBackend`; ``ValueError`` otherwise,
+    and for a constraining backend and several parameter spaces."""
+    llm = models[0].llm
+    for i, model in enumerate(models[1:], start=1):
+        if not (model.llm == llm if isinstance(llm, str) else model.llm is llm):
+            raise ValueError(f"learn_in_lockstep needs one llm for all models; model 0 has {llm!r}, model {i} {model.llm!r}")
+    if llm is None:
+        raise ValueError("the models have no llm (llm=None): give one, e.g. R2PO.load(path, env=env, llm=...)")
     backend = BatchingBackend(llm, max_batch=max_batch)  # built once, here
+    spaces = {str(m.policy.parameter_space) for m in models}
     if len(spaces) > 1 and isinstance(backend.inner, Constrainable):
         raise ValueError(f"{backend.inner!r} constrains decoding to one parameter space; the models have {len(spaces)}")
     return llm, backend
@@ -96,12 +67,9 @@ def _run_threads(
     threads: Sequence[threading.Thread], finished: Sequence[threading.Event], stop: threading.Event, ready: threading.Barrier
 ) -> None:
     """
-    Start ``threads`` and wait until each has set its ``finished`` event. An exception meanwhile (Ctrl-C) sets ``stop``
-    and breaks ``ready``, so every model stops at its next step, waits for every thread that runs, then propagates.
-
-    The waits are on events, never ``Thread.join()``: a KeyboardInterrupt that lands in ``join()`` while the thread
-    still runs marks it stopped (its ``is_alive()`` turns False and later joins return at once; CPython issue 90882,
-    seen here on Python 3.11), so the caller was told every model had stopped while one still trained.
+    Start ``threads``; wait for their ``finished`` events. An exception meanwhile (Ctrl-C) sets ``stop`` and breaks
+    ``ready``, waits for every running thread, then propagates. Events, never ``Thread.join()``: a KeyboardInterrupt
+    inside ``join()`` marks a running thread stopped (CPython issue 90882).
     """
     try:
         for thread in threads:
@@ -126,11 +94,10 @@ def learn_in_lockstep(
     **learn_kwargs: Any,
 ) -> list[R2PO]:
     """
-    Train ``models`` together, each in its own thread, batching their LLM calls.
+    Train ``models`` together, each in its own thread, batching their LLM calls through one backend built once.
 
-    The models must share one ``llm`` (equal strings, or one backend object) and, when the backend constrains its
-    decoding (the embedded model's grammar), one parameter space. The backend is built once. Afterwards each
-    model keeps its ``llm`` string (for ``save()``) and, until ``set_llm``, the shared backend.
+    The models share one ``llm`` (equal strings, or one object) and, for a backend that constrains decoding, one
+    parameter space. Afterwards each keeps its ``llm`` string (for ``save()``) and, until ``set_llm``, the backend.
 
     :param models: The models (distinct objects, each with its own env).
     :param total_timesteps: Passed to every ``learn()``.
@@ -140,14 +107,16 @@ def learn_in_lockstep(
     :return: The trained models.
     :raises LockstepError: when some models raised (the others are trained; every finished iteration is kept).
 
-    An exception in the calling thread (Ctrl-C) stops every model at its next environment step (a candidate cut
-    short never enters a history) and waits for the threads before it propagates, so no model trains on in the
-    background.
+    An exception in the calling thread (Ctrl-C) stops every model at its next step and waits for the threads.
     """
     models = list(models)
     if not models:
         return []
-    callbacks = _callbacks_for(models, callbacks)
+    if len({id(m) for m in models}) != len(models):
+        raise ValueError("learn_in_lockstep got the same model twice")
+    callbacks = [None] * len(models) if callbacks is None else callbacks
+    if len(callbacks) != len(models):
+        raise ValueError(f"got {len(callbacks)} callbacks for {len(models)} models")
     llm, backend = _batching_backend(models, max_batch)
 
     errors: dict[int, BaseException] = {}

@@ -1,56 +1,16 @@
-"""R2PO and the paper's baselines and ablations, as data.
+"""R2PO and the paper's baselines and ablations, as data (the table on the Variants page of the documentation).
 
-A :class:`Variant` says which LLM calls an iteration makes, which prompt each call uses, what evidence the Critic
-sees and whether keep-best selection applies. ``R2PO`` runs every variant through one loop, with the LLM steps of the
-search pattern (:mod:`sb3_r2po.r2po.patterns`) its ``search`` mode names; adding a variant is one entry in
-:data:`VARIANTS`. Each prompt follows the reference implementation's template for that variant (the Jinja comment at
-the top of every file in ``sb3_r2po/prompts/templates`` names it):
-
-============================  ============================  ==============================================
-variant                       Search prompt                 Critic prompt and evidence
-============================  ============================  ==============================================
-``r2po``                      ``search_r2po`` (black box)   ``critic_r2po``: statistics, median episode, rule
-``props``                     ``search_props``              none
-``props_plus``                ``search_props_plus`` (task;  none
-                              tabular: each entry's
-                              first episode)
-``pure_search``               ``search_props`` (twice)      none
-``actor_second_pass``         ``search_props`` (twice)      none
-``critic_only``               none                          ``critic_only``: draft-critique-revise, latest
-                                                            trace, history excerpts
-``rep_traj``                  ``search_props``              ``critic_rep_traj``: mean-closest trace with
-                                                            rewards, history excerpts
-``always_critic``             ``search_props``              as ``rep_traj``
-``three_traj``                ``search_props`` (labelled    ``critic_three_traj``: worst, median, best
-                              history)                      (25 + 25 steps each)
-============================  ============================  ==============================================
-
-Budget per iteration (K = ``n_eval_episodes``); ``max_episodes`` gives every variant the same episode
-budget, so a one-call variant runs twice as many iterations:
-
-==============================  =========  ==========================  ===========================
-variant                         LLM calls  episodes                    selection
-==============================  =========  ==========================  ===========================
-``r2po``                        2          2K                          keep-best, ties to revision
-``props`` / ``props_plus``      1          K                           none (every proposal kept)
-``pure_search``                 2          2K                          best of two proposals
-``actor_second_pass``           2          2K                          best of two proposals
-``critic_only``                 1          K                           none (every revision kept)
-``rep_traj`` / ``three_traj``   2          2K                          keep-best, ties to revision
-``always_critic``               2          2K                          none (revision always kept)
-==============================  =========  ==========================  ===========================
-
-(With ``skip_unchanged_revisions=True``, ours, an iteration whose revision equals its candidate spends K episodes.)
-
-As in the reference, r2po, props and props_plus clip a linear policy's continuous actions to the action bounds,
-the six ablations step the env with the raw output (``Variant.clip_actions``), and each variant reads replies as
-the reference's agent of it does, for linear and for tabular policies (``Variant.reading``).
+A :class:`Variant` says which LLM calls an iteration makes (its search pattern, :mod:`sb3_r2po.r2po.roles`), which
+template each call uses (the Jinja comment at the top of each file in ``sb3_r2po/prompts/templates`` names the
+reference's), what the Critic sees, whether keep-best applies, whether actions are clipped and how replies are read,
+as the reference's agent of the variant does. Adding a variant is one entry in :data:`VARIANTS`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from sb3_r2po.common.parsing import Reading
 
@@ -60,16 +20,8 @@ SearchPrompt = Literal["r2po", "props", "props_plus"]
 CriticPrompt = Literal["r2po", "rep_traj", "three_traj", "critic_only"]
 """The Critic template: ``critic_<name>.j2`` (``critic_only.j2`` for ``critic_only``)."""
 HistoryStyle = Literal["r2po", "f", "labelled", "reward"]
-"""
-How a prompt writes the history, oldest first:
-
-- ``r2po``: each entry's vector with its reward, a warm-up entry marked as one episode's reward (the reference's
-  ``rollout_reward`` / ``mean_reward``);
-- ``f``: each entry's vector with its value f(params), warm-up entries not told apart (ProPS's format);
-- ``labelled``: as ``r2po`` with every entry labelled a warm-up or a training trial (three_traj);
-- ``reward``: each entry's vector with its mean reward, warm-up entries not told apart; the latest entries also show
-  an excerpt of their representative episode (rep_traj, always_critic, critic_only).
-"""
+"""How a prompt writes the history: ``r2po`` (rewards, warm-up entries marked), ``f`` (ProPS's f(params)),
+``labelled`` (each entry a warm-up or a training trial) or ``reward`` (mean rewards, the latest with an excerpt)."""
 
 EXCERPT_STEPS = 8
 """Steps of a history entry's rollout excerpt: the first 4 and the last 4 (the reference's ``max_steps=8``)."""
@@ -82,12 +34,10 @@ class CriticEvidence:
 
     :param prompt: The Critic template (see :data:`CriticPrompt`).
     :param statistics: Aggregate statistics (return, length, successes).
-    :param trajectories: Named trajectories: ``median``, ``mean`` (closest to the mean return), ``worst``, ``best``
-        (critic_only: the latest candidate's episode closest to its mean return).
+    :param trajectories: Named trajectories: ``median``, ``mean`` (closest to the mean return), ``worst``, ``best``.
     :param rule: The revision rule (when ``tau_c`` is known).
     :param max_steps: Step budget per trajectory; ``None`` uses the model's ``max_trajectory_steps``.
-    :param step_rewards: Whether trajectories show each step's reward (the reference: rep_traj, always_critic and
-        critic_only do; r2po and three_traj show states and actions only).
+    :param step_rewards: Whether trajectories show each step's reward.
     :param history: How the history is written (see :data:`HistoryStyle`); ``reward`` adds the rollout excerpts.
     """
 
@@ -118,13 +68,10 @@ class Variant:
     :param keep_best: Whether the second candidate must match the first's mean return to be kept.
     :param search_prompt: The Search template (see :data:`SearchPrompt`).
     :param search_history: How the Search prompt writes the history (see :data:`HistoryStyle`).
-    :param search_trajectories: Whether, on tabular tasks, the Search prompt shows each history entry's first
-        evaluation episode (ProPS+).
-    :param clip_actions: Whether a linear policy's continuous action is clipped to the action bounds before the env
-        steps with it (the reference: r2po, props and props_plus clip; its six ablations step the env with the raw
-        linear output, so an env that charges a control cost charges it on the raw value).
-    :param reading: How a reply is read (see :data:`~sb3_r2po.common.parsing.Reading`) for a linear policy and for a
-        tabular one: the reference's ``parse_parameters`` of the variant's linear and tabular agents.
+    :param search_trajectories: Whether, on tabular tasks, the Search prompt shows each entry's first episode (ProPS+).
+    :param clip_actions: Whether a linear policy's continuous action is clipped to the action bounds (the reference's
+        r2po, props and props_plus clip; its six ablations step the env with the raw output).
+    :param reading: How a reply is read (:data:`~sb3_r2po.common.parsing.Reading`) for a linear and a tabular policy.
     """
 
     name: str
@@ -139,23 +86,20 @@ class Variant:
     reading: tuple[Reading, Reading] = ("first", "last")
 
     @property
-    def calls_per_iteration(self) -> int:
-        return {"one": 1, "two_independent": 2, "two_sequential": 2, "none": 0}[self.search] + (self.critic is not None)
-
-    @property
     def candidates_per_iteration(self) -> int:
-        """Evaluated candidates (K episodes each) in a full iteration."""
-        return self.calls_per_iteration
-
-    @property
-    def search_shows_task(self) -> bool:
-        """Whether the Search prompt shows the task description (ProPS+ only; the others are black boxes)."""
-        return self.search_prompt == "props_plus"
+        """Evaluated candidates (K episodes each), and LLM calls, of a full iteration."""
+        return {"one": 1, "two_independent": 2, "two_sequential": 2, "none": 0}[self.search] + (self.critic is not None)
 
 
 _REP_TRAJ = CriticEvidence(
     "rep_traj", statistics=False, trajectories=("mean",), rule=False, step_rewards=True, history="reward"
 )
+
+
+def _ablation(name: str, summary: str, **changes: Any) -> Variant:
+    """One of the reference's six ablation agents: the ProPS Search prompt and history, the raw (unclipped) actions."""
+    return Variant(name, summary, **{"search_prompt": "props", "search_history": "f", "clip_actions": False, **changes})
+
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
@@ -178,55 +122,34 @@ VARIANTS: dict[str, Variant] = {
             search_trajectories=True,
             reading=("first_line", "last"),
         ),
-        Variant(
+        _ablation(
             "pure_search",
             "two independent Search proposals from the same history; keep the best",
-            "two_independent",
-            None,
-            search_prompt="props",
-            search_history="f",
-            clip_actions=False,
+            search="two_independent",
+            critic=None,
             reading=("first", "first"),
         ),
-        Variant(
+        _ablation(
             "actor_second_pass",
             "Search A is evaluated and shown, then Search B; keep the best",
-            "two_sequential",
-            None,
-            search_prompt="props",
-            search_history="f",
-            clip_actions=False,
+            search="two_sequential",
+            critic=None,
             reading=("first", "first"),
         ),
         Variant(
             "critic_only",
             "one draft-critique-revise Critic call per iteration (history excerpts, the latest trace); always kept",
             "none",
-            CriticEvidence(
-                "critic_only", statistics=False, trajectories=("mean",), rule=False, step_rewards=True, history="reward"
-            ),
+            dataclasses.replace(_REP_TRAJ, prompt="critic_only"),
             keep_best=False,
             clip_actions=False,
             reading=("first", "first"),
         ),
-        Variant(
-            "rep_traj",
-            "Search, then a Critic shown the rollout closest to the mean return only; keep-best",
-            critic=_REP_TRAJ,
-            search_prompt="props",
-            search_history="f",
-            clip_actions=False,
+        _ablation(
+            "rep_traj", "Search, then a Critic shown the rollout closest to the mean return only; keep-best", critic=_REP_TRAJ
         ),
-        Variant(
-            "always_critic",
-            "rep_traj with the revision always committed",
-            critic=_REP_TRAJ,
-            keep_best=False,
-            search_prompt="props",
-            search_history="f",
-            clip_actions=False,
-        ),
-        Variant(
+        _ablation("always_critic", "rep_traj with the revision always committed", critic=_REP_TRAJ, keep_best=False),
+        _ablation(
             "three_traj",
             "Search, then a Critic shown the worst, median and best rollouts (25 head + 25 tail steps); keep-best",
             critic=CriticEvidence(
@@ -237,9 +160,7 @@ VARIANTS: dict[str, Variant] = {
                 max_steps=50,
                 history="labelled",
             ),
-            search_prompt="props",
             search_history="labelled",
-            clip_actions=False,
         ),
     ]
 }

@@ -11,12 +11,14 @@ if importlib.util.find_spec("rl_zoo3") is None:  # ablate builds its runs throug
 
 import sb3_r2po
 from sb3_r2po import R2PO
-from sb3_r2po.ablate import literal_policy_kwargs, main, report, resolve_llm, run_one, run_settings
-from sb3_r2po.diagnostics import points_at_worst, salience_summary
+from sb3_r2po.ablate import literal_policy_kwargs, main, resolve_llm, run_one, run_settings
+from sb3_r2po.diagnostics import salience_summary
 from sb3_r2po.experiments.configs import r2po_entry
+from sb3_r2po.experiments.report import ablation_report
 from sb3_r2po.llm.example import ExampleLLM
 from sb3_r2po.llm.recording import RecordingBackend, read_records
 from sb3_r2po.r2po.policies import LinearPolicy, TabularPolicy
+from sb3_r2po.r2po.roles import points_at_worst
 
 
 def test_ablation_report(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,12 +119,17 @@ def test_runs_start_from_the_zoo_config(
     if env_id.endswith("-v5"):
         pytest.importorskip("mujoco")
     model = _model(monkeypatch, env_id, max_episodes=1)  # one warm-up episode (or none): no LLM call
-    assert (model.target, model.revision_threshold, model.step_size) == (target, tau_c, step)
-    assert model.warmup_episodes == warmup and model.n_eval_episodes == 20 and model.max_episodes == 1
-    assert isinstance(model.policy, policy) and model.param_bounds is None  # the policy's own: -6..6 or the action set
+    assert (model.settings.target, model.settings.revision_threshold, model.settings.step_size) == (target, tau_c, step)
+    assert (
+        model.settings.warmup_episodes == warmup and model.settings.n_eval_episodes == 20 and model.settings.max_episodes == 1
+    )
+    assert (
+        isinstance(model.policy, policy) and model.settings.param_bounds is None
+    )  # the policy's own: -6..6 or the action set
     entry = r2po_entry(env_id)
     assert (
-        model.max_episode_steps == entry["max_episode_steps"] and model.max_trajectory_steps == entry["max_trajectory_steps"]
+        model.settings.max_episode_steps == entry["max_episode_steps"]
+        and model.settings.max_trajectory_steps == entry["max_trajectory_steps"]
     )
     # the file's budget when none is given: 4000 episodes after the warm-up, the variant's own (the reference's)
     assert run_settings(env_id, "r2po")["max_episodes"] == entry["max_episodes"] == 4000 + warmup
@@ -132,10 +139,14 @@ def test_runs_start_from_the_zoo_config(
 
 def test_command_line_options_override_only_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _model(monkeypatch, "MountainCar-v0", "props", max_episodes=2, n_eval_episodes=2)
-    assert model.warmup_episodes == 20 and model.n_eval_episodes == 2 and model.max_episodes == 2  # the file's (props')
-    assert model.variant == "props" and model.target == -120 and model.tau_c is None
+    assert (
+        model.settings.warmup_episodes == 20 and model.settings.n_eval_episodes == 2 and model.settings.max_episodes == 2
+    )  # the file's (props')
+    assert model.settings.variant == "props" and model.settings.target == -120 and model.settings.tau_c is None
     model = _model(monkeypatch, "MountainCar-v0", max_episodes=1, warmup_episodes=1, target_return=-150.0)
-    assert model.warmup_episodes == 1 and model.target == -150.0 and model.revision_threshold == -120
+    assert (
+        model.settings.warmup_episodes == 1 and model.settings.target == -150.0 and model.settings.revision_threshold == -120
+    )
     # the zoo's env_kwargs build the env (the paper's slippery lake), and can be overridden like the rest
     model = _model(monkeypatch, "FrozenLake-v1", max_episodes=1)
     assert model.env.get_attr("spec")[0].kwargs["is_slippery"] is True
@@ -237,7 +248,7 @@ def test_report_tables_group_runs_by_env_and_variant() -> None:
         _run("B-v0", "r2po", 0, 7.0, 70.0, [_d(False)]),
         _run("B-v0", "props", 0, 9.0, 90.0, []),
     ]
-    text = report(runs, "cmd")
+    text = ablation_report(runs, "cmd")
     mean_table, best_table = (part.split("## ")[0] for part in text.split("(mean +- std over seeds)")[1:3])
     assert "| A-v0 | 2.00 +- 1.00 | 5.00 +- 0.00 |" in mean_table and "| B-v0 | 7.00 +- 0.00 | 9.00 +- 0.00 |" in mean_table
     assert (
@@ -256,8 +267,8 @@ def test_report_gives_each_figure_its_iqm_and_interval() -> None:
     means, bests = [1.0, 2.0, 3.0, 4.0, 50.0], [10.0, 30.0, 20.0, 40.0, 0.0]
     runs = [_run("A-v0", "r2po", seed, m, b, []) for seed, (m, b) in enumerate(zip(means, bests, strict=True))]
     runs.append(_run("A-v0", "props", 0, 5.0, 6.0, []))
-    text = report(runs, "cmd")
-    assert text == report(runs, "cmd")
+    text = ablation_report(runs, "cmd")
+    assert text == ablation_report(runs, "cmd")
     for title, figures, single in (("Mean return over iterations", means, "5.00"), ("Best iteration", bests, "6.00")):
         part = text.split(f"## {title} (IQM [95 % CI] over seeds)")[1].split("## ")[0]
         iqm, low, high = iqm_interval(figures)

@@ -24,16 +24,11 @@ import gymnasium as gym
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from sb3_r2po.compare import (
-    BudgetReached,
-    EpisodeBudget,
-    hyperparams_file,
-    main,
-    rolling_mean,
-    run_comparison,
-    summarize,
-    table,
-)
+from sb3_r2po.compare import main, run_comparison
+from sb3_r2po.experiments.configs import hyperparams_file
+from sb3_r2po.experiments.report import table
+from sb3_r2po.experiments.runs import BudgetReached, EpisodeBudget
+from sb3_r2po.experiments.stats import rolling_mean, summarize
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.zoo import config_dir
 
@@ -224,12 +219,12 @@ def test_prompt_preset_reaches_r2po(tmp_path: Path) -> None:
 
 def test_a_baseline_run_that_ends_short_of_its_budget_is_reported() -> None:
     """A run whose learn() horizon ran out before the budget (here: one that never trained) warns with the counts."""
-    from sb3_r2po.compare import finish_run, prepare_run
+    from sb3_r2po.experiments.runs import RunSpec, finish_run, prepare_run
 
-    run = prepare_run("ars", "CartPole-v1", seed=0, budget=3)
+    run = prepare_run(RunSpec("CartPole-v1", "ars", seed=0, budget=3))
     with pytest.warns(RuntimeWarning, match="ars seed 0 ended after 0 of 3 training episodes"):
         result = finish_run(run)
-    assert result["returns"] == []
+    assert result.returns == []
 
 
 # ---------------------------------------------------------------------------------------------- grids, store, executors

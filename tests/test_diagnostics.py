@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from sb3_r2po.diagnostics import diagnose_revision, edit_size, points_at_worst, salience_summary, salience_table
+from sb3_r2po.diagnostics import salience_summary, salience_table
+from sb3_r2po.r2po.roles import diagnose_revision, edit_size, points_at_worst
 
 
 def test_edit_size_counts_small_changes_and_separates_max_from_l1() -> None:

@@ -19,10 +19,9 @@ if importlib.util.find_spec("rl_zoo3") is None:  # not importorskip: importing r
 from filelock import FileLock
 
 from sb3_r2po.experiments import LockstepExecutor, ResultsStore, RunResult, RunSpec, SerialExecutor, make_executor, run_one
-from sb3_r2po.experiments.budget import EpisodeLog
 from sb3_r2po.experiments.executors import lockstep_groups
 from sb3_r2po.experiments.grids import PAPER_ENVS, PUBLISHED, grid, paper_grid
-from sb3_r2po.experiments.runs import ATTEMPT_LOCK, AttemptInProgressError
+from sb3_r2po.experiments.runs import ATTEMPT_LOCK, AttemptInProgressError, EpisodeLog
 from sb3_r2po.experiments.stats import iteration_figures
 
 SETTINGS = {"n_eval_episodes": 3, "warmup_episodes": 4}
@@ -99,7 +98,7 @@ CRASH = textwrap.dedent(
     """
     import os, signal, sys
     from sb3_r2po.experiments import RunSpec, run_one
-    from sb3_r2po.experiments.budget import EpisodeBudget
+    from sb3_r2po.experiments.runs import EpisodeBudget
 
     run_dir, crash_at = sys.argv[1], int(sys.argv[2])
     spec = RunSpec("CartPole-v1", "r2po", 0, {budget}, "example:0", {settings!r})

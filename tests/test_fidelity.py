@@ -105,14 +105,14 @@ def test_every_call_is_one_user_message(run, variant: str, env_id: str) -> None:
 @pytest.mark.parametrize("variant", BLACK_BOX)
 def test_black_box_search_shows_no_task_and_no_layout(run, prompts, variant: str, env_id: str) -> None:
     model, _ = run(variant, env_id)
-    task = describe_task(model.env_id, model.observation_space, model.action_space)
+    task = describe_task(model.settings.env_id, model.observation_space, model.action_space)
     assert task is not None
     for prompt in prompts(variant, env_id, "search"):
         assert "global maximum of an unknown function f(params)" in prompt
         assert not task_shown(prompt) and not layout_shown(prompt)
         assert task.summary not in prompt and task.reward not in prompt and not any(line in prompt for line in task.actions)
         assert "Never propose params that have already been evaluated" in prompt
-        assert f"should be about {model.target:g}. Below that you are only at a local optimum" in prompt
+        assert f"should be about {model.settings.target:g}. Below that you are only at a local optimum" in prompt
         assert re.search(r"This is iteration \d of \d\.", prompt)
         assert "line 1: a new input" in prompt and "line 2: a detailed explanation" in prompt
 
@@ -251,9 +251,9 @@ def test_the_titled_rollouts_are_the_median_worst_and_best_of_the_candidates_ret
 )
 def test_r2po_rule_wording_per_action_type(run, prompts, env_id: str, rule: str, other: str) -> None:
     model, _ = run("r2po", env_id)
-    assert model.revision_threshold is not None
+    assert model.settings.revision_threshold is not None
     for prompt in prompts("r2po", env_id, "critic"):
-        assert rule.format(tau=sig(model.revision_threshold, 4)) in prompt
+        assert rule.format(tau=sig(model.settings.revision_threshold, 4)) in prompt
         assert other not in prompt.split("Points to consider")[1]
 
 

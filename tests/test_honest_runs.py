@@ -4,6 +4,7 @@ unit that binds, warm starts from ``set_parameters()``, and models that pickle a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import pickle
 import warnings
@@ -231,7 +232,7 @@ def test_set_parameters_then_learn_starts_from_the_given_vector(make_r2po) -> No
     vector = _given(model, 0.5)
     model.learn(0, reset_num_timesteps=False)  # runs nothing: the given vector waits for a learn() with a budget
     assert len(model.history) == before
-    model.max_episodes += 3 + 6
+    model.settings = dataclasses.replace(model.settings, max_episodes=model.settings.max_episodes + 3 + 6)
     model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     given = model.history[before]
     assert given["kind"] == "given" and given["params"] == vector.tolist() and given["n_episodes"] == 3
@@ -253,12 +254,12 @@ def test_without_set_parameters_nothing_is_given(make_r2po, tmp_path) -> None:
     model.learn(UNTIL_BUDGET)
     model.save(tmp_path / "m.zip")
     loaded = R2PO.load(tmp_path / "m.zip", env=gym.make("CartPole-v1"), llm="example")
-    loaded.max_episodes += 6
+    loaded.settings = dataclasses.replace(loaded.settings, max_episodes=loaded.settings.max_episodes + 6)
     loaded.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert "given" not in [r["kind"] for r in loaded.history]
     after_load = R2PO.load(tmp_path / "m.zip", env=gym.make("CartPole-v1"), llm="example")
     _given(after_load, -0.5)
-    after_load.max_episodes += 3
+    after_load.settings = dataclasses.replace(after_load.settings, max_episodes=after_load.settings.max_episodes + 3)
     after_load.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert after_load.history[len(model.history)]["kind"] == "given"
 
@@ -284,8 +285,8 @@ def test_fresh_and_trained_models_pickle_and_deep_copy(make_r2po, copy_model, ch
         assert clone.history == model.history and clone is not model
     if checkpoint:
         return
-    clone.max_episodes += 4
-    model.max_episodes += 4
+    clone.settings = dataclasses.replace(clone.settings, max_episodes=clone.settings.max_episodes + 4)
+    model.settings = dataclasses.replace(model.settings, max_episodes=model.settings.max_episodes + 4)
     model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     clone.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert clone.history == model.history and len(model.history) == 5

@@ -96,8 +96,8 @@ def test_a_budget_that_cannot_pay_for_one_iteration_warns(max_episodes: int | No
 
 @pytest.mark.parametrize("value", [np.float32(0.5), np.int64(1), 1, 0.25])
 def test_numpy_and_python_numbers_are_accepted(value: Any) -> None:
-    assert R2PO("MlpLinear", "CartPole-v1", llm="example", temperature=value).temperature == value
+    assert R2PO("MlpLinear", "CartPole-v1", llm="example", temperature=value).settings.temperature == value
 
 
 def test_paths_are_accepted_as_str_or_pathlike(tmp_path: Path) -> None:
-    assert R2PO("MlpLinear", "CartPole-v1", llm="example", checkpoint_dir=tmp_path).checkpoint_dir == tmp_path
+    assert R2PO("MlpLinear", "CartPole-v1", llm="example", checkpoint_dir=tmp_path).settings.checkpoint_dir == tmp_path

@@ -1,14 +1,14 @@
-"""The package's layering, read from its source: no import cycles, and ``sb3_r2po.common`` below ``sb3_r2po.llm``.
+"""The package's layering, read from its source: no import cycles, ``sb3_r2po.common`` below ``sb3_r2po.llm``, and
+``r2po.py`` (the model class) imported only by the package faces and the CLIs: components receive what they need.
 
-Every ``import`` statement counts, also those inside functions (a lazy import hides a cycle, it does not break it).
+Every ``import`` statement counts, also those inside functions (a lazy import hides a cycle, it does not break it)
+and those under ``if TYPE_CHECKING:`` (a type-only import is an import too: the modules depend on each other).
 ``import a.b.c`` is an edge to ``a.b.c``; ``from a.b import c`` is an edge to the module ``a.b.c`` when there is
 one, else to ``a.b``; relative imports are resolved; a package's ``__init__`` is the package's module, so its
 re-exports are the package's edges. The parent packages a dotted import also runs are not edges: every module of a
 package would otherwise be in a cycle with the package's ``__init__``.
 
-Imports under ``if TYPE_CHECKING:`` never run: they count for the layers (``common`` may not even name a type of
-``llm``), not for the cycles (a helper module annotating its argument with the class that imports it is no import
-cycle).
+``import_graph(type_checking=False)`` leaves out the imports under ``if TYPE_CHECKING:`` (those that run).
 """
 
 from __future__ import annotations
@@ -151,10 +151,25 @@ def test_the_graph_sees_function_level_and_relative_imports() -> None:
 
 
 def test_no_import_cycles() -> None:
-    graph = import_graph(type_checking=False)
+    graph = import_graph()
     found = cycles(graph)
     described = [" -> ".join(cycle_path(graph, component)) for component in found]
-    assert not found, "import cycles (function-level imports included):\n" + "\n".join(described)
+    assert not found, "import cycles (function-level and TYPE_CHECKING imports included):\n" + "\n".join(described)
+
+
+MODEL_MODULE = f"{ROOT}.r2po.r2po"
+FACES = (ROOT, f"{ROOT}.r2po")
+"""The package faces, which re-export ``R2PO``."""
+CLIS = ("zoo", "compare", "ablate", "experiments")
+"""The command-line tools (and their packages), which build models."""
+
+
+def test_only_the_package_faces_and_the_clis_import_the_model_class() -> None:
+    graph = import_graph()
+    importers = sorted(name for name, edges in graph.items() if MODEL_MODULE in edges)
+    assert f"{ROOT}.r2po" in importers  # the check sees the face's import
+    others = [n for n in importers if n not in FACES and not any(_under(n, f"{ROOT}.{cli}") for cli in CLIS)]
+    assert not others, f"modules that import {MODEL_MODULE} (components must receive what they need):\n" + "\n".join(others)
 
 
 def test_common_does_not_import_llm() -> None:

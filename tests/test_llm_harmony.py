@@ -6,14 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sb3_r2po.llm.harmony import (
-    analysis_only,
-    final_channel,
-    final_is_truncated,
-    has_final_channel,
-    is_harmony,
-    without_answer,
-)
+from sb3_r2po.common.replies import final_channel, final_is_truncated, has_final_channel, is_harmony
+from sb3_r2po.llm.harmony import analysis_only, without_answer
 
 ANSWER = "params[0]: 1.0, params[1]: -2.5"
 

@@ -29,9 +29,9 @@ from tiny_gptoss import DEFAULT_FINAL, harmony_reply, tiny_model
 import sb3_r2po
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.parsing import parse_params
+from sb3_r2po.common.replies import final_channel, final_is_truncated
 from sb3_r2po.llm.base import LLMBackendError
-from sb3_r2po.llm.harmony import final_channel, final_is_truncated
-from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, split_model_url
+from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, parse_server_url
 from sb3_r2po.llm.resolve import make_backend
 
 USER = [{"role": "user", "content": "Propose a parameter vector."}]
@@ -84,8 +84,8 @@ def fast(url: str, **kwargs: Any) -> OpenAIBackend:
 
 
 def test_split_model_url() -> None:
-    assert split_model_url("http://h:1/v1#org/model") == ("http://h:1/v1", "org/model")
-    assert split_model_url("http://h:1/v1/") == ("http://h:1/v1", None)
+    assert parse_server_url("http://h:1/v1#org/model") == ("http://h:1/v1", "org/model")
+    assert parse_server_url("http://h:1/v1/") == ("http://h:1/v1", None)
 
 
 def test_usage_and_harmony_content(scripted: ScriptedServer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import threading
 import time
@@ -183,7 +184,7 @@ def test_set_llm_validates_and_takes_effect_at_the_next_learn(make_r2po) -> None
     model.learn(UNTIL_BUDGET)
     other = BatchCounter()
     model.set_llm(other)
-    model.max_episodes += 6
+    model.settings = dataclasses.replace(model.settings, max_episodes=model.settings.max_episodes + 6)
     model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert other.batches and model.llm is other
 

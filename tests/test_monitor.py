@@ -118,6 +118,19 @@ def test_run_episodes_on_a_subproc_vec_env_steps_only_busy_sub_envs(tmp_path: Pa
     assert {ep.end for ep in episodes} == {"terminated", "truncated"}
 
 
+def test_a_subproc_vec_env_steps_its_workers_together_while_all_are_busy(tmp_path: Path) -> None:
+    """Its workers step in parallel (one ``step_wait`` for all) while each runs an episode; alone only once some idle."""
+    env = make_vec_env(limited, n_envs=2, seed=1, vec_env_cls=SubprocVecEnv, vec_env_kwargs={"start_method": "fork"})
+    together = []
+    step_wait = env.step_wait
+    env.step_wait = lambda: together.append(1) or step_wait()  # type: ignore[method-assign]
+    try:
+        result = run_episodes(env, lambda obs: np.ones(len(obs), dtype=np.int64), 4, CAP)
+    finally:
+        env.close()
+    assert len(result.episodes) == 4 and 0 < len(together) < result.n_steps
+
+
 def test_the_cap_is_recorded_as_capped_and_the_monitor_sees_a_truncation(tmp_path: Path) -> None:
     monitor = Monitor(Lengths(), str(tmp_path / "run"))
     env = DummyVecEnv([lambda: monitor])
@@ -175,7 +188,7 @@ def test_load_and_set_env_put_the_cap_beneath_a_monitor_too(tmp_path: Path, make
     loaded.set_env(Monitor(Lengths(), str(tmp_path / "set")))
     for model in (loaded, R2PO.load(tmp_path / "model.zip", env=Monitor(Lengths()))):
         monitor = model.get_env().envs[0]
-        assert isinstance(monitor, Monitor) and isinstance(monitor.env, EpisodeCap) and model.episode_cap == CAP
+        assert isinstance(monitor, Monitor) and isinstance(monitor.env, EpisodeCap) and model.settings.episode_cap == CAP
 
 
 def test_monitors_behind_a_vec_env_wrapper_with_several_envs_get_a_warning(tmp_path: Path, make_r2po) -> None:

@@ -3,13 +3,15 @@ kills a mutant that survived the module's own test files."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sb3_r2po.common.evidence import success_tolerance
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.r2po.history import find, perturb_best, reached, shown_history
+from sb3_r2po.r2po.records import find, perturb_best, reached, shown_history
 
 SPACE = ParameterSpace(2, low=-5, high=5, decimals=1)
 
@@ -59,3 +61,16 @@ def test_perturb_best_leaves_a_neighbourhood_the_history_fills() -> None:
     history = [_record(0, 9.0, [2.0, 2.0])]
     params = perturb_best(history, SPACE, 0.0, np.random.default_rng(1))
     assert find(history, params) is None
+
+
+def test_the_mutation_command_names_existing_files() -> None:
+    """Every module ``benchmarks/mutation.py`` mutates, and every test file it runs against it, exists (a module
+    merged into another must be renamed there, or the documented command fails)."""
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("mutation_benchmark", root / "benchmarks" / "mutation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for source, tests in module.MODULES.values():
+        assert (root / source).is_file(), source
+        assert all((root / test).is_file() for test in tests), tests

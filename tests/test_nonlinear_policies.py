@@ -50,8 +50,8 @@ def test_projected_mlp_decodes_the_reference_construction() -> None:
     rng = np.random.RandomState(seed)
     q1, _ = np.linalg.qr(rng.randn(36, 5))
     q2, _ = np.linalg.qr(rng.randn(10, 5))
-    np.testing.assert_array_equal(policy.projections()[0], q1)
-    np.testing.assert_array_equal(policy.projections()[1], q2)
+    np.testing.assert_array_equal(policy.fixed_matrices()[0], q1)
+    np.testing.assert_array_equal(policy.fixed_matrices()[1], q2)
     np.testing.assert_allclose(q1.T @ q1, np.eye(5), atol=1e-12)  # orthonormal columns: a QR projection
 
     latent = np.array([1.5, -2.0, 0.3, 4.1, -0.7, 2.2, -1.1, 0.0, 3.3, -5.9])
@@ -71,7 +71,7 @@ def test_projected_mlp_decodes_the_reference_construction() -> None:
     np.testing.assert_allclose(policy.actor(latent, clip=False)(obs), raw, rtol=0, atol=1e-6)
     # another seed, other projections
     other = ProjectedMlpPolicy(SWIMMER_OBS, SWIMMER_ACT, projection_seed=seed + 1)
-    assert not np.allclose(other.projections()[0], q1)
+    assert not np.allclose(other.fixed_matrices()[0], q1)
 
 
 def test_projected_mlp_without_bias_and_scaled() -> None:
@@ -94,8 +94,8 @@ def test_random_features_match_the_reference_construction() -> None:
     rng = np.random.RandomState(seed)
     r = rng.randn(8, 8) / np.sqrt(8)
     c = rng.uniform(-0.1, 0.1, size=8)
-    np.testing.assert_array_equal(policy.features()[0], r)
-    np.testing.assert_array_equal(policy.features()[1], c)
+    np.testing.assert_array_equal(policy.fixed_matrices()[0], r)
+    np.testing.assert_array_equal(policy.fixed_matrices()[1], c)
 
     params = np.round(np.random.default_rng(3).uniform(-2, 2, size=18), 1)
     theta, bias = params[:16].reshape(2, 8), params[16:]
@@ -282,5 +282,16 @@ def test_a_paper_grid_run_builds_through_the_zoo() -> None:
     model = prepare_run(spec).model
     assert isinstance(model.policy, RandomFeaturesPolicy) and model.policy.projection_seed == 1003
     space = model.policy.parameter_space
-    assert (space.size, space.low, space.high, model.warmup_episodes, model.max_episodes) == (18, -2.0, 2.0, 100, 4100)
-    assert (model.variant, model.step_size, model.target, model.n_eval_episodes) == ("props_plus", 0.1, 250.0, 20)
+    assert (space.size, space.low, space.high, model.settings.warmup_episodes, model.settings.max_episodes) == (
+        18,
+        -2.0,
+        2.0,
+        100,
+        4100,
+    )
+    assert (model.settings.variant, model.settings.step_size, model.settings.target, model.settings.n_eval_episodes) == (
+        "props_plus",
+        0.1,
+        250.0,
+        20,
+    )

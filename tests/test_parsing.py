@@ -123,7 +123,7 @@ def test_learn_survives_any_replies(make_r2po, replies: list[str]) -> None:
     model = make_r2po(llm=llm, n_eval_episodes=1, warmup_episodes=1, seed=0, max_episodes=5)
     model.learn(UNTIL_BUDGET)
     assert model.episodes_used <= 5
-    space, reading = model.policy.parameter_space, model.variant_spec.reading[0]  # the linear policy's reading
+    space, reading = model.policy.parameter_space, model.settings.variant_spec.reading[0]  # the linear policy's reading
     answered = [replies[min(i, len(replies) - 1)] for i in range(len(llm.calls))]
     parsed = [parse_params(reply, space, reading).params for reply in answered]
     assert model.llm_stats["calls"] == len(llm.calls)

@@ -5,6 +5,7 @@ The ``embedded``-marked tests run the shipped 0.5B model (short prompts, short r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -386,7 +387,7 @@ def test_a_model_saved_before_cached_tokens_were_counted_loads_and_continues(tmp
     dumps = Dumps()
     loaded.set_logger(Logger(folder=None, output_formats=[dumps]))
     calls = int(loaded.llm_stats["calls"])
-    loaded.max_episodes = 16
+    loaded.settings = dataclasses.replace(loaded.settings, max_episodes=16)
     loaded.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert loaded.llm_stats["calls"] > calls
     assert loaded.llm_stats["prompt_tokens_cached"] == 7 * (loaded.llm_stats["calls"] - calls)  # counted from here on

@@ -13,7 +13,7 @@ from sb3_r2po.common.rollouts import Episode
 from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import TaskDescription
-from sb3_r2po.r2po.history import shown_history
+from sb3_r2po.r2po.records import shown_history
 
 
 def is_critic(prompt: str) -> bool:
@@ -34,7 +34,7 @@ def test_search_prompt_content(make_r2po) -> None:
     assert "global maximum of an unknown function f(params)" in prompt  # a black box
     assert "Balance a pole" not in prompt and "## Task" not in prompt and "b (bias)" not in prompt
     assert "There are 10 parameters" in prompt and "[-6.0, 6.0]" in prompt
-    assert f"The global maximum of f should be about {sig(model.target, 4)}. Below that" in prompt
+    assert f"The global maximum of f should be about {sig(model.settings.target, 4)}. Below that" in prompt
     assert "explore rather than exploit" in prompt
     assert prompt.count(" rollout_reward=") == 2  # the two warm-up entries
     assert "Never propose params that have already been evaluated" in prompt and "in steps of about 1.0" in prompt
@@ -59,10 +59,10 @@ def test_critic_prompt_holds_the_evidence_package(make_r2po) -> None:
     prompt = llm.calls[1][0]["content"]
     assert is_critic(prompt) and "## Task\n" in prompt and "b (bias)" in prompt
     assert "The optimizer proposed these parameters:\nparams[0]: 0.5" in prompt
-    assert model.target is not None and model.revision_threshold is not None
-    assert "Reward: mean=" in prompt and f"Success rate: 0/3 rollouts reached reward>={model.target:.2f}" in prompt
+    assert model.settings.target is not None and model.settings.revision_threshold is not None
+    assert "Reward: mean=" in prompt and f"Success rate: 0/3 rollouts reached reward>={model.settings.target:.2f}" in prompt
     assert "Median rollout (rollout " in prompt and "Worst rollout" not in prompt
-    assert f"When the mean reward is {sig(model.revision_threshold, 4)} or more, prefer no change at all" in prompt
+    assert f"When the mean reward is {sig(model.settings.revision_threshold, 4)} or more, prefer no change at all" in prompt
     assert "below the threshold" not in prompt and "repeat its parameters" not in prompt  # no selection hints
     assert "systematic" in prompt and "changes of 1.0 or less per parameter" in prompt
 
@@ -126,7 +126,7 @@ def test_history_compression_keeps_the_best_and_the_most_recent(make_r2po) -> No
         history_recent=3,
     )
     model.learn(UNTIL_BUDGET)
-    shown = shown_history(model.history, model.history_best_k, model.history_recent)
+    shown = shown_history(model.history, model.settings.history_best_k, model.settings.history_recent)
     best_two = sorted(model.history, key=lambda r: -r["mean_return"])[:2]
     assert all(r in shown for r in best_two) and all(r in shown for r in model.history[-3:])
     assert len(shown) <= 5 < len(model.history)
@@ -214,7 +214,7 @@ def test_bad_reply_style_is_rejected() -> None:
 def test_prompt_preset_sets_every_prompt_parameter(name: str) -> None:
     settings = prompt_preset(name)
     model = R2PO("MlpLinear", "CartPole-v1", llm="example", **settings)
-    assert {key: getattr(model, key) for key in settings} == settings
+    assert {key: getattr(model.settings, key) for key in settings} == settings
     settings["history_best_k"] = 99  # a copy: the preset itself is unchanged
     assert prompt_preset(name)["history_best_k"] != 99
 
@@ -514,58 +514,3 @@ def test_a_template_directory_is_read_again_when_its_files_change(tmp_path, monk
     assert PromptBuilder(str(tmp_path / "templates")).env is PromptBuilder("templates").env
     assert PromptBuilder("templates").retry("too short", space)["content"] == "Changed: too short.\n"
     assert PromptBuilder().retry("too short", space)["content"] == first  # the packaged templates are untouched
-
-
-def test_compiled_templates_are_kept_between_processes(tmp_path, monkeypatch) -> None:
-    """A new environment (as in a new process) loads a template's compiled code from the cache directory instead of
-    compiling it; a changed template is compiled again, and so is a damaged entry; a full disk or no usable cache
-    directory only means no cache: the templates still render."""
-    import jinja2
-
-    from sb3_r2po.prompts.builder import template_bytecode_cache, template_environment
-
-    monkeypatch.setenv("SB3_R2PO_CACHE", str(tmp_path / "cache"))
-    (tmp_path / "templates").mkdir()
-    template = tmp_path / "templates" / "t.j2"
-    template.write_text("Hello {{ name }}.\n")
-    template_environment.cache_clear()
-    compiled: list[str] = []
-    compile_source = jinja2.Environment.compile
-
-    def counting_compile(self, source, name=None, filename=None, raw=False, defer_init=False):  # type: ignore[no-untyped-def]
-        compiled.append(str(name))
-        return compile_source(self, source, name, filename, raw, defer_init)
-
-    monkeypatch.setattr(jinja2.Environment, "compile", counting_compile)
-    try:
-        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="A") == "Hello A.\n"
-        assert compiled == ["t.j2"] and list((tmp_path / "cache" / "jinja2").iterdir())
-        template_environment.cache_clear()  # a new process
-        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="B") == "Hello B.\n"
-        assert compiled == ["t.j2"]  # loaded, not compiled
-        template.write_text("Bye {{ name }}.\n")
-        template_environment.cache_clear()
-        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="C") == "Bye C.\n"
-        assert compiled == ["t.j2", "t.j2"]
-        for entry in (tmp_path / "cache" / "jinja2").iterdir():  # damaged entries (a half-copied cache, say)
-            entry.write_bytes(entry.read_bytes()[:12])
-        template_environment.cache_clear()
-        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="E") == "Bye E.\n"
-        assert compiled == ["t.j2", "t.j2", "t.j2"]  # compiled again, not failed
-
-        def full_disk(*args, **kwargs):  # type: ignore[no-untyped-def]
-            raise OSError(28, "No space left on device")
-
-        monkeypatch.setattr(jinja2.bccache.tempfile, "NamedTemporaryFile", full_disk)
-        template.write_text("Full {{ name }}.\n")
-        template_environment.cache_clear()
-        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="F") == "Full F.\n"
-        monkeypatch.undo()
-        monkeypatch.setattr(jinja2.Environment, "compile", counting_compile)
-        (tmp_path / "blocked").write_text("a file, not a directory")
-        monkeypatch.setenv("SB3_R2PO_CACHE", str(tmp_path / "blocked"))
-        assert template_bytecode_cache() is None
-        template_environment.cache_clear()
-        assert template_environment(str(tmp_path / "templates")).get_template("t.j2").render(name="D") == "Full D.\n"
-    finally:
-        template_environment.cache_clear()

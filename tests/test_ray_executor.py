@@ -31,7 +31,8 @@ from sb3_r2po.llm.example import ExampleLLM
 if importlib.util.find_spec("ray") is None:  # not imported here: the executor sets Ray's local-only switch first
     pytest.skip("the Ray executor's tests need ray: pip install -e '.[ray]'", allow_module_level=True)
 
-from sb3_r2po.experiments.ray_executor import ATTEMPT_LOCK, RayExecutor, RunsFailed
+from sb3_r2po.experiments.executors import RayExecutor, RunsFailed
+from sb3_r2po.experiments.runs import ATTEMPT_LOCK
 
 pytestmark = pytest.mark.slow
 

@@ -78,7 +78,7 @@ def test_mountain_car_control_cost_on_the_raw_or_clipped_action(variant: str, cl
     first = model.history[0]["search"]
     assert first["params"] == [0.0, 0.0, -2.0] and first["mean_return"] == pytest.approx(expected, abs=1e-3)
     assert set(actions.actions) == {-1.0 if clipped else -2.0}  # what the env was stepped with (and traces show)
-    assert model.actions_clipped is clipped
+    assert model.settings.actions_clipped is clipped
     observations = np.array([[-1.2, -0.07], [0.6, 0.07], [-0.5, 0.0]], dtype=np.float32)
     predicted, _ = model.predict(observations, deterministic=True)
     assert np.all(predicted >= -1.0) and np.all(predicted <= 1.0)  # predict() stays inside the action space
@@ -87,7 +87,7 @@ def test_mountain_car_control_cost_on_the_raw_or_clipped_action(variant: str, cl
 @pytest.mark.parametrize(("variant", "clip"), [("rep_traj", True), ("r2po", False)])
 def test_clip_actions_sets_the_rule_either_way(variant: str, clip: bool) -> None:
     model, actions = one_episode(variant, clip_actions=clip)
-    assert model.actions_clipped is clip
+    assert model.settings.actions_clipped is clip
     assert model.history[0]["search"]["mean_return"] == pytest.approx(mountain_car_return(-2.0, clip), abs=1e-3)
     assert set(actions.actions) == {-1.0 if clip else -2.0}
 

@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -204,7 +205,7 @@ def test_a_loaded_model_refuses_another_runs_directory(tmp_path, make_r2po) -> N
     make_r2po(seed=2, checkpoint_dir=str(tmp_path / "b"), **kwargs).learn(UNTIL_BUDGET)
     other = (tmp_path / "b" / "history.json").read_text()
     model = R2PO.load(tmp_path / "a" / "model.zip", env=gym.make("CartPole-v1"), llm="example")
-    model.checkpoint_dir = str(tmp_path / "b")
+    model.settings = dataclasses.replace(model.settings, checkpoint_dir=str(tmp_path / "b"))
     with pytest.raises(ValueError, match="already holds another run"):
         model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert (tmp_path / "b" / "history.json").read_text() == other
@@ -273,9 +274,9 @@ def test_an_explicit_checkpoint_dir_given_to_load_wins(tmp_path, make_r2po) -> N
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     with pytest.warns(RuntimeWarning, match="not the one its run was started in"):
         copied = R2PO.load(tmp_path / "b" / "model.zip", env=gym.make("CartPole-v1"))
-    assert copied.checkpoint_dir == str(tmp_path / "b")
+    assert copied.settings.checkpoint_dir == str(tmp_path / "b")
     told = R2PO.load(tmp_path / "b" / "model.zip", env=gym.make("CartPole-v1"), checkpoint_dir=str(tmp_path / "c"))
-    assert told.checkpoint_dir == str(tmp_path / "c")
+    assert told.settings.checkpoint_dir == str(tmp_path / "c")
 
 
 def test_the_snapshot_copies_the_generator_and_the_episode_buffers_independently() -> None:

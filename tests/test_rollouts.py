@@ -39,10 +39,10 @@ def act(observations: np.ndarray) -> np.ndarray:
 
 def vec(kind: str, *envs: gym.Env):
     env = DummyVecEnv([lambda e=e: e for e in envs])
-    return env if kind == "direct" else VecMonitor(env)  # VecMonitor: the VecEnv-API path
+    return env if kind == "bare" else VecMonitor(env)  # VecMonitor: lock-step through a VecEnv wrapper
 
 
-@pytest.mark.parametrize("kind", ["direct", "vec_env_api"])
+@pytest.mark.parametrize("kind", ["bare", "wrapped"])
 def test_the_k_started_episodes_run_to_their_end_in_start_order(kind: str) -> None:
     """Sub-environment 0 has 1-step episodes, 1 has 5-step ones; K = 3: episodes 0 (env 0), 1 (env 1), 2 (env 0).
     Taking the first 3 to finish would give three 1-step episodes."""
@@ -55,11 +55,11 @@ def test_the_k_started_episodes_run_to_their_end_in_start_order(kind: str) -> No
     for ep in result.episodes:  # T + 1 observations: the reset one, ..., the terminal one (not the next reset)
         assert [float(o[0]) for o in ep.observations] == list(range(ep.length + 1))
     assert sum(d for d, _ in counted) == 3 and len(counted) == 5
-    # environment steps: the direct path steps only the busy sub-environments, the VecEnv API steps all of them
-    assert sum(n for _, n in counted) == (1 + 5 + 1 if kind == "direct" else 2 * 5)
+    # environment steps: a bare VecEnv steps only the busy sub-environments, a wrapped one steps all of them
+    assert sum(n for _, n in counted) == (1 + 5 + 1 if kind == "bare" else 2 * 5)
 
 
-@pytest.mark.parametrize("kind", ["direct", "vec_env_api"])
+@pytest.mark.parametrize("kind", ["bare", "wrapped"])
 def test_time_limits_truncate_and_the_cap_cuts_and_resets(kind: str) -> None:
     env = vec(kind, TimeLimit(Counter(None), max_episode_steps=2))
     result = run_episodes(env, act, 2, 100, None)
@@ -73,7 +73,7 @@ def test_time_limits_truncate_and_the_cap_cuts_and_resets(kind: str) -> None:
 
 
 def test_a_stop_request_returns_the_finished_episodes_only() -> None:
-    env = vec("direct", Counter(1), Counter(5))
+    env = vec("bare", Counter(1), Counter(5))
     result = run_episodes(env, act, 3, 100, lambda step: not step.dones.any())
     assert result.stopped and result.stop_requested and [ep.length for ep in result.episodes] == [1]
 
@@ -106,12 +106,12 @@ def linear(observations: np.ndarray) -> np.ndarray:
     return np.stack([flat[:, 0] / 10, -flat[:, -1] / 10], axis=1).astype(np.float32)
 
 
-@pytest.mark.parametrize("kind", ["direct", "vec_env_api"])
+@pytest.mark.parametrize("kind", ["bare", "wrapped"])
 @pytest.mark.parametrize("shape", [(3,), (2, 2)])
 def test_episodes_hold_exactly_what_the_env_gave_as_float64(kind: str, shape: tuple[int, ...]) -> None:
     """Each step's observation, action and reward, recorded exactly (float32 values converted to float64 without
     rounding), the arrays of one episode stacked with a row per step, whatever the observation's shape. Rewards are
-    the env's own on the direct path; through the VecEnv API they are what the VecEnv returns (SB3's DummyVecEnv
+    the env's own from a bare VecEnv; through a VecEnv wrapper they are what the VecEnv returns (SB3's DummyVecEnv
     keeps them as float32)."""
     rng = np.random.default_rng(0)
     observations = [rng.normal(size=shape).astype(np.float32) for _ in range(5)]
@@ -122,13 +122,13 @@ def test_episodes_hold_exactly_what_the_env_gave_as_float64(kind: str, shape: tu
     assert episode.observations.dtype == episode.actions.dtype == episode.rewards.dtype == np.float64
     assert episode.observations.shape == (5, *shape) and episode.actions.shape == (4, 2)
     assert np.array_equal(episode.observations, np.array(observations, dtype=np.float64))
-    assert np.array_equal(episode.rewards, np.array(rewards, dtype=np.float64 if kind == "direct" else np.float32))
+    assert np.array_equal(episode.rewards, np.array(rewards, dtype=np.float64 if kind == "bare" else np.float32))
     # the actions recorded are the ones the env was given
     assert np.array_equal(episode.actions, np.array(env.actions, dtype=np.float64))
     assert np.array_equal(episode.actions, linear(np.array(observations[:4])).astype(np.float64))
 
 
-@pytest.mark.parametrize("kind", ["direct", "vec_env_api"])
+@pytest.mark.parametrize("kind", ["bare", "wrapped"])
 @pytest.mark.parametrize(
     ("broken", "kept_rewards"),
     [
@@ -138,7 +138,7 @@ def test_episodes_hold_exactly_what_the_env_gave_as_float64(kind: str, shape: tu
     ],
 )
 def test_a_non_finite_step_cuts_the_episode_there(kind: str, broken: str, kept_rewards: list[float]) -> None:
-    if broken == "overflow" and kind == "vec_env_api":
+    if broken == "overflow" and kind == "wrapped":
         kept_rewards = [1.0, 0.0]  # DummyVecEnv's float32 reward buffer already made 1e308 infinite
     observations = [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
     rewards = [1.0, 1.0, 1.0, 1.0]
@@ -149,9 +149,7 @@ def test_a_non_finite_step_cuts_the_episode_there(kind: str, broken: str, kept_r
     else:
         rewards[1:3] = [1e308, 1e308]
     env = vec(kind, Scripted(observations, rewards))
-    warnings = (
-        pytest.warns(RuntimeWarning, match="overflow") if kind == "vec_env_api" and broken == "overflow" else nullcontext()
-    )
+    warnings = pytest.warns(RuntimeWarning, match="overflow") if kind == "wrapped" and broken == "overflow" else nullcontext()
     with warnings:
         first, second = run_episodes(env, linear, 2, 100, None).episodes
     assert first.end == "non-finite" and first.rewards.tolist() == kept_rewards
@@ -160,13 +158,13 @@ def test_a_non_finite_step_cuts_the_episode_there(kind: str, broken: str, kept_r
     assert second.index == 1 and second.observations[0].tolist() == [0.0, 0.0]  # the env was reset after the cut
 
 
-def test_the_direct_path_and_the_vec_env_api_record_the_same_episodes() -> None:
+def test_a_bare_and_a_wrapped_vec_env_record_the_same_episodes() -> None:
     """Two sub-environments of different episode lengths, K = 5: the same episodes either way."""
     results = {}
-    for kind in ("direct", "vec_env_api"):
+    for kind in ("bare", "wrapped"):
         env = vec(kind, TimeLimit(Counter(None), max_episode_steps=3), Counter(2))
         results[kind] = run_episodes(env, act, 5, 100, None).episodes
-    for a, b in zip(results["direct"], results["vec_env_api"], strict=True):
+    for a, b in zip(results["bare"], results["wrapped"], strict=True):
         assert (a.index, a.end) == (b.index, b.end)
         assert np.array_equal(a.observations, b.observations) and np.array_equal(a.actions, b.actions)
         assert np.array_equal(a.rewards, b.rewards)

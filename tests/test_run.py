@@ -167,14 +167,18 @@ def test_seeded_runs_are_identical(make_r2po) -> None:
 
 def test_target_and_tau_c_from_reward_threshold() -> None:
     model = R2PO("MlpLinear", "Acrobot-v1", llm=ExampleLLM())  # an env the settings table lacks
-    assert model.target == gym.spec("Acrobot-v1").reward_threshold == -100.0
-    assert model.revision_threshold == pytest.approx(-100.0 - 0.05 * 100.0)
+    assert model.settings.target == gym.spec("Acrobot-v1").reward_threshold == -100.0
+    assert model.settings.revision_threshold == pytest.approx(-100.0 - 0.05 * 100.0)
     model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM())  # the table's: the reference's optimum and tau_c
-    assert (model.target, model.revision_threshold) == (500, 480) != (gym.spec("CartPole-v1").reward_threshold, 451.25)
+    assert (
+        (model.settings.target, model.settings.revision_threshold)
+        == (500, 480)
+        != (gym.spec("CartPole-v1").reward_threshold, 451.25)
+    )
     model = R2PO("MlpLinear", "CartPole-v1", llm=ExampleLLM(), target_return=475, tau_c=470)
-    assert (model.target, model.revision_threshold) == (475, 470)
+    assert (model.settings.target, model.settings.revision_threshold) == (475, 470)
     model = R2PO("MlpLinear", "Pendulum-v1", llm=ExampleLLM())
-    assert model.target is None and model.revision_threshold is None
+    assert model.settings.target is None and model.settings.revision_threshold is None
 
 
 def test_no_llm_work_at_construction(monkeypatch) -> None:

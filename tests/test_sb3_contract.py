@@ -159,3 +159,17 @@ def test_r2po_success_rate_counts_every_finished_episode() -> None:
             returns += [record["search"]["mean_return"]] * 2 + record["revision"]["returns"]
     assert len(model.ep_success_buffer) == model.episodes_used == 5
     assert sorted(model.ep_success_buffer) == sorted(r == 2.0 for r in returns)
+
+
+def test_the_settings_are_the_models_attributes_and_assigning_one_is_checked() -> None:
+    """SB3's habit (``model.n_steps`` on PPO): ``model.n_eval_episodes`` reads ``model.settings``; an assignment replaces
+    the settings through the same checks as the constructor; derived values are read-only."""
+    model = R2PO("MlpLinear", "CartPole-v1", llm="example", n_eval_episodes=3, max_episodes=40)
+    assert (model.n_eval_episodes, model.max_episodes, model.target) == (3, 40, model.settings.target) == (3, 40, 500.0)
+    model.max_episodes = 60
+    assert model.settings.max_episodes == 60 and "max_episodes" not in vars(model)
+    with pytest.raises(ValueError, match="n_eval_episodes"):
+        model.n_eval_episodes = 0
+    assert model.settings.n_eval_episodes == 3
+    with pytest.raises(AttributeError):
+        model.target = 1.0

@@ -81,7 +81,7 @@ def test_two_workers_share_one_loopback_server(tmp_path: Path) -> None:
 def test_optuna_trials_shared_through_one_storage(tmp_path: Path) -> None:
     """RL Zoo's ``-optimize`` tunes R2PO (our sampler), and two processes with one ``--storage`` share the study."""
     optuna = pytest.importorskip("optuna")
-    from sb3_r2po.zoo.sampler import SEARCH_SPACE
+    from sb3_r2po.zoo import SEARCH_SPACE
 
     storage = f"sqlite:///{tmp_path / 'r2po.db'}"
     # created once before the workers start, as docs/scaling.md says (two processes initialising an empty database

@@ -44,7 +44,8 @@ from sb3_r2po import R2PO
 from sb3_r2po.llm.base import ChatReply
 from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, parse_server_url
 from sb3_r2po.llm.recording import RecordingBackend
-from sb3_r2po.llm.resolve import check_llm_spec, make_backend, redact, redact_spec
+from sb3_r2po.llm.redaction import redact, redact_spec
+from sb3_r2po.llm.resolve import check_llm_spec, make_backend
 
 USER = [{"role": "user", "content": "Propose a parameter vector."}]
 

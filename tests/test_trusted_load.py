@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 from pathlib import Path
@@ -57,7 +58,7 @@ def test_consent_lets_the_stored_string_be_used(tmp_path: Path, probe: Path, mak
     else:
         model = R2PO.load(path, env=gym.make("CartPole-v1"))
         model.set_llm(model.llm)
-    model.max_episodes = 10
+    model.settings = dataclasses.replace(model.settings, max_episodes=10)
     model.learn(UNTIL_BUDGET, reset_num_timesteps=False)
     assert model.iteration >= 1
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import os
@@ -25,7 +26,7 @@ from helpers import ScriptedLLM, vector
 import sb3_r2po
 from sb3_r2po import R2PO
 from sb3_r2po.ablate import run_one, run_settings
-from sb3_r2po.compare import episode_cap, r2po_entry
+from sb3_r2po.experiments.configs import episode_cap, r2po_entry
 from sb3_r2po.r2po.prompting import PromptView
 from sb3_r2po.variants import VARIANTS as VARIANT_SPECS
 from sb3_r2po.zoo import config_dir, config_file
@@ -217,11 +218,14 @@ CASES = [
 
 def _check_model(model: R2PO, env_id: str, variant: str) -> None:
     expected = reference(env_id, variant)
-    assert model.variant == variant
-    assert model.warmup_episodes == expected["warmup"] and model.target == expected["target"], (env_id, variant)
-    assert model.tau_c == expected["tau_c"] and model.episode_cap == expected["cap"], (env_id, variant)
+    assert model.settings.variant == variant
+    assert model.settings.warmup_episodes == expected["warmup"] and model.settings.target == expected["target"], (
+        env_id,
+        variant,
+    )
+    assert model.settings.tau_c == expected["tau_c"] and model.settings.episode_cap == expected["cap"], (env_id, variant)
     if expected["N"] is not None:
-        assert PromptView(model).excerpted_entries() == expected["N"]
+        assert PromptView(model.settings, model.history, model.policy).excerpted_entries() == expected["N"]
 
 
 def _skip_without_mujoco(env_id: str) -> None:
@@ -255,8 +259,8 @@ def test_zoo_train_builds_each_variant_with_its_settings(tmp_path: Path, env_id:
     hyperparams = {"llm": "example:0"} if variant == "r2po" else {"llm": "example:0", "variant": variant}
     model, saved, out = _zoo_model(tmp_path, env_id, hyperparams)
     _check_model(model, env_id, variant)
-    assert model.max_episodes == 4000 + reference(env_id, variant)["warmup"]
-    assert saved["n_timesteps"] >= model.max_episodes * model.episode_cap
+    assert model.settings.max_episodes == 4000 + reference(env_id, variant)["warmup"]
+    assert saved["n_timesteps"] >= model.settings.max_episodes * model.settings.episode_cap
     assert (f"Settings of variant {variant!r}" in out) is (variant != "r2po")
 
 
@@ -264,14 +268,14 @@ def test_zoo_train_builds_each_variant_with_its_settings(tmp_path: Path, env_id:
 def test_zoo_hyperparams_and_env_kwargs_of_the_user_win(tmp_path: Path) -> None:
     explicit = {"llm": "example:0", "variant": "props", "warmup_episodes": 3, "target_return": 0.5, "tau_c": 0.4}
     model, saved, out = _zoo_model(tmp_path / "a", "R2PO/Maze3x3-v0", explicit)
-    assert (model.warmup_episodes, model.target, model.tau_c) == (3, 0.5, 0.4)
-    assert model.episode_cap == 100 and saved["env_kwargs"] == {"max_episode_steps": 100}  # the rest is the variant's
+    assert (model.settings.warmup_episodes, model.settings.target, model.settings.tau_c) == (3, 0.5, 0.4)
+    assert model.settings.episode_cap == 100 and saved["env_kwargs"] == {"max_episode_steps": 100}  # the rest is the variant's
     assert "yours kept: target_return, tau_c)" in out  # the keys of the variant that you set
     # --env-kwargs replace the file's, as the zoo does for every entry
     model, _, _ = _zoo_model(
         tmp_path / "b", "R2PO/Maze3x3-v0", {"llm": "example:0", "variant": "props"}, {"max_episode_steps": 30}
     )
-    assert model.episode_cap == 30 and model.target == 1.0
+    assert model.settings.episode_cap == 30 and model.settings.target == 1.0
 
 
 @needs_zoo
@@ -299,21 +303,25 @@ def test_zoo_train_entry_point_runs_a_variant_with_its_cap(tmp_path: Path) -> No
 @needs_zoo
 @pytest.mark.parametrize("env_id, variant", CASES)
 def test_compare_builds_each_variant_with_its_settings(env_id: str, variant: str) -> None:
-    from sb3_r2po.compare import finish_run, prepare_run
+    from sb3_r2po.experiments.runs import RunSpec, finish_run, prepare_run
 
     _skip_without_mujoco(env_id)
-    run = prepare_run(variant, env_id, seed=0, budget=1, llm="example:0")
+    run = prepare_run(RunSpec(env_id, variant, 0, 1, "example:0"))
     try:
         _check_model(run.model, env_id, variant)
-        assert run.model.max_episodes == 1  # compare's budget is the user's
-        assert run.horizon >= run.model.episode_cap  # a variant's own cap sets the step horizon
+        assert run.model.settings.max_episodes == 1  # compare's budget is the user's
+        assert run.horizon >= run.model.settings.episode_cap  # a variant's own cap sets the step horizon
     finally:
         run.model.env.close()
         run.log_folder.cleanup()
         run.bar.close()
     if variant == "props" and env_id == "R2PO/Maze3x3-v0":  # the user's warm-up wins
-        run = prepare_run(variant, env_id, seed=0, budget=1, llm="example:0", warmup_episodes=3)
-        assert run.model.warmup_episodes == 3 and run.model.target == 1.0 and run.model.episode_cap == 100
+        run = prepare_run(RunSpec(env_id, variant, 0, 1, "example:0", {"warmup_episodes": 3}))
+        assert (
+            run.model.settings.warmup_episodes == 3
+            and run.model.settings.target == 1.0
+            and run.model.settings.episode_cap == 100
+        )
         finish_run(run)
 
 
@@ -356,7 +364,12 @@ def test_ablate_options_of_the_user_win(monkeypatch: pytest.MonkeyPatch) -> None
     _Spy.built.clear()
     run_one("R2PO/Maze3x3-v0", "props", 0, "example:0", {"max_episodes": 1, "warmup_episodes": 3, "target_return": 0.5})
     (model,) = _Spy.built
-    assert (model.warmup_episodes, model.target, model.tau_c, model.episode_cap) == (3, 0.5, None, 100)
+    assert (model.settings.warmup_episodes, model.settings.target, model.settings.tau_c, model.settings.episode_cap) == (
+        3,
+        0.5,
+        None,
+        100,
+    )
     settings = run_settings("R2PO/Maze3x3-v0", "props", {"env_kwargs": {"max_episode_steps": 30}, "tau_c": 0.7})
     assert settings["env_kwargs"] == {"max_episode_steps": 30} and settings["tau_c"] == 0.7
 
@@ -376,13 +389,13 @@ def test_a_plain_r2po_resolves_every_variant_as_the_zoo_file_does(env_id: str) -
         try:
             _check_model(model, env_id, variant)
             entry = r2po_entry(env_id, variant)  # the zoo path's resolution of the same table
-            assert {key: getattr(model, key) for key in REFERENCE_KEYS} == {key: entry[key] for key in REFERENCE_KEYS}
-            assert model.max_iterations == reference(env_id, variant)["iterations"], (env_id, variant)
-            assert model.max_episodes is None  # the plan is the iteration count; no cap on episodes
+            assert {key: getattr(model.settings, key) for key in REFERENCE_KEYS} == {key: entry[key] for key in REFERENCE_KEYS}
+            assert model.settings.max_iterations == reference(env_id, variant)["iterations"], (env_id, variant)
+            assert model.settings.max_episodes is None  # the plan is the iteration count; no cap on episodes
             table = reference_settings(env_id, variant)
             assert table is not None
             expected = {key: "derived" if table[key] is None else "reference" for key in REFERENCE_KEYS}
-            assert model.settings_source == expected, (env_id, variant)
+            assert model.settings.sources == expected, (env_id, variant)
         finally:
             model.env.close()
 
@@ -397,7 +410,7 @@ def _first_iteration_prompts(model: R2PO, llm: ScriptedLLM) -> tuple[str, str]:
 def test_a_plain_cartpole_prompts_with_the_references_500_480_and_100() -> None:
     llm = ScriptedLLM([vector(*[0.1] * 10)])
     model = R2PO("MlpLinear", "CartPole-v1", llm=llm, seed=0, n_eval_episodes=1, warmup_episodes=2)
-    assert (model.target, model.revision_threshold, model.max_iterations) == (500, 480, 100)
+    assert (model.settings.target, model.settings.revision_threshold, model.settings.max_iterations) == (500, 480, 100)
     search, critic = _first_iteration_prompts(model, llm)
     assert "(100)" in search and "iteration 1 of 100" in search and "about 500" in search
     assert "480 or more" in critic and "500" in critic
@@ -408,20 +421,28 @@ def test_explicit_settings_win_over_the_table() -> None:
     given = dict(target_return=300, tau_c=250, warmup_episodes=3, step_size=0.5, max_episode_steps=50)
     given |= dict(history_excerpts=2, max_iterations=7)
     model = R2PO("MlpLinear", "CartPole-v1", llm="example:0", **given)
-    assert {key: getattr(model, key) for key in REFERENCE_KEYS} == given
-    assert model.settings_source == dict.fromkeys(REFERENCE_KEYS, "given")
+    assert {key: getattr(model.settings, key) for key in REFERENCE_KEYS} == given
+    assert model.settings.sources == dict.fromkeys(REFERENCE_KEYS, "given")
     model = R2PO("MlpLinear", "CartPole-v1", llm="example:0", tau_c=400)
-    assert model.settings_source["tau_c"] == "given" and model.settings_source["target_return"] == "reference"
-    assert (model.target, model.revision_threshold) == (500, 400)
+    assert model.settings.sources["tau_c"] == "given" and model.settings.sources["target_return"] == "reference"
+    assert (model.settings.target, model.settings.revision_threshold) == (500, 400)
 
 
 def test_an_env_the_table_lacks_keeps_the_documented_derivation() -> None:
     model = R2PO("MlpLinear", "Acrobot-v1", llm="example:0")
     assert "Acrobot-v1" not in reference_env_ids() and reference_settings("Acrobot-v1", "r2po") is None
-    assert model.target == -100 and model.revision_threshold == pytest.approx(-105)  # reward_threshold - 5 %
-    assert (model.warmup_episodes, model.step_size, model.max_episode_steps, model.max_iterations) == (20, 1.0, 1000, None)
-    assert model.history_excerpts is None and PromptView(model).excerpted_entries() == 5
-    assert model.settings_source == dict.fromkeys(REFERENCE_KEYS, "derived")
+    assert model.settings.target == -100 and model.settings.revision_threshold == pytest.approx(-105)  # reward_threshold - 5 %
+    assert (
+        model.settings.warmup_episodes,
+        model.settings.step_size,
+        model.settings.max_episode_steps,
+        model.settings.max_iterations,
+    ) == (20, 1.0, 1000, None)
+    assert (
+        model.settings.history_excerpts is None
+        and PromptView(model.settings, model.history, model.policy).excerpted_entries() == 5
+    )
+    assert model.settings.sources == dict.fromkeys(REFERENCE_KEYS, "derived")
 
 
 def test_verbose_says_which_settings_applied(capsys: pytest.CaptureFixture[str]) -> None:
@@ -441,21 +462,32 @@ def test_a_model_saved_before_the_table_loads_with_its_own_settings() -> None:
     import gymnasium as gym
 
     model = R2PO("MlpLinear", "CartPole-v1", llm="example:0", warmup_episodes=1)
-    model.target_return = model.tau_c = model.history_excerpts = None  # what an old model saved
-    del model.__dict__["max_iterations"], model.__dict__["settings_source"]
+    old = dict(target_return=None, tau_c=None, history_excerpts=None, max_iterations=None, sources={})
+    model.settings = dataclasses.replace(model.settings, **old)  # what a model saved before the table holds
     buffer = io.BytesIO()
     model.save(buffer)
     buffer.seek(0)
     loaded = R2PO.load(buffer, env=gym.make("CartPole-v1"), llm="example:0")
-    assert (loaded.target, loaded.revision_threshold, loaded.max_iterations) == (475, pytest.approx(451.25), None)
-    assert loaded.warmup_episodes == 1 and loaded.settings_source == {}
-    assert PromptView(loaded).excerpted_entries() == 5  # None: the table's N for the env, as before
+    assert (loaded.settings.target, loaded.settings.revision_threshold, loaded.settings.max_iterations) == (
+        475,
+        pytest.approx(451.25),
+        None,
+    )
+    assert loaded.settings.warmup_episodes == 1 and loaded.settings.sources == {}
+    assert (
+        PromptView(loaded.settings, loaded.history, loaded.policy).excerpted_entries() == 5
+    )  # None: the table's N for the env, as before
     buffer = io.BytesIO()
     R2PO("MlpLinear", "CartPole-v1", llm="example:0", warmup_episodes=3).save(buffer)
     buffer.seek(0)
     loaded = R2PO.load(buffer, env=gym.make("CartPole-v1"), llm="example:0")  # a new save keeps its settings and sources
-    assert (loaded.target, loaded.revision_threshold, loaded.max_iterations, loaded.warmup_episodes) == (500, 480, 100, 3)
-    assert loaded.settings_source["warmup_episodes"] == "given" and loaded.settings_source["tau_c"] == "reference"
+    assert (
+        loaded.settings.target,
+        loaded.settings.revision_threshold,
+        loaded.settings.max_iterations,
+        loaded.settings.warmup_episodes,
+    ) == (500, 480, 100, 3)
+    assert loaded.settings.sources["warmup_episodes"] == "given" and loaded.settings.sources["tau_c"] == "reference"
 
 
 @pytest.mark.parametrize(
@@ -474,7 +506,12 @@ def test_the_reference_nonlinear_policy_configs_through_the_table(policy: str, v
 
     for given in (policy, POLICY_ALIASES[policy]):
         model = R2PO(given, "Swimmer-v5", llm="example", variant=variant)
-        assert (model.warmup_episodes, model.max_iterations, model.step_size, model.target_return) == (warmup, 200, 0.1, 250)
+        assert (
+            model.settings.warmup_episodes,
+            model.settings.max_iterations,
+            model.settings.step_size,
+            model.settings.target_return,
+        ) == (warmup, 200, 0.1, 250)
         space = model.policy.parameter_space
         assert (space.low, space.high) == bounds
     settings, _ = apply_variant(_raw_entries()["Swimmer-v5"], variant, policy=policy)

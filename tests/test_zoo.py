@@ -245,8 +245,14 @@ def test_every_config_entry_builds(tmp_path: Path, algo: str, env_id: str) -> No
         pytest.importorskip("mujoco")
     model = _build_with_zoo(tmp_path, algo, env_id, {"llm": "example:0"} if algo == "r2po" else None)
     if algo == "r2po":
-        assert isinstance(model, R2PO) and model.param_bounds is None and model.llm == "example:0"  # None: the policy's own
-        assert model.n_eval_episodes == 20 and model.max_episodes is not None and model.target == PAPER_SETTINGS[env_id][1]
+        assert (
+            isinstance(model, R2PO) and model.settings.param_bounds is None and model.llm == "example:0"
+        )  # None: the policy's own
+        assert (
+            model.settings.n_eval_episodes == 20
+            and model.settings.max_episodes is not None
+            and model.settings.target == PAPER_SETTINGS[env_id][1]
+        )
     elif env_id in TABULAR:
         assert model.observation_space.shape == (gym.make(env_id).observation_space.n,)  # one-hot
 
@@ -260,7 +266,9 @@ def test_hyperparams_values_are_python(tmp_path: Path) -> None:
     parsed = parser.parse_args(["--hyperparams", EXAMPLE_LLM, "param_bounds:(-3,3)", "target_return:None"]).hyperparams
     assert parsed == {"llm": "example:0", "param_bounds": (-3, 3), "target_return": None}
     model = _build_with_zoo(tmp_path, "r2po", "CartPole-v1", parsed)
-    assert model.param_bounds == (-3.0, 3.0) and model.target_return == 500  # None: the table's (the reference's)
+    assert (
+        model.settings.param_bounds == (-3.0, 3.0) and model.settings.target_return == 500
+    )  # None: the table's (the reference's)
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -346,7 +354,7 @@ def test_train_r2po_with_an_abbreviated_algo_option(tmp_path: Path) -> None:
 
 
 def test_sampler_offers_the_paper_values() -> None:
-    from sb3_r2po.zoo.sampler import SEARCH_SPACE
+    from sb3_r2po.zoo import SEARCH_SPACE
 
     entries = _load_yaml(config_dir() / "r2po.yml")
     steps = {PAPER_SETTINGS[env_id][3] for env_id in PAPER_SETTINGS} - {None}
@@ -403,8 +411,8 @@ def test_final_trial_evaluation_only_when_due_and_only_for_r2po(make_r2po) -> No
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
 
+    from sb3_r2po.zoo import sample_r2po_params
     from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
-    from sb3_r2po.zoo.sampler import sample_r2po_params
 
     register_r2po()
     assert HYPERPARAMS_SAMPLER["r2po"] is sample_r2po_params

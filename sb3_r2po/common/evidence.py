@@ -1,9 +1,5 @@
-"""The calibrated evidence package: what the Critic-LLM sees of a candidate's K episodes.
-
-Aggregate statistics say what happens *usually*; one median trajectory shows *how* it happens; the
-revision rule (when ``tau_c`` is set) tells the Critic not to break a policy that already works.
-Showing the worst rollout instead invites the Critic to "fix" a rare failure (salience bias).
-"""
+"""The evidence package: what the Critic-LLM sees of a candidate's K episodes (statistics, the median trajectory
+and, with ``tau_c``, the revision rule), and how trajectories are written (ours and the reference's formats)."""
 
 from __future__ import annotations
 
@@ -42,11 +38,8 @@ class EpisodeStatistics:
 
 
 def success_tolerance(target: float) -> float:
-    """
-    Returns within this distance below the target count as reaching it: the reference's test, ``np.isclose(r, target,
-    atol=max(1e-6, 1e-3 * max(1, |target|)))`` (numpy's default ``rtol=1e-5``) or ``r > target``
-    (``ablations/reflective_prompted_policy_optimization/context_builder.py``). CartPole's 500: 499.495 and above.
-    """
+    """Returns within this distance below the target count as reaching it: the reference's ``np.isclose(r, target,
+    atol=max(1e-6, 1e-3 * max(1, |target|)))`` or ``r > target`` (CartPole's 500: 499.495 and above)."""
     return max(1e-6, 1e-3 * max(1.0, abs(target))) + 1e-5 * abs(target)
 
 
@@ -82,8 +75,7 @@ def closest_index(returns: Sequence[float], value: float) -> int:
 
 
 def median(values: Sequence[float]) -> float:
-    """What ``np.median(values)`` gives (the middle value, or the mean of the two middle ones; NaN when one is NaN),
-    without ``np.median``'s first call importing ``numpy.ma`` (tens of milliseconds in a fresh process)."""
+    """What ``np.median(values)`` gives (NaN when one is NaN), without overflowing the mean of two huge values."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     if ordered.size == 0 or np.isnan(ordered[-1]):  # sort puts NaN last
         return math.nan
@@ -109,13 +101,8 @@ _G_FORMATS = tuple(f".{n}g" for n in range(18))
 
 
 def sig(x: float, digits: int = 3) -> str:
-    """
-    A number to ``digits`` significant figures, compactly (``0.0123``, ``-1.5``, ``500``, ``nan``).
-
-    Values that round to ``10**digits`` or more in magnitude are printed as rounded integers (``305``, not
-    ``3e+02`` at 2 figures), so screen coordinates and large returns stay readable; only beyond
-    :data:`LARGEST_INTEGER_PRINTED` is the exponent form kept.
-    """
+    """A number to ``digits`` significant figures, compactly (``0.0123``, ``-1.5``, ``500``, ``nan``); a value that rounds
+    to ``10**digits`` or more is a rounded integer (``305``, not ``3e+02``) below :data:`LARGEST_INTEGER_PRINTED`."""
     if not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
     text = format(x, _G_FORMATS[digits] if digits < len(_G_FORMATS) else f".{digits}g")
@@ -125,12 +112,8 @@ def sig(x: float, digits: int = 3) -> str:
 
 
 def digits_apart(x: float, other: float | None, digits: int = 4) -> int:
-    """
-    The fewest significant figures, at least ``digits``, at which :func:`sig` prints ``x`` and ``other``
-    differently (``digits`` when they are equal or ``other`` is ``None``). Rounding keeps the order, so two
-    numbers printed with this many figures read in the right order: a mean of ``96.9996`` against a
-    threshold of ``97`` needs 6.
-    """
+    """The fewest significant figures, at least ``digits``, at which :func:`sig` prints ``x`` and ``other`` differently
+    (``digits`` when they are equal or ``other`` is ``None``): ``96.9996`` against ``97`` needs 6."""
     if other is None or x == other or not (np.isfinite(x) and np.isfinite(other)):
         return digits
     for n in range(digits, 18):  # 17 significant figures tell any two float64 values apart
@@ -140,19 +123,25 @@ def digits_apart(x: float, other: float | None, digits: int = 4) -> int:
 
 
 def _rows(x: np.ndarray | list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
-    """The observations or actions of an episode as flat float64 rows, one per step: a 2-D array (a view of a float64
-    array, as :func:`~sb3_r2po.common.rollouts.run_episodes` records them), or a list where the rows' shapes differ."""
+    """The observations or actions of an episode as flat float64 rows: a 2-D array, or a list where shapes differ."""
     if isinstance(x, np.ndarray) and x.ndim >= 1 and x.size:
         return np.asarray(x, dtype=np.float64).reshape(len(x), -1)
     return [np.asarray(row, dtype=np.float64).reshape(-1) for row in x]
 
 
 def _vector(row: np.ndarray, digits: int) -> str:
-    """An observation or action of a trajectory (a row of :func:`_rows`); a non-finite entry (only an env's reset
-    observation can hold one, or an action computed from it: steps are cut where the env returns one) is written
-    ``non-finite``."""
+    """An observation or action (a row of :func:`_rows`); a non-finite entry is written ``non-finite``."""
     texts = [sig(v, digits) if math.isfinite(v) else "non-finite" for v in row.tolist()]
     return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+
+
+def _shown(n: int, max_steps: int | None) -> list[range]:
+    """The steps shown of an episode of ``n`` steps: all, or the first ``max_steps / 2`` (at least 1) and the rest of
+    ``max_steps`` from the end."""
+    if max_steps is None or n <= max_steps:
+        return [range(n)]
+    head = max(1, max_steps // 2)
+    return [range(head), range(n - max(0, max_steps - head), n)]
 
 
 def _same_step(episode: Episode, t: int, u: int) -> bool:
@@ -184,30 +173,20 @@ def render_trajectory(
     episode: Episode, max_steps: int | None = 40, digits: int = 3, fold: bool = True, rewards: bool = True
 ) -> RenderedTrajectory:
     """
-    Render an episode compactly: one line per step ``t: s -> a`` (the next line's ``s`` is this step's
-    next observation), rewards shown per step only when they vary, the head and tail kept when the
-    episode is longer than ``max_steps`` with a marker for the omitted middle, and an end line saying
-    how the episode ended and the final observation.
+    An episode as one line per step ``t: s -> a`` (rewards only when they vary), head and tail around a marker when
+    it is longer than ``max_steps``, then an end line with how it ended and the final observation.
 
     :param episode: The episode.
     :param max_steps: Most steps shown (half from the start, half from the end); ``None`` shows all.
     :param digits: Significant figures.
-    :param fold: Fold runs of identical consecutive steps into one line ``t=3..7 (5 identical steps): ...``,
-        e.g. an agent pushing into a wall. Steps are identical when their raw observation, action and reward
-        are exactly equal; steps that merely print the same at ``digits`` figures are never merged.
-    :param rewards: Show the rewards (per step, or one line when every step has the same reward). ``False``:
-        observations and actions only, as the reference's R2PO and three_traj Critics show them.
+    :param fold: Write a run of exactly equal consecutive steps once, ``t=3..7 (5 identical steps): ...``.
+    :param rewards: Show the rewards (per step, or one line when every step has the same reward).
     """
     n = episode.length
     observations, actions = _rows(episode.observations), _rows(episode.actions)
     step_rewards = np.asarray(episode.rewards, dtype=np.float64)
     constant_reward = n > 0 and bool(np.all(step_rewards == step_rewards[0]))
-    if max_steps is None or n <= max_steps:
-        shown = [range(n)]
-    else:
-        head = max(1, max_steps // 2)
-        tail = max(0, max_steps - head)
-        shown = [range(head), range(n - tail, n)]
+    shown = _shown(n, max_steps)
     lines: list[str] = []
     if constant_reward and rewards:
         lines.append(f"(reward {sig(float(step_rewards[0]), digits)} at every step)")
@@ -242,11 +221,8 @@ def render_trajectory(
 
 
 def render_excerpt(episode: Episode, max_steps: int = 8, digits: int = 3) -> str:
-    """
-    A history entry's rollout excerpt on one line: the first and last ``max_steps / 2`` steps (observation and
-    action, no rewards) joined by ``" | "``, then how the episode ended (the reference's history excerpts of
-    rep_traj, always_critic and critic_only, ``max_steps=8``).
-    """
+    """A history entry's rollout excerpt on one line: the first and last ``max_steps / 2`` steps joined by ``" | "``, then
+    how the episode ended."""
     return " | ".join(render_trajectory(episode, max_steps, digits, fold=False, rewards=False).lines)
 
 
@@ -288,10 +264,8 @@ def reference_number(x: float, digits: int = 3) -> str:
 
 
 def reference_value(row: np.ndarray, style: ValueStyle, digits: int = 3) -> str:
-    """An observation or action (a row of :func:`_rows`) as the reference writes it (see :data:`ValueStyle`; with
-    ``digits`` other than 3, ours, continuous actions too get ``digits`` figures); a non-finite entry (only an env's
-    reset observation can hold one, or an action computed from it) is written ``non-finite``, as in
-    :func:`render_trajectory`."""
+    """An observation or action (a row of :func:`_rows`) as the reference writes it (:data:`ValueStyle`; ``digits``
+    other than 3, ours, applies to continuous actions too); a non-finite entry is written ``non-finite``."""
     values = row.tolist()
     if not all(math.isfinite(v) for v in values):
         texts = [reference_number(v, digits) if math.isfinite(v) else "non-finite" for v in values]
@@ -361,13 +335,9 @@ def _reference_part(
 def reference_trajectory(
     episode: Episode, fmt: ReferenceTrace, max_steps: int | None = None, digits: int = 3, fold: bool = False
 ) -> RenderedTrajectory:
-    """
-    An episode as the reference's Critics write it (:data:`TraceStyle`); the state the last action led to is never
-    shown. ``chain`` and ``ends`` give one line; ``steps`` one line per step, ``  step t: state=s -> action=a ->
-    reward=r``. ``ends`` keeps its 25 first and 25 last steps; ours, for ``chain`` and ``steps``: ``max_steps`` keeps
-    the first and last ``max_steps / 2`` around ``... n omitted steps ...``, ``digits`` sets the significant figures,
-    ``fold`` writes a run of identical steps (exactly equal observation, action and reward) once with its count.
-    """
+    """An episode as the reference's Critics write it (:data:`TraceStyle`; ``ends`` keeps 25 first and 25 last steps).
+    Ours, for ``chain`` and ``steps``: ``max_steps`` keeps head and tail, ``digits`` the figures, ``fold`` writes a run
+    of identical steps once."""
     steps = _reference_steps(episode, fmt, digits)
     n = len(steps)
     if not steps:
@@ -377,10 +347,7 @@ def reference_trajectory(
             return RenderedTrajectory((" | ".join(_chain(steps, None)),), 0, n)
         parts = [*_chain(steps[:25], None), f"... {n - 50} omitted steps ...", *_chain(steps[-25:], None)]
         return RenderedTrajectory((" | ".join(parts),), n - 50, n)
-    shown = [range(n)]
-    if max_steps is not None and n > max_steps:
-        head = max(1, max_steps // 2)
-        shown = [range(head), range(n - max(0, max_steps - head), n)]
+    shown = _shown(n, max_steps)
     marker, texts = reference_marker(episode, fmt.cap), []
     for part in shown:
         if part is not shown[0]:

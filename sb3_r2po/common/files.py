@@ -3,11 +3,8 @@ Crash-safe file writes: a reader (or a run resumed after a crash) sees the old f
 
 - :func:`atomic_file` / :func:`atomic_write` replace a whole file (a temporary file renamed over it).
 - :func:`append_line` appends one line to a log (a JSONL transcript): a write that fails half-way (a full disk) is
-  cut back, and a last line a crash left without its newline (:func:`cut_partial_line`) is cut off before the next
-  line is appended, so that every line of the file is whole.
-- :func:`set_aside` renames a damaged file out of the way, keeping it for inspection.
-- :func:`default_cache_dir` is the user cache directory of what the package keeps between runs (the embedded models'
-  weights, compiled prompt templates).
+  cut back, and a last line a crash left without its newline (:func:`cut_partial_line`) is cut off first.
+- :func:`default_cache_dir` is the user cache directory (the embedded models' weights).
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -26,12 +22,10 @@ CACHE_ENV_VAR = "SB3_R2PO_CACHE"
 
 def default_cache_dir() -> Path:
     """``$SB3_R2PO_CACHE``, else ``$XDG_CACHE_HOME/sb3_r2po``, else ``~/.cache/sb3_r2po``."""
-    override = os.environ.get(CACHE_ENV_VAR)
-    if override:
+    if override := os.environ.get(CACHE_ENV_VAR):
         return Path(override).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "sb3_r2po"
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "sb3_r2po"
 
 
 _UMASK = os.umask(0o022)
@@ -40,19 +34,15 @@ os.umask(_UMASK)  # the process's umask, read once at import: reading it means s
 
 def _fsync_directory(directory: Path) -> None:
     """Make a rename in ``directory`` durable (best effort: not every platform can open a directory)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
-@contextmanager
+@contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[BinaryIO]:
     """
     Open a temporary file beside ``path`` for writing (binary); when the block ends without an exception it is
@@ -86,8 +76,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
 
 def cut_partial_line(path: str | os.PathLike[str]) -> bytes:
     """
-    Cut off the last line of ``path`` when it lacks its newline (a write that a crash or a full disk cut short), so
-    that the next line appended starts on its own line.
+    Cut off the last line of ``path`` when it lacks its newline (a crash or a full disk cut its write short).
 
     :param path: The file (nothing happens when it does not exist).
     :return: The bytes cut off (empty: the file was whole).
@@ -120,9 +109,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def append_line(path: str | os.PathLike[str], line: bytes) -> bytes:
     """
-    Append ``line`` (which ends with a newline) to ``path`` and sync it to disk. A half-written last line already in
-    the file is cut off first (see :func:`cut_partial_line`); a write that fails (a full disk, an interrupt) is
-    cut back to the file's previous end before its error is raised, so the file never keeps a torn line.
+    Append ``line`` (which ends with a newline) to ``path`` and sync it to disk, after cutting off a half-written last
+    line (:func:`cut_partial_line`); a write that fails (a full disk, an interrupt) is cut back before its error is
+    raised, so the file never keeps a torn line.
 
     :param path: The file (created when it does not exist).
     :param line: The line, with its newline.
@@ -144,21 +133,3 @@ def append_line(path: str | os.PathLike[str], line: bytes) -> bytes:
     finally:
         os.close(fd)
     return cut
-
-
-def set_aside(path: str | os.PathLike[str], label: str) -> Path:
-    """
-    Rename ``path`` to ``<name>.<label>`` (``<name>.<label>.1``, ``.2``, ... when taken), keeping it out of the way.
-
-    :param path: The file (or folder) to set aside.
-    :param label: What the new name says about it, e.g. ``"damaged"``.
-    :return: The new path.
-    """
-    source = Path(path)
-    target = source.with_name(f"{source.name}.{label}")
-    number = 0
-    while target.exists() or target.is_symlink():
-        number += 1
-        target = source.with_name(f"{source.name}.{label}.{number}")
-    os.replace(source, target)
-    return target

@@ -1,11 +1,6 @@
-"""Sums, means and standard deviations of finite values that stay finite whenever the exact result is.
-
-Rewards and returns near the float limit are finite one by one, but numpy's sums of them may not be: a plain mean of
-``[1e308, 1e308]`` is ``inf``, a standard deviation ``nan``, and numpy's pairwise sum of ``[1e308, -1e308] * 8`` is
-``nan`` though the exact sum is 0. These functions give numpy's result whenever it is finite (bit for bit), and
-otherwise compute it without overflow: a sum exactly (in rational arithmetic, then rounded), a mean or
-standard deviation on values scaled by their largest magnitude (of values within ``[-M, M]`` it is at most ``M``).
-"""
+"""Sums, means and standard deviations that stay finite whenever the exact result is: numpy's result when it is finite
+(bit for bit), else a sum in exact rational arithmetic, or a mean or standard deviation of the values scaled by their
+largest magnitude (numpy's mean of ``[1e308, 1e308]`` is ``inf``)."""
 
 from __future__ import annotations
 

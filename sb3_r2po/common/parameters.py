@@ -1,10 +1,5 @@
-"""The parameter space of a compact policy: what the LLM may propose, and how a proposal is made legal.
-
-A continuous space holds the values at its precision (``decimals``) that lie in ``[low, high]`` (its *grid*):
-a proposal is clipped to the bounds and rounded, and a value that rounding takes back out of the bounds (a
-bound that is not a multiple of the precision, e.g. ``low=0.25`` at one decimal) moves to the nearest grid
-value inside them (``0.3``). A space whose bounds hold no grid value is refused at construction.
-"""
+"""The parameter space of a compact policy: what the LLM may propose, and how a proposal is made legal (clipped to
+``[low, high]`` and rounded to ``decimals``, or checked against a set of allowed values)."""
 
 from __future__ import annotations
 
@@ -39,18 +34,14 @@ class InvalidParameters(ValueError):
 @dataclass(frozen=True)
 class ParameterSpace:
     """
-    The flat parameter vector of a policy as the LLM sees it.
-
-    Continuous spaces (linear policies) have a range ``[low, high]`` and a precision in decimals;
-    a discrete space (tabular policies) has a finite set of allowed integer values.
+    The flat parameter vector of a policy as the LLM sees it: a range and a precision, or a set of allowed values.
 
     :param size: Number of parameters.
     :param low: Lower bound of every parameter (continuous spaces).
     :param high: Upper bound of every parameter (continuous spaces).
     :param decimals: Number of decimals kept after rounding (continuous spaces).
     :param values: The allowed values (discrete spaces), e.g. ``(0, 1, 2, 3)`` for four actions.
-    :param init_std: Standard deviation of a random candidate's values (:meth:`sample`; continuous spaces): the
-        reference's warm-up draws of the policy (3 for linear policies).
+    :param init_std: Standard deviation of a random candidate's values (:meth:`sample`; continuous spaces).
     """
 
     size: int
@@ -83,11 +74,7 @@ class ParameterSpace:
             )
 
     def grid_bounds(self) -> tuple[float, float]:
-        """
-        The smallest and the largest value with ``decimals`` decimals inside ``[low, high]`` (continuous
-        spaces): ``low`` rounded up and ``high`` rounded down to the precision. ``low > high`` of the result
-        means no such value exists.
-        """
+        """The smallest and the largest value with ``decimals`` decimals inside ``[low, high]`` (``low > high``: none)."""
         step = 10.0**-self.decimals
         grid_low = round(self.low, self.decimals)
         if grid_low < self.low:
@@ -104,9 +91,8 @@ class ParameterSpace:
 
     def project(self, values: np.ndarray | list[float]) -> Projection:
         """
-        Make a proposal legal: check the count and finiteness, then clip to the bounds and round to the
-        precision (continuous; a value rounded back out of the bounds moves to the nearest value at the
-        precision inside them, see :meth:`grid_bounds`), or check membership in the value set (discrete).
+        Make a proposal legal: check the count and finiteness, then clip and round (a value rounded out of the bounds
+        moves to :meth:`grid_bounds`), or check membership in the value set.
 
         :param values: The proposed vector.
         :return: The legal vector and a note for every value that was changed.
@@ -141,19 +127,13 @@ class ParameterSpace:
         return Projection(rounded, tuple(notes))
 
     def sample(self, rng: np.random.Generator, std: float | None = None) -> np.ndarray:
-        """
-        A random candidate: N(0, std) per parameter (``None``: :attr:`init_std`), clipped and rounded (continuous),
-        or uniform over the value set (discrete).
-        """
+        """A random candidate: N(0, std) per parameter (``None``: :attr:`init_std`), legal; or uniform over the values."""
         if self.values is not None:
             return rng.choice(np.asarray(self.values, dtype=np.float64), size=self.size)
         return self.project(rng.normal(0.0, self.init_std if std is None else std, size=self.size)).params
 
     def perturb(self, center: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
-        """
-        A random neighbour of ``center``: Gaussian noise of standard deviation ``scale`` (continuous),
-        or one state's action changed to another allowed value (discrete).
-        """
+        """A random neighbour of ``center``: Gaussian noise of scale ``scale``, or one value changed to another allowed one."""
         if self.values is not None:
             out = np.array(center, dtype=np.float64, copy=True)
             i = int(rng.integers(self.size))
@@ -167,8 +147,7 @@ class ParameterSpace:
         Format a vector in a reply format the parser reads back exactly.
 
         :param params: The vector.
-        :param style: ``"indexed"`` for ``params[0]: v, params[1]: v, ...``; ``"list"`` for ``params: [v, v, ...]``
-            (about 45 % fewer tokens with the embedded model's tokenizer).
+        :param style: ``"indexed"`` for ``params[0]: v, params[1]: v, ...``; ``"list"`` for ``params: [v, v, ...]``.
         :raises ValueError: for any other style.
         """
         if style not in REPLY_STYLES:

@@ -1,66 +1,23 @@
-"""Read a parameter vector out of an LLM reply. The reply is parsed, never executed.
+"""Read a parameter vector out of an LLM reply (for gpt-oss, its final channel); the reply is parsed, never executed.
 
-Accepted, anywhere in the reply (for gpt-oss, in the final channel):
+Forms: ``params[0]: v, ..., params[n-1]: v`` (``=`` also accepted) and ``params: [v0, ..., v(n-1)]`` (also as JSON);
+``params`` must be a word of its own, Markdown emphasis or backticks around it or a value are ignored. Which values
+make the vector is the :data:`Reading`. In ``first_line`` and ``last_vector`` an indexed vector starts at every
+``params[0]`` and its indices must be ``0..n-1`` in order (decimal digits, at most :data:`MAX_INDEX_DIGITS`), except
+that commentary after a complete vector is ignored; a list may end with one trailing comma, an empty slot elsewhere
+is rejected.
 
-- ``params[0]: v, params[1]: v, ..., params[n-1]: v`` (``=`` also accepted instead of ``:``);
-- ``params: [v0, v1, ..., v(n-1)]`` (also as JSON, ``{"params": [...]}``, with numbers or quoted numbers).
+A value is what ``float()`` accepts after mapping Unicode minus signs to ``-`` and dropping one sentence-ending period;
+NaN and infinities are rejected, a finite-looking literal too large for a float is clipped to the bounds, and a value
+that opens quotes must close them. Decimal commas and thousands separators are rejected, never guessed (``0,5``,
+``1,000``, ``1 000`` after an indexed value; a comma between digits in a list that also separates values by ``", "``,
+or a value after a comma starting with ``0`` and a digit); a list written without spaces (``[1,2,3]``) is read value
+by value. The vector is then made legal by :meth:`ParameterSpace.project`.
 
-``params`` must be a word of its own: ``old_params: [...]`` or ``my_params[0]: v`` are not answers. Markdown
-emphasis or backticks around ``params[i]`` or a value are ignored.
-
-**Which values** (:data:`Reading`, chosen per variant and action type as the reference's agents read replies):
-
-- ``first`` (the default): the first ``params[i]: v`` of each index ``0..n-1`` anywhere in the answer, whatever
-  comes between them; later mentions, indices ``>= n``, unreadable indices and words in a value's place
-  (``params[0]: the weight``) are ignored; a missing index makes the reply unusable. Without any ``params[i]``,
-  the first ``params: [...]`` list. A revision on line 1 that quotes the original vector in its explanation is
-  read as the revision.
-- ``last``: the same with the last occurrence of each index (the last list).
-- ``first_line``: the vector on the answer's first line (leading blank lines skipped), read as below.
-- ``last_vector`` (*ours*): the last vector anywhere, read as below (models often restate their answer, and an
-  echoed prompt comes before the answer).
-
-In ``first_line`` and ``last_vector``, an indexed vector starts at every ``params[0]``; its indices must
-be exactly ``0..n-1`` in order, except that once a complete run ``0..n-1`` is written, later mentions
-separated from it by words (commentary such as ``Note that params[1]: 2.0 matters most``) are ignored. An
-index is written in decimal digits (at most :data:`MAX_INDEX_DIGITS`; spaces, quotes or backticks around them are
-ignored); anything else in the brackets
-(``params[-1]``, ``params[i]``, ``params[1.5]``, a 5000-digit number) is an unreadable index, which makes the
-vector irregular (rejected) like a gap or a repeat. A list may end with one trailing comma; an empty slot
-elsewhere (``[1, , 2]``) is rejected, as dropping it would shift the later values.
-
-A value is what Python's ``float()`` accepts after mapping the Unicode minus sign (and the en dash, the small
-and the fullwidth hyphen-minus) to ``-`` and dropping one sentence-ending period (``3.0.``): so a decimal
-*point* only, and no digit grouping except Python's ``1_000``. Literal NaN and infinities are rejected; a
-finite-looking literal too large for a float (``1e309``, a 400-digit integer) is out of range like ``1e308``,
-and is clipped to the bounds. A value opened by quotes, backticks or emphasis must be closed by them
-(``"0`` is what is left of ``"0,5"`` split at its comma: rejected).
-
-**Decimal commas and thousands separators are rejected, never guessed.** ``0,5`` may mean 0.5 or the two
-values 0 and 5, ``1,000`` one thousand, one, or 1 and 0; reading either way could silently give a different
-vector, so a reply that could be read in more than one way is refused with a reason saying so:
-
-- indexed form: a value directly followed by a comma and a digit (``params[0]: 0,5``, ``params[0]: 1,000``),
-  or by spaces and a digit on the same line (``params[0]: 1 000``);
-- list form: a comma between two digits (``0,5``) in a list that also separates values by a comma and a space
-  (``[0,5, 1,5]``, ``[1,000.5, 2]``), or a value after such a comma that starts with ``0`` and another digit
-  (``[1,000]``, ``[0,05]``). A list written consistently without spaces (``[1,2,3]``, compact JSON) is read
-  value by value.
-
-The vector is then made legal by :meth:`ParameterSpace.project` (clip and round, or check the action set).
-
-A reply without a final answer is rejected: harmony output without a final channel
-(:func:`~sb3_r2po.common.replies.final_channel`). A reply cut off at the token limit (a final channel without its
-end, :func:`~sb3_r2po.common.replies.final_is_truncated`, which the backends return for one) is read by its
-complete lines, as the reference reads a cut reply: its unfinished last line, which may end inside a value
-(``-1`` of ``-1.75``), is dropped, so a complete first line counts; ``reject_cut_off=True`` (*ours*) rejects it.
-
-Whatever the reply, :func:`parse_params` returns a :class:`ParseResult` (it raises nothing). Its reason is at
-most :data:`MAX_REASON_CHARS` characters (:func:`bound_reason`), quotes the reply's own text at most
-:data:`MAX_QUOTED_CHARS` characters at a time, and escapes control characters (``repr``). Its time grows linearly
-with the reply's length: each regular expression starts only at the word ``params`` and scans forward to the next
-bracket at most, and each match is looked at once (about a second for 5 MB of the worst repeated fragments, in
-every reading; the project's hostile-reply tests measure it).
+A reply without a final channel is rejected; a reply cut off at the token limit is read by its complete lines, as the
+reference does (``reject_cut_off=True``, ours, rejects it). :func:`parse_params` never raises; its reason is at most
+:data:`MAX_REASON_CHARS` characters and quotes at most :data:`MAX_QUOTED_CHARS` of the reply at a time (``repr``).
+Its time is linear in the reply's length.
 """
 
 from __future__ import annotations
@@ -78,8 +35,7 @@ from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
 from sb3_r2po.common.replies import cut_off_lines, final_channel, final_is_truncated
 
 MAX_REASON_CHARS = 400
-"""The longest failure reason :func:`parse_params` gives, and that :mod:`sb3_r2po.llm.asking` keeps in the history
-or sends back in a re-ask (a longer one is cut by :func:`bound_reason`, with a marker saying how much was cut)."""
+"""The longest failure reason :func:`parse_params` gives (a longer one is cut by :func:`bound_reason`)."""
 
 MAX_QUOTED_CHARS = 40
 """A reason quotes at most this much of one piece of the reply (a value, an index)."""
@@ -108,16 +64,9 @@ CUT_OFF = "the reply was cut off at the token limit"
 """The reason given for a cut-off reply, with ``reject_cut_off``, or when it was cut before its first line ended."""
 
 Reading = Literal["first", "last", "first_line", "last_vector"]
-"""
-Which ``params[i]`` values of a reply make the vector (see the module docstring):
-
-- ``first``: the first occurrence of each index ``0..n-1`` anywhere in the answer (the reference's R2PO and
-  ablation agents, linear; pure_search, actor_second_pass and critic_only, tabular);
-- ``last``: the last occurrence of each index (the reference's other tabular agents, ProPS's included);
-- ``first_line``: the vector on the answer's first line (the reference's ProPS and ProPS+ numeric optimizers,
-  linear);
-- ``last_vector``: *ours*, the last complete vector anywhere in the answer.
-"""
+"""Which values of a reply make the vector: ``first``, the first ``params[i]: v`` of each index ``0..n-1`` anywhere
+(words in a value's place and indices ``>= n`` ignored; else the first list); ``last``, the last of each; ``first_line``,
+the vector on the answer's first line; ``last_vector`` (ours), the last vector anywhere."""
 
 READINGS: tuple[Reading, ...] = ("first", "last", "first_line", "last_vector")
 
@@ -128,8 +77,7 @@ class ParseResult:
     The outcome of :func:`parse_params`.
 
     :param params: The legal vector, or ``None`` when the reply could not be used.
-    :param error: Why the reply could not be used (shown to the LLM on a retry and kept in the history); at most
-        :data:`MAX_REASON_CHARS` characters.
+    :param error: Why the reply could not be used (at most :data:`MAX_REASON_CHARS` characters).
     :param notes: Values that were clipped or rounded.
     """
 
@@ -182,16 +130,13 @@ def _check_closed(text: str) -> None:
 
 def to_number(token: str) -> float:
     """
-    Convert one value token (quotes, backticks, emphasis and one sentence-ending period are dropped).
-
-    A finite-looking literal too large for a float (``1e309``) becomes the largest float of its sign: out of
-    range, so that :meth:`ParameterSpace.project` clips it to the bounds.
+    Convert one value token (quotes, backticks, emphasis and one sentence-ending period are dropped); a finite-looking
+    literal too large for a float becomes the largest float of its sign.
 
     :param token: The value as written in the reply.
     :return: The number.
-    :raises ValueError: for anything that is not a number, for literal NaN and infinities, and for a value that
-        opens quotes (or backticks, emphasis) without closing them. The message quotes at most
-        :data:`MAX_QUOTED_CHARS` characters of the token.
+    :raises ValueError: for anything that is not a number, for NaN and infinities, and for a value that opens quotes
+        without closing them.
     """
     text = token.strip()
     _check_closed(text)
@@ -217,14 +162,14 @@ def _index(spelling: str) -> int | None:
     return int(digits)
 
 
-def _last_indexed_block(text: str) -> list[re.Match[str]]:
-    """The ``params[i]: v`` matches of the last indexed vector (a new one starts at every index 0)."""
-    block: list[re.Match[str]] = []
+def _indexed_blocks(text: str) -> list[list[re.Match[str]]]:
+    """The ``params[i]: v`` matches of ``text`` as indexed vectors (a new one starts at every index 0)."""
+    blocks: list[list[re.Match[str]]] = []
     for match in _INDEXED.finditer(text):
-        if not block or _index(match.group(1)) == 0:
-            block = []
-        block.append(match)
-    return block
+        if not blocks or _index(match.group(1)) == 0:
+            blocks.append([])
+        blocks[-1].append(match)
+    return blocks
 
 
 def _spelled_indices(entries: Sequence[re.Match[str]]) -> str:
@@ -287,7 +232,7 @@ def _listed_vector(inner: str, size: int) -> list[str] | str:
 def _last_vector(text: str, size: int) -> list[str] | str | None:
     """The value tokens of the last vector in the text (indexed or listed, by position), why it is not a vector,
     or ``None`` when the text holds none. Only the last one is read: the others cannot change the outcome."""
-    block = _last_indexed_block(text)
+    block = (_indexed_blocks(text) or [[]])[-1]
     listed = None
     for listed in _LISTED.finditer(text):  # noqa: B007  (the last match is wanted)
         pass
@@ -349,17 +294,8 @@ def _first_line_vector(text: str, size: int) -> list[str] | str | None:
     """The value tokens of the vector on the first line of ``text`` (leading blank lines skipped), why it is not one,
     or ``None`` when that line holds none."""
     line = text.lstrip().partition("\n")[0]
-    return _last_vector(line, size) if _INDEXED.search(line) is None else _indexed_vector(line, _first_block(line), size)
-
-
-def _first_block(text: str) -> list[re.Match[str]]:
-    """The ``params[i]: v`` matches of the first indexed vector of ``text`` (a new one starts at every index 0)."""
-    block: list[re.Match[str]] = []
-    for match in _INDEXED.finditer(text):
-        if block and _index(match.group(1)) == 0:
-            break
-        block.append(match)
-    return block
+    blocks = _indexed_blocks(line)
+    return _indexed_vector(line, blocks[0], size) if blocks else _last_vector(line, size)
 
 
 def _vector(text: str, size: int, reading: Reading) -> list[str] | str | None:
@@ -415,8 +351,7 @@ def parse_params(reply: str, space: ParameterSpace, reading: Reading = "first", 
     :param reply: The raw reply text.
     :param space: The parameter space (count, bounds and precision, or action set).
     :param reading: Which values make the vector (see :data:`Reading`); ``first`` is the reference's R2PO reading.
-    :param reject_cut_off: *Ours*: a reply cut off at the token limit is unusable. Otherwise (the reference) its
-        complete lines are read: the unfinished last line, whose last value may be cut short, is dropped.
+    :param reject_cut_off: *Ours*: a reply cut off at the token limit is unusable (the reference reads its complete lines).
     :return: The vector, or the reason it could not be read (at most :data:`MAX_REASON_CHARS` characters).
     """
     result = _parse(reply, space, reading, reject_cut_off)

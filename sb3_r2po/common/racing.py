@@ -1,15 +1,8 @@
 """Racing: stop evaluating a challenger once it statistically cannot beat the incumbent.
 
-A challenger (the Critic's revision, or a second Search proposal) only matters if its K-episode mean reaches
-the incumbent's mean (keep-best). With racing on, it is evaluated in chunks; after each chunk of ``m`` episodes
-(``m < K``) the evaluation stops when the one-sided upper confidence bound of its mean is below the incumbent::
-
-    mean(returns) + z * std(returns, ddof=1) / sqrt(m)  <  incumbent
-
-(``z = 1.645``: about 95 % one-sided under a normal approximation). Only the episodes run are charged, and the
-Critic-facing record keeps them. The rule is a heuristic, not a guarantee: with few, identical returns the
-standard deviation is 0 and the bound is the mean itself. The Performance page of the documentation gives the
-episodes saved and how often the decision differs from the full-K one.
+With racing on, a challenger is evaluated in chunks of ``m`` episodes; it stops when the one-sided upper confidence
+bound ``mean + z * std(ddof=1) / sqrt(m)`` (``z = 1.645``, about 95 %) is below the incumbent's mean. Only the
+episodes run are charged. A heuristic: with few identical returns the bound is the mean itself.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Where the answer is in a reply: the final channel of gpt-oss "harmony" output, raw or flattened.
 
-gpt-oss writes its answer in *channels*: ``analysis`` (reasoning), ``commentary`` (tool preambles) and
-``final`` (the answer). Only the final channel is the answer.
-
-Raw output (special tokens kept)::
-
-    <|channel|>analysis<|message|>...reasoning...<|end|><|start|>assistant<|channel|>final<|message|>ANSWER<|return|>
-
-Flattened output (special tokens skipped by the decoder, as some servers return it)::
-
-    analysis...reasoning...assistantfinalANSWER
-
-No final channel (the token budget ran out during the analysis) is not an answer: :func:`final_channel`
-returns ``None``. Text that is not harmony output at all is its own answer.
-
-Flattened analysis is recognised by ``analysis`` (or ``assistantanalysis``) at the start, directly followed by
-the reasoning's first character: not by whitespace or punctuation (``:;,.!?-``), so a plain reply that begins
-``analysis: ...`` stays plain text. A regex extractor is enough here: the official ``openai-harmony`` package
-downloads its vocabulary at run time, which fails offline.
-
-This module only reads replies (R2PO's parser needs it); what the backends write for a reply without an answer
-is in :mod:`sb3_r2po.llm.harmony`.
+Raw output keeps the special tokens (``<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final
+<|message|>ANSWER<|return|>``); flattened output (some servers skip them) reads ``analysis...assistantfinalANSWER``.
+Harmony output without a final channel is no answer (``None``); text that is not harmony output is its own answer.
+Flattened analysis is recognised by ``analysis`` (or ``assistantanalysis``) at the start directly followed by the
+reasoning (not by whitespace or ``:;,.!?-``, so a plain ``analysis: ...`` stays plain text).
 """
 
 from __future__ import annotations
@@ -41,9 +25,7 @@ _TRAILING_SPECIALS = ("<|return|>", "<|end|>", "<|call|>", "<|endoftext|>")
 
 
 def _without_trailing_specials(text: str) -> str:
-    """``text`` without the special tokens (and whitespace) at its end: a scan from the end, in linear time (a
-    regular expression anchored at ``$`` would be retried at every position, quadratic on a reply of repeated
-    specials)."""
+    """``text`` without the special tokens (and whitespace) at its end, in linear time."""
     end = len(text.rstrip())
     while True:
         while end and text[end - 1].isspace():
@@ -64,13 +46,7 @@ def is_harmony(text: str) -> bool:
 
 
 def final_channel(text: str) -> str | None:
-    """
-    The text of the last final channel of a harmony reply.
-
-    :param text: The model's output.
-    :return: The final answer, stripped; ``None`` when the reply is harmony output without a final channel.
-        Text that is not harmony output at all is returned unchanged.
-    """
+    """The last final channel of harmony ``text``, stripped (``None``: there is none); other text unchanged."""
     if _is_raw(text):
         finals = _RAW_FINAL.findall(text)
         return finals[-1].strip() if finals else None
@@ -109,10 +85,9 @@ def cut_off_lines(text: str) -> str:
 
 def as_cut_off(text: str) -> str:
     """
-    A reply the token budget cut off, as raw harmony whose final channel is not ended (:func:`final_is_truncated`
-    is true for it): backends return it so that the parser reads it as a cut-off reply. Raw harmony cut inside
-    its final channel is returned unchanged; other harmony text keeps what came before its final channel as
-    analysis; plain text becomes the final channel's text; harmony text without a final channel is returned unchanged.
+    A reply the token budget cut off, as raw harmony whose final channel is not ended (:func:`final_is_truncated`),
+    so the parser reads it as cut off; what came before the final channel is kept as analysis; harmony text without a
+    final channel is returned unchanged.
 
     :param text: The cut-off output.
     """

@@ -1,13 +1,9 @@
-"""
-Task descriptions of the ten R2PO environments, registered on import.
+"""Task descriptions of the ten R2PO environments, registered on import.
 
-Each description tells the LLM what the reference implementation's description of the same env tells it
-(R2PO repository, ``agent/policy/templates/env_descriptions/*.j2``), no more: walls, holes, the opponent's
-strategy and the dynamics are left to be discovered from the trajectories, as there. Each was checked against
-the environment's code (gymnasium 1.x for the built-in ones, :mod:`sb3_r2po.envs` for the custom ones): one
-line per observation dimension (``Box``) or one line for the state index (``Discrete``), one line per discrete
-action or per action dimension. The parameter layout of the policy is rendered by the algorithm, not written
-here (the reference's own layout text is wrong for CartPole, MountainCar, Swimmer and Pong).
+Each states only what the reference's description of the same env states (R2PO repository,
+``agent/policy/templates/env_descriptions/<env>.j2``, cited per env), in our words, checked against the env's code,
+with the reference's mistakes corrected (parameter counts and layouts come from the policy). Initial states,
+dynamics, maps, walls and holes and the Nim opponent's strategy stay out.
 """
 
 from __future__ import annotations
@@ -15,13 +11,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sb3_r2po.prompts.tasks import TaskDescription, register_task_description
-
-# Fidelity: every description below states only what the reference's description of the same env states
-# (R2PO repository, agent/policy/templates/env_descriptions/<env>.j2, cited per env), in our own words and
-# with the reference's mistakes corrected (parameter counts and layouts, which here come from the policy;
-# the Maze step penalty; the Nim state range; action ranges). Facts the reference keeps from the LLM stay
-# out: initial-state distributions, failure thresholds beyond those it names, dynamics, time limits, maps,
-# wall and hole positions, the Nim opponent's strategy and solution hints.
 
 # Reference: env_descriptions/cartpole.j2 (its "18 parameters" is wrong: the policy has 10).
 CARTPOLE = TaskDescription(
@@ -36,10 +25,7 @@ CARTPOLE = TaskDescription(
         "s[2]: pole angle in radians, in [-0.418, 0.418]",
         "s[3]: pole angular velocity, in (-inf, inf)",
     ),
-    actions=(
-        "0: push the cart to the left",
-        "1: push the cart to the right",
-    ),
+    actions=("0: push the cart to the left", "1: push the cart to the right"),
     reward="+1 for every step on which the pole is upright and the cart is within [-2.4, 2.4]",
     episode_end="when the pole falls over or the cart leaves the allowed positions",
 )
@@ -100,11 +86,7 @@ MOUNTAIN_CAR = TaskDescription(
         "s[0]: position, in [-1.2, 0.6]; negative is left, positive is right",
         "s[1]: velocity, in [-0.07, 0.07]; negative is to the left, positive to the right",
     ),
-    actions=(
-        "0: accelerate to the left",
-        "1: do not accelerate",
-        "2: accelerate to the right",
-    ),
+    actions=("0: accelerate to the left", "1: do not accelerate", "2: accelerate to the right"),
     reward="-1 for each step",
     episode_end="when the car reaches the flag at the far right side of the hill",
 )
@@ -164,11 +146,7 @@ PONG = TaskDescription(
         "s[3]: the ball's velocity along x",
         "s[4]: the ball's velocity along y",
     ),
-    actions=(
-        "0: move the paddle up",
-        "1: move the paddle down",
-        "2: do nothing",
-    ),
+    actions=("0: move the paddle up", "1: move the paddle down", "2: do nothing"),
     reward="+1 every time the paddle hits the ball",
     episode_end="the game is over when the paddle misses the ball",
 )
@@ -206,12 +184,7 @@ MAZE_3X3 = TaskDescription(
         "tried so far."
     ),
     observations=("the state is the cell the agent is in, numbered row by row from the top: 0 1 2 / 3 4 5 / 6 7 8",),
-    actions=(
-        "0: move up",
-        "1: move down",
-        "2: move right",
-        "3: move left",
-    ),
+    actions=("0: move up", "1: move down", "2: move right", "3: move left"),
     reward="+1 on the step that reaches the goal state 8, -0.1/9 (about -0.0111) on every other step",
     episode_end="when the agent reaches the goal state 8",
 )
@@ -225,11 +198,7 @@ NIM = TaskDescription(
         "removes the last stick."
     ),
     observations=("the state is the number of sticks left, 0..10",),
-    actions=(
-        "0: remove 1 stick",
-        "1: remove 2 sticks",
-        "2: remove 3 sticks",
-    ),
+    actions=("0: remove 1 stick", "1: remove 2 sticks", "2: remove 3 sticks"),
     reward="+1 if the agent wins, -1 if the environment wins",
     episode_end="when the last stick is removed",
 )

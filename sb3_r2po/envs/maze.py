@@ -43,27 +43,13 @@ ACTION_NAMES: dict[int, str] = {0: "north", 1: "south", 2: "east", 3: "west"}
 
 class Maze3x3Env(gym.Env[np.int64, np.int64]):
     """
-    A 3x3 grid maze: start in the north-west corner ``(x, y) = (0, 0)``, goal in the south-east
-    corner ``(2, 2)``.
-
-    Directions: ``x`` is the column (grows eastwards), ``y`` the row (grows southwards, row 0 is the
-    north edge). Actions: 0 north (``y - 1``), 1 south (``y + 1``), 2 east (``x + 1``), 3 west
-    (``x - 1``). Moving into an internal wall (:data:`MAZE_WALLS`) or off the grid leaves the agent
-    where it is.
-
-    Observation: ``Discrete(9)``, the cell index ``y * 3 + x`` (start 0, goal 8).
-
-    Reward: +1 on the step that reaches the goal (which terminates the episode), ``-0.1 / 9``
-    on every other step. The shortest path takes 4 steps, so the best return is ``1 - 3 * 0.1 / 9``
-    (about 0.967, the paper's 0.97). The episode cap (20 steps) comes from ``gymnasium.make``.
-
-    Fidelity: this is the reference's ``maze-sample-3x3-v0`` (R2PO repository, ``envs/gym-maze-master/gym_maze/
-    envs/maze_env.py`` with ``maze_samples/maze2d_3x3.npy``) as its world sees it: the same walls, start, goal,
-    action order (N, S, E, W), rewards, blocked-move rule and state index ``y * 3 + x``. Deliberate differences:
-    the reference env returns the ``(x, y)`` pair (its world converts it to ``y * 3 + x``), truncates itself
-    after 200 steps (its configs' episode cap, 20 steps for R2PO and 100 for some variants, comes first), and plays
-    an action of -1..-4 as W, E, S, N through Python's negative indexing where this env rejects any action
-    outside 0..3.
+    A 3x3 grid maze from ``(x, y) = (0, 0)`` (north-west) to the goal ``(2, 2)``; ``y`` grows southwards. Actions: 0
+    north, 1 south, 2 east, 3 west; a move into a wall (:data:`MAZE_WALLS`) or off the grid stays. Observation:
+    ``Discrete(9)``, the cell ``y * 3 + x``. Reward: +1 on reaching the goal (which terminates), ``-0.1 / 9`` on every
+    other step, so the best return is ``1 - 3 * 0.1 / 9`` (about 0.967); ``gymnasium.make`` caps episodes at 20 steps.
+    The reference's ``maze-sample-3x3-v0`` (R2PO repository, ``envs/gym-maze-master``) as its world sees it, except
+    that it returns ``(x, y)``, truncates after 200 steps and plays actions -1..-4; here anything outside 0..3 is
+    rejected.
 
     :param render_mode: ``None``, ``"ansi"`` (a text picture of the grid) or ``"rgb_array"`` (the grid drawn
         with numpy; Stable-Baselines3 asks for this mode when it makes an env from its id).

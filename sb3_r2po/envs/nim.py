@@ -11,31 +11,13 @@ from gymnasium import spaces
 
 class NimEnv(gym.Env[np.int64, np.int64]):
     """
-    A single pile of sticks, misère rule: whoever takes the last stick loses.
-
-    The agent moves first from ``initial_sticks`` (10) sticks; every move removes 1, 2 or 3 sticks.
-    After each legal agent move that leaves sticks, the opponent replies optimally: it removes
-    ``(sticks + 3) % 4`` sticks when that is a legal positive move (leaving ``4k + 1`` sticks, a lost
-    position for the player to move), otherwise a uniformly random legal move drawn from the env's
-    seeded ``np_random``.
-
-    Action mapping: the action space is ``Discrete(3)`` and action ``a`` removes ``a + 1`` sticks
-    (0 -> 1 stick, 1 -> 2 sticks, 2 -> 3 sticks). This keeps the action set starting at 0, as
-    Stable-Baselines3 and a tabular policy (values ``0..2``) both assume, while the game's moves
-    stay 1, 2, 3.
-
-    Observation: ``Discrete(initial_sticks + 1)``, the number of sticks remaining (the agent always
-    observes its own turn; 0 only appears in the final observation of an episode).
-
-    Reward: +1 when the opponent is forced to take the last stick, -1 when the agent takes it, -1 for
-    an illegal move (more sticks than remain), which ends the episode at once; 0 otherwise.
-
-    With 10 sticks the agent can always win: take 1 (leaving 9) and then always leave ``4k + 1``.
-
-    Fidelity: the rules, opponent and rewards are those of the reference's ``Nim-v0`` (R2PO repository,
-    ``envs/nim.py``). Deliberate difference: the reference plays the action value itself as the number of
-    sticks (its tabular values are 1, 2, 3; 0, 4 or more is an illegal move, -1), where this env's actions
-    are 0..2 and anything outside them raises ``ValueError``.
+    A single pile of sticks, misère rule: whoever takes the last stick loses. The agent moves first from
+    ``initial_sticks``; action ``a`` (``Discrete(3)``) removes ``a + 1`` sticks. After each legal agent move that leaves
+    sticks, the opponent removes ``(sticks + 3) % 4`` when that is a legal positive move, else a random legal move
+    (the env's ``np_random``). Observation: ``Discrete(initial_sticks + 1)``, the sticks remaining. Reward: +1 when
+    the opponent takes the last stick, -1 when the agent does or moves illegally (more sticks than remain; the episode
+    ends), else 0. With 10 sticks the agent can always win. The reference's ``Nim-v0`` (R2PO repository,
+    ``envs/nim.py``), except that its actions are the stick counts 1..3; here anything outside 0..2 raises ``ValueError``.
 
     :param initial_sticks: Sticks on the pile at the start of an episode.
     :param render_mode: ``None``, ``"ansi"`` (a one-line text picture of the pile) or ``"rgb_array"`` (the

@@ -11,60 +11,23 @@ from gymnasium import spaces
 
 class PongEnv(gym.Env[np.ndarray, np.int64]):
     """
-    Pong on an 800 x 600 court: the agent's paddle on the left, an opponent paddle on the right.
+    Pong on an 800 x 600 court (screen pixels, ``y`` downwards): the agent's paddle on the left, a ball-chasing opponent
+    on the right. The rules of the reference's ``Pong-v0`` (R2PO repository, ``envs/pong.py``) without pygame; the same
+    seed gives the same episode.
 
-    The rules are those of the reference's ``Pong-v0`` (R2PO repository, ``envs/pong.py``), reimplemented
-    here without its pygame dependency; the same seed gives the same episode.
+    Paddles are 10 x 80 (centres :attr:`paddle_y`, :attr:`opponent_y` in [40, 560], starting at 300); the agent's
+    moves 5 per step; the ball is a 10 x 10 square (:attr:`ball`: its top-left corner, from (400, 300)), served at
+    horizontal speed -5 or +5 and vertical speed uniform in [-5, 5] (the env's ``np_random``). One step: the agent's
+    paddle moves (0 up, 1 down, 2 stays); the opponent moves 5 towards the ball's ``y``; the ball moves and bounces
+    off a wall at ``y <= 0`` or ``y >= 590``; a ball moving left with ``x <= 10`` within the agent's paddle is hit
+    (+1; likewise right with ``x >= 780`` for the opponent), reversing its horizontal speed and setting the vertical
+    one to ``5 * (2 * h - 1)`` (``h``: where it meets the paddle, 0 top to 1 bottom); the episode terminates once the
+    ball's ``x`` is below 0 or above 790, and is truncated after 1000 steps. The best return is 3.
 
-    Coordinates are screen pixels: ``x`` grows to the right (0 is the agent's edge, 800 the
-    opponent's), ``y`` grows downwards (0 is the top wall, 600 the bottom wall).
-
-    Geometry (pixels, and pixels per step):
-
-    - paddles are ``paddle_width`` = 10 wide and ``paddle_height`` = 80 tall; the agent's paddle
-      occupies ``x`` in [0, 10], the opponent's ``x`` in [790, 800]; :attr:`paddle_y` and
-      :attr:`opponent_y` are the paddle centres, kept in [40, 560]; both start at 300;
-    - the agent's paddle moves ``paddle_speed`` = 5 per step when it moves;
-    - the ball is a ``ball_size`` = 10 square; :attr:`ball` holds its top-left corner, which starts at
-      the court centre (400, 300); it moves ``ball_speed`` = 5 horizontally per step.
-
-    Serve (at reset, from the env's seeded ``np_random``): the horizontal velocity is -5 (towards the
-    agent) or +5 with equal probability, the vertical velocity uniform in [-5, 5].
-
-    One step, in this order:
-
-    1. the agent's paddle moves: action 0 up (towards y = 0), 1 down, 2 stays;
-    2. the opponent's paddle always moves 5 pixels: down when its centre is above the ball's ``y``
-       (the corner), otherwise up (bang-bang);
-    3. the ball moves by its velocity; when its ``y`` is then at or beyond a wall (``y <= 0`` or
-       ``y >= 590``) the vertical velocity changes sign (the position is not corrected);
-    4. a ball moving left with ``x <= 10`` whose ``y`` lies within the agent's paddle (top to bottom,
-       inclusive) is hit: reward +1. A ball moving right with ``x >= 780`` is tested against the
-       opponent's paddle the same way (no reward). These tests run on every step, so the ball can
-       still be hit at ``x`` = 10, 5, 0 and -5 (780 to 795 on the right). A hit reverses the
-       horizontal velocity and sets the vertical one from where the ball meets the paddle:
-       ``5 * (2 * h - 1)`` with ``h`` = (ball ``y`` - paddle top) / 80, so -5 at the paddle's top
-       edge, 0 at its centre and +5 at its bottom edge;
-    5. the episode terminates once the ball's ``x`` is below 0 or above 790 (even on the step of a
-       late hit), and is truncated after ``max_steps`` = 1000 steps.
-
-    Reward: +1 for each hit by the agent's paddle, 0 otherwise.
-
-    The opponent never misses in practice. From the serve, the ball reaches the agent's line at
-    step 78 when served towards the agent, and crosses the court in 154 steps, so a paddle that
-    follows the ball's ``y`` returns it exactly 3 times in 1000 steps (at steps 78, 386 and 694 when
-    served towards the agent, 230, 538 and 846 when served away): the best return is 3.
-
-    Observation (``Box`` of 5 ``float32``, not clipped): own paddle centre y, ball x, ball y, ball
-    horizontal velocity, ball vertical velocity. The ball's corner stays within x in [-5, 795] and
-    y in [-5, 605] (a hit can push a ball that is already at a wall slightly beyond it, where it then
-    keeps bouncing in place), which the ``Box`` bounds allow for.
-
-    Deliberate differences from the reference: this env rejects actions outside 0..2 (the reference
-    treats any other value as "stay"), returns float rewards, and reports ``info["returned"]`` (the
-    agent hit the ball on this step) and ``info["missed_by"]`` (``"agent"`` or ``"opponent"``: the side
-    the ball left the court on, ``None`` while it is in play); its declared observation bounds
-    contain every reachable observation (the reference declares [0, 520] for the paddle centre).
+    Observation (``Box`` of 5 ``float32``): own paddle centre y, ball x, ball y, ball horizontal and vertical speed.
+    Unlike the reference, actions outside 0..2 are rejected, rewards are floats, ``info["returned"]`` and
+    ``info["missed_by"]`` (``"agent"``, ``"opponent"`` or ``None``) are reported, and the observation bounds hold
+    every reachable observation.
 
     :param render_mode: ``None`` or ``"rgb_array"`` (a 600 x 800 RGB image drawn with numpy).
     """

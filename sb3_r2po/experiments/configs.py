@@ -1,23 +1,19 @@
 """
-Which hyperparameters a run gets: the zoo's hyperparameter files, as ``python -m sb3_r2po.zoo train`` reads them.
-
-Baselines read the zoo's tuned ``hyperparams/<algo>.yml``, or ours in ``sb3_r2po/zoo/configs/`` for the env ids the zoo lacks
-(:func:`sb3_r2po.zoo.resolve_train_args` picks the file). R2PO and its variants read ``sb3_r2po/zoo/configs/r2po.yml`` (the
-paper's per-env settings; a variant gets the reference's own settings for the env from the entry's ``variants:``,
-:func:`sb3_r2po.zoo.settings.apply_variant`), with the run's ``llm``, ``variant`` and ``max_episodes = budget`` on top.
+Which hyperparameters a run gets: the zoo's files as ``python -m sb3_r2po.zoo train`` reads them (ours in
+``sb3_r2po/zoo/configs/`` for R2PO and the env ids the zoo lacks), with the run's ``llm``, ``variant`` and
+``max_episodes = budget`` on top for R2PO.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.variants import VARIANTS
-from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, resolve_train_args
+from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, read_entries, resolve_train_args
 from sb3_r2po.zoo.settings import apply_variant
 
 BASELINES: dict[str, str] = {
@@ -29,21 +25,12 @@ BASELINES: dict[str, str] = {
     "trpo": "sb3-contrib",
     "ars": "sb3-contrib",
 }
-"""Baseline methods (the zoo's ``--algo`` names) and the package that implements them."""
-
-R2PO_METHODS: tuple[str, ...] = tuple(VARIANTS)
-"""R2PO and its variants (``r2po``, ``props``, ``props_plus``, ...): each is R2PO with that ``variant``."""
-
-IGNORE_STOP = ("ars",)
-"""Algorithms whose ``learn()`` ignores a callback's ``False``: they are stopped with an exception."""
+R2PO_METHODS: tuple[str, ...] = tuple(VARIANTS)  # each is R2PO with that variant
+IGNORE_STOP = ("ars",)  # their learn() ignores a callback's False: stopped with an exception
 
 
 def hyperparams_file(algo: str, env_id: str) -> Path:
-    """
-    The hyperparameter file the zoo entry point would read for ``--algo algo --env env_id``: ours
-    (``sb3_r2po/zoo/configs/<algo>.yml``) for R2PO and for the env ids we ship, the zoo's own ``hyperparams/<algo>.yml``
-    otherwise.
-    """
+    """The file ``python -m sb3_r2po.zoo train --algo algo --env env_id`` reads: ours or the zoo's ``<algo>.yml``."""
     resolved = resolve_train_args(["--algo", algo, "--env", env_id])
     if resolved[0] == "--conf-file":
         return Path(resolved[1])
@@ -52,31 +39,15 @@ def hyperparams_file(algo: str, env_id: str) -> Path:
     return Path(rl_zoo3.__file__).resolve().parent / "hyperparams" / f"{algo}.yml"
 
 
-@functools.lru_cache(maxsize=64)
-def _entries(path: str, mtime_ns: int) -> dict[str, Any]:
-    """A hyperparameter file's entries, read once per version of the file (``mtime_ns``)."""
-    import yaml
-
-    with open(path) as file:
-        return yaml.safe_load(file) or {}
-
-
 def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
-    """The entry of a zoo hyperparameter file for ``env_id`` (the ``default`` entry when there is none), as the zoo
-    picks it (Atari's ``atari`` entry is not handled: these are not Atari comparisons). A copy: the caller may change it."""
-    entries = _entries(str(path), Path(path).stat().st_mtime_ns)
+    """A copy of the file's entry for ``env_id`` (else ``default``; Atari's ``atari`` entry is not handled)."""
+    entries = read_entries(path)
     return copy.deepcopy(dict(entries.get(env_id, entries.get("default", {}))))
 
 
 def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
-    """
-    The settings of ``variant`` for ``env_id`` in ``sb3_r2po/zoo/configs/r2po.yml`` (the ``default`` entry for other envs): the
-    entry with the settings its ``variants:`` mapping gives ``variant`` (the reference's own settings for a baseline or
-    ablation; :func:`sb3_r2po.zoo.settings.apply_variant`), without the mapping itself.
-
-    :param env_id: The gymnasium id.
-    :param variant: The R2PO variant; ``None``: the entry's own (``r2po``).
-    """
+    """``env_id``'s entry of ``sb3_r2po/zoo/configs/r2po.yml`` (else ``default``) resolved for ``variant`` (``None``:
+    the entry's own) by :func:`sb3_r2po.zoo.settings.apply_variant`."""
     path = config_file(ALGO_NAME)
     if path is None:
         raise FileNotFoundError("sb3_r2po/zoo/configs/r2po.yml not found")
@@ -84,7 +55,7 @@ def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
 
 
 def is_tabular(env_id: str) -> bool:
-    """Whether ``env_id``'s observations are ``Discrete`` (R2PO's ``Tabular`` policy) rather than a ``Box``."""
+    """Whether ``env_id``'s observations are ``Discrete`` (R2PO's ``Tabular`` policy)."""
     import gymnasium as gym
     from gymnasium import spaces
 
@@ -96,7 +67,7 @@ def is_tabular(env_id: str) -> bool:
 
 
 def method_algo(method: str) -> str:
-    """The zoo ``--algo`` of a method: ``r2po`` for R2PO and its variants, the method itself for a baseline."""
+    """The zoo ``--algo`` of a method (``r2po`` for the variants); ``ValueError`` for an unknown one."""
     if method in R2PO_METHODS:
         return ALGO_NAME
     if method in BASELINES:
@@ -106,13 +77,10 @@ def method_algo(method: str) -> str:
 
 def episode_cap(env_id: str, variant: str | None = None) -> tuple[int, bool]:
     """
-    The episode length cap of an R2PO ``variant`` (``None``: R2PO's entry, the cap of the comparison's baselines) in
-    ``sb3_r2po/zoo/configs/r2po.yml``: the ``max_episode_steps`` of its ``env_kwargs`` (which replaces the env's time limit;
-    the reference's 100 steps of six Maze variants), else the env's own time limit, else its ``max_episode_steps``
-    (default 1000), which every method then gets as a ``TimeLimit``.
+    The episode cap of an R2PO ``variant`` (``None``: R2PO's, the baselines'): its ``env_kwargs``' ``max_episode_steps``,
+    else the env's time limit, else its entry's ``max_episode_steps`` (default 1000).
 
-    :return: ``(cap, added)``; ``added`` is True when the cap is not the env's (an env without a time limit of its own
-        and no ``env_kwargs`` cap): the caller adds it as ``env_kwargs``.
+    :return: ``(cap, added)``; ``added``: the env has no cap of its own, and the caller adds it as ``env_kwargs``.
     """
     import gymnasium as gym
 
@@ -136,40 +104,32 @@ def default_threshold(env_id: str) -> float | None:
     return None if threshold is None else float(threshold)
 
 
-def r2po_overrides(
-    method: str,
-    env_id: str,
-    llm: str,
-    budget: int,
-    n_eval_episodes: int | None,
-    warmup_episodes: int | None,
-    prompts: str | None = None,
+def r2po_settings(
+    n_eval_episodes: int | None = None, warmup_episodes: int | None = None, prompts: str | None = None
 ) -> dict[str, Any]:
+    """R2PO's settings from a command line's options: a prompt preset's parameters, K and the warm-up (those given)."""
+    settings: dict[str, Any] = dict(prompt_preset(prompts)) if prompts is not None else {}
+    if n_eval_episodes is not None:
+        settings["n_eval_episodes"] = n_eval_episodes
+    if warmup_episodes is not None:
+        settings["warmup_episodes"] = warmup_episodes
+    return settings
+
+
+def r2po_overrides(method: str, env_id: str, llm: str, budget: int) -> dict[str, Any]:
     """
-    The R2PO hyperparameters set on top of ``sb3_r2po/zoo/configs/r2po.yml``: the LLM, the variant, the budget and, when
-    ``prompts`` names a preset (:func:`sb3_r2po.prompts.prompt_preset`), its ten prompt parameters. They win over the
-    file's settings for the variant (its ``variants:`` entry), as ``--hyperparams`` do in the zoo. The budget is an
-    episode budget, the same for every algorithm of a comparison: ``max_episodes = budget`` stops the run, and
-    ``max_iterations = budget`` (an iteration spends at least one episode) lifts the file's planned iteration count,
-    which would otherwise stop R2PO before a budget larger than the paper's.
+    The R2PO hyperparameters over ``sb3_r2po/zoo/configs/r2po.yml`` (as the zoo's ``--hyperparams``) beneath a run's
+    own settings: the LLM, the variant, ``max_episodes = budget``, ``max_iterations = budget`` (lifts the file's planned
+    count), and ``Tabular`` for a Discrete env the file lacks.
     """
     overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget, "max_iterations": budget}
-    if prompts is not None:
-        overrides.update(prompt_preset(prompts))
-    if n_eval_episodes is not None:
-        overrides["n_eval_episodes"] = n_eval_episodes
-    if warmup_episodes is not None:
-        overrides["warmup_episodes"] = warmup_episodes
     if env_id not in config_env_ids(ALGO_NAME) and is_tabular(env_id):
         overrides["policy"] = "Tabular"  # the default entry is MlpLinear (Box observations)
     return overrides
 
 
 def episodes_used(env_id: str, method: str, budget: int, settings: dict[str, Any] | None = None) -> int:
-    """
-    The episodes an R2PO ``method`` uses of ``budget``: its warm-up, then K episodes per evaluation while another fits
-    (``warmup + K * floor((budget - warmup) / K)``; K and the warm-up from ``settings``, else the variant's entry).
-    """
+    """The episodes an R2PO ``method`` uses of ``budget``: ``warmup + K * floor((budget - warmup) / K)``."""
     settings = settings or {}
     entry = r2po_entry(env_id, method)
     k = int(settings.get("n_eval_episodes", entry.get("n_eval_episodes", 20)))
@@ -178,8 +138,7 @@ def episodes_used(env_id: str, method: str, budget: int, settings: dict[str, Any
 
 
 def comparison_env_settings(env_id: str, methods: Sequence[str], threshold: float | None) -> dict[str, Any]:
-    """The per-env settings of a comparison: the threshold (``None``: :func:`default_threshold`) and the episode caps
-    of its R2PO ``methods`` (:func:`episode_cap`)."""
+    """A comparison's settings of one env: the threshold (``None``: :func:`default_threshold`) and the episode caps."""
     source = "given"
     if threshold is None:
         threshold = default_threshold(env_id)

@@ -1,9 +1,7 @@
 """
-Grids of runs: the product of envs, methods and seeds (:func:`grid`), and the named grids (:data:`GRIDS`): ``paper``,
-the ten environments of the R2PO paper (arXiv 2605.08315), ten seeds (the paper's ten runs), R2PO with every variant
-(its baselines and ablations) and the SB3 algorithms of the paper's comparison, each at the paper's budget; with the
-published numbers (the paper's table of mean return across training) that
-:func:`sb3_r2po.experiments.report.paper_table` prints beside ours.
+Grids of runs: env x method x seed (:func:`grid`) and the named grids (:data:`GRIDS`): ``paper``, the ten envs of the
+R2PO paper (arXiv 2605.08315), ten seeds, R2PO with every variant and the paper's SB3 algorithms at the paper's
+budgets, with the published numbers (:data:`PUBLISHED`).
 """
 
 from __future__ import annotations
@@ -26,23 +24,14 @@ PAPER_ENVS: tuple[str, ...] = (
     "R2PO/Maze3x3-v0",
     "R2PO/Nim-v0",
 )
-"""The paper's ten environments."""
-
-PAPER_SEEDS: tuple[int, ...] = tuple(range(10))
-"""Seeds of the ``paper`` grid: ten, the paper's count of runs per method."""
-
-PAPER_BUDGET = 4000
-"""Training episodes of a baseline run in the ``paper`` grid; an R2PO method gets 4000 after its own warm-up (the
-``max_episodes`` of its entry in ``sb3_r2po/zoo/configs/r2po.yml``)."""
+PAPER_SEEDS: tuple[int, ...] = tuple(range(10))  # the paper's ten runs per method
+PAPER_BUDGET = 4000  # a baseline's; an R2PO method gets 4000 after its warm-up (its entry's max_episodes)
 
 PAPER_BASELINES: dict[str, tuple[str, ...]] = {
     "discrete": ("ppo", "a2c", "dqn", "trpo"),
     "continuous": ("ppo", "a2c", "sac", "trpo"),
 }
-"""The SB3 algorithms of the paper's comparison, by action space (DQN acts in Discrete spaces, SAC in Box spaces)."""
-
 CONTINUOUS_ACTIONS = ("InvertedPendulum-v5", "InvertedDoublePendulum-v5", "MountainCarContinuous-v0", "Swimmer-v5")
-"""The paper's envs with Box actions."""
 
 _PUBLISHED_ROWS = (  # env, ProPS, ProPS+, best SB3 (algorithm, mean, std), R2PO, R2PO's best iteration
     ("R2PO/Nim-v0", (-0.59, 0.21), (-0.25, 0.07), ("a2c", 0.01, 0.32), (0.61, 0.03), 1.0),
@@ -61,60 +50,37 @@ PUBLISHED: dict[str, dict[str, Any]] = {
     env_id: {"props": props, "props_plus": plus, "sb3": (sb3[0], sb3[1:]), "r2po": r2po, "best": best}
     for env_id, props, plus, sb3, r2po, best in _PUBLISHED_ROWS
 }
-"""The paper's published results (arXiv 2605.08315, its table of mean return across training; 10 runs each): per env,
-the mean return across training
-(mean +- std over runs) of ProPS, ProPS+, the best SB3 algorithm (the paper's protocol charged 20 evaluation episodes
-after every training episode) and R2PO, and R2PO's best iteration (``None``: not published)."""
+"""The paper's table of mean return across training (arXiv 2605.08315; mean +- std over 10 runs) of ProPS, ProPS+, the
+best SB3 algorithm and R2PO per env, and R2PO's best iteration (``None``: not published)."""
 
 
-PAPER_POLICY_RUNS: tuple[tuple[str, str, int, int, dict[str, Any]], ...] = (
-    # configs/swimmer/swimmer_props_random_projection_qr.yaml
-    (
-        "Swimmer-v5",
-        "props",
-        20,
-        3000,
-        {"policy": "ProjectedMlp", "policy_kwargs": {"hidden_dim": 4, "latent_dim_layer1": 5, "latent_dim_layer2": 5}},
-    ),
-    # configs/swimmer/swimmer_propsp_random_projection_qr.yaml
-    (
-        "Swimmer-v5",
-        "props_plus",
-        20,
-        3000,
-        {"policy": "ProjectedMlp", "policy_kwargs": {"hidden_dim": 4, "latent_dim_layer1": 5, "latent_dim_layer2": 5}},
-    ),
-    # configs/swimmer/swimmer_propsp_random_features_tanh_same_dim.yaml
-    (
+_PROJECTED: dict[str, Any] = {
+    "policy": "ProjectedMlp",
+    "policy_kwargs": {"hidden_dim": 4, "latent_dim_layer1": 5, "latent_dim_layer2": 5},
+}
+_FEATURES_KWARGS = {"hidden_dim": 8, "obs_scale": 3.0, "obs_clip": 5.0, "output_gain": 0.5, "init_std": 0.75}
+PAPER_POLICY_RUNS: tuple[tuple[str, str, int, int, dict[str, Any]], ...] = (  # the reference's configs/swimmer/ files:
+    ("Swimmer-v5", "props", 20, 3000, _PROJECTED),  # swimmer_props_random_projection_qr.yaml
+    ("Swimmer-v5", "props_plus", 20, 3000, _PROJECTED),  # swimmer_propsp_random_projection_qr.yaml
+    (  # swimmer_propsp_random_features_tanh_same_dim.yaml
         "Swimmer-v5",
         "props_plus",
         100,
         1000,
-        {
-            "policy": "RandomFeatures",
-            "param_bounds": [-2.0, 2.0],
-            "policy_kwargs": {"hidden_dim": 8, "obs_scale": 3.0, "obs_clip": 5.0, "output_gain": 0.5, "init_std": 0.75},
-        },
+        {"policy": "RandomFeatures", "param_bounds": [-2.0, 2.0], "policy_kwargs": _FEATURES_KWARGS},
     ),
 )
-"""The reference's runs of its nonlinear policies: env, method, warm-up episodes, the seed base of the projections
-(``projection_seed`` = base + run index, the index counted from 1: seed ``s`` of the grid is run ``s + 1``) and the
-settings on top of the method's entry in ``sb3_r2po/zoo/configs/r2po.yml``. Each runs 200 iterations of K = 20 episodes after
-its warm-up, with the target 250 and the step 0.1 of the method's entry."""
+"""The reference's runs of its nonlinear policies: env, method, warm-up, the projections' seed base (``projection_seed``
+= base + seed + 1) and the settings over the method's entry; 200 iterations of K = 20 after the warm-up."""
 
-PAPER_POLICY_ITERATIONS = 200
-"""Iterations of a :data:`PAPER_POLICY_RUNS` run (the configs' ``num_episodes``)."""
+PAPER_POLICY_ITERATIONS = 200  # the configs' num_episodes
 
 
 def paper_policy_specs(
     llm: str | None, env_id: str, method: str, seeds: Sequence[int], budget: int | None, settings: Mapping[str, Any] | None
 ) -> list[RunSpec]:
-    """
-    The :data:`PAPER_POLICY_RUNS` runs of ``env_id`` and ``method``, one per seed (``projection_seed`` = base + seed + 1).
-
-    :param budget: One budget for every run (``None``: its warm-up plus 200 iterations of 20 episodes).
-    :param settings: R2PO keyword overrides (on top of the run's own settings; ``policy_kwargs`` are merged).
-    """
+    """The :data:`PAPER_POLICY_RUNS` runs of ``env_id`` and ``method`` per seed (``budget`` ``None``: warm-up + 200 x 20;
+    ``settings`` over the run's own, ``policy_kwargs`` merged)."""
     specs = []
     for run_env, run_method, warmup, seed_base, own in PAPER_POLICY_RUNS:
         if (run_env, run_method) != (env_id, method):
@@ -138,19 +104,6 @@ def paper_policy_specs(
     return specs
 
 
-def paper_methods(env_id: str) -> tuple[str, ...]:
-    """R2PO, its variants and the paper's SB3 algorithms for ``env_id``'s action space."""
-    kind = "continuous" if env_id in CONTINUOUS_ACTIONS else "discrete"
-    return (*R2PO_METHODS, *PAPER_BASELINES[kind])
-
-
-def paper_budget(env_id: str, method: str) -> int:
-    """The paper's budget of a run: 4000 episodes, plus its own warm-up for an R2PO method (its file's max_episodes)."""
-    if method in R2PO_METHODS:
-        return int(r2po_entry(env_id, method).get("max_episodes", PAPER_BUDGET))
-    return PAPER_BUDGET
-
-
 def grid(
     envs: Sequence[str],
     methods: Sequence[str],
@@ -159,11 +112,7 @@ def grid(
     llm: str | None = None,
     settings: Mapping[str, Any] | None = None,
 ) -> list[RunSpec]:
-    """
-    Every env x method x seed (in that order of nesting: env, then method, then seed), at one budget.
-
-    :param settings: R2PO keyword overrides, for the R2PO methods (baselines get none).
-    """
+    """Every env x method x seed (nested in that order) at one budget; ``settings`` for the R2PO methods only."""
     specs = []
     for env_id in envs:
         for method in methods:
@@ -186,24 +135,26 @@ def paper_grid(
 
     :param llm: R2PO's llm string.
     :param envs: A subset of :data:`PAPER_ENVS` (``None``: all ten).
-    :param methods: The methods (``None``: :func:`paper_methods` of each env; given: those of them the env runs).
+    :param methods: The methods (``None``: R2PO, its variants and the paper's SB3 algorithms for the env's action
+        space; given: those of them the env runs).
     :param seeds: The seeds (``None``: :data:`PAPER_SEEDS`).
-    :param budget: One budget for every run (``None``: :func:`paper_budget`).
+    :param budget: One budget for every run (``None``: 4000, plus its own warm-up for an R2PO method: its
+        ``max_episodes``).
     :param settings: R2PO keyword overrides.
     :param policies: Whether the grid also holds the reference's runs of its nonlinear policies
         (:data:`PAPER_POLICY_RUNS`, after their method's runs of the env).
     """
     specs = []
     for env_id in envs or PAPER_ENVS:
-        own = paper_methods(env_id)
-        chosen = own if methods is None else [m for m in methods if m in own]
-        for method in chosen:
-            runs = budget if budget is not None else paper_budget(env_id, method)
+        own = (*R2PO_METHODS, *PAPER_BASELINES["continuous" if env_id in CONTINUOUS_ACTIONS else "discrete"])
+        for method in own if methods is None else [m for m in methods if m in own]:
+            runs = budget if budget is not None else PAPER_BUDGET
+            if budget is None and method in R2PO_METHODS:
+                runs = int(r2po_entry(env_id, method).get("max_episodes", PAPER_BUDGET))
             specs += grid([env_id], [method], seeds or PAPER_SEEDS, runs, llm, settings)
             if policies:
                 specs += paper_policy_specs(llm, env_id, method, seeds or PAPER_SEEDS, budget, settings)
     return specs
 
 
-GRIDS = ("paper",)
-"""The named grids (``--grid``)."""
+GRIDS = ("paper",)  # the named grids (--grid)

@@ -1,8 +1,4 @@
-"""
-The markdown reports: ``python -m sb3_r2po.compare``'s ``results.md`` (:func:`compare_report`), the paper-format table
-side by side with the published numbers (:func:`paper_table`), and ``python -m sb3_r2po.ablate``'s report
-(:func:`ablation_report`).
-"""
+"""The reports: ``compare``'s ``results.md``, ``paper.md`` and figures (matplotlib, no display needed), and ``ablate``'s."""
 
 from __future__ import annotations
 
@@ -13,20 +9,23 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sb3_r2po.experiments.configs import R2PO_METHODS
 from sb3_r2po.experiments.stats import (
     episodes_cell,
     interval_note,
     iqm_cell,
+    iqm_interval,
     iteration_figures,
     mean_std,
+    rolling_mean,
     run_label,
     summarize,
     threshold_cell,
 )
 
-VERSIONS = ("sb3-r2po", "stable-baselines3", "sb3-contrib", "rl_zoo3", "gymnasium", "torch", "numpy")
-"""Packages whose versions are written next to the tables."""
+VERSIONS = ("sb3-r2po", "stable-baselines3", "sb3-contrib", "rl_zoo3", "gymnasium", "torch", "numpy")  # in the reports
 
 
 def package_version(package: str) -> str:
@@ -44,8 +43,7 @@ def versions() -> str:
 
 
 def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> str:
-    """The markdown table of one env's runs (``runs.json`` records): one row per method, each return figure as
-    mean +- std over its seeds and as IQM [95 % CI] (:func:`~sb3_r2po.experiments.stats.iqm_cell`) beside it."""
+    """One env's table (``runs.json`` records): a row per method, each figure as mean +- std and IQM [95 % CI]."""
     methods = list(dict.fromkeys(run_label(r) for r in runs))
     target = "n/a" if threshold is None else f"{threshold:g}"
     lines = [
@@ -73,21 +71,8 @@ def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> s
     return "\n".join(lines)
 
 
-def _short(path: str) -> str:
-    """A hyperparameter file path as its folder and name, for the report."""
-    p = Path(path)
-    return f"{p.parent.name}/{p.name}"
-
-
 def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str, intervals: str | None = None) -> list[str]:
-    """The lines of one env's part of ``results.md``: title, table, figures, definitions and settings.
-
-    :param s: The settings of the comparison for this env (``env``, ``methods``, ``threshold``, ``episode_cap``, ...).
-    :param runs: The env's runs (``runs.json`` records).
-    :param curves: The file name of the env's learning curves.
-    :param intervals: The file name of the env's interval figure (:func:`~sb3_r2po.experiments.plots.plot_intervals`;
-        ``None``: none).
-    """
+    """One env's part of ``results.md`` (``s``: its settings; ``curves``, ``intervals``: its figures' file names)."""
     window, threshold = s["window"], s["threshold"]
     methods = list(dict.fromkeys(run_label(r) for r in runs))
     lines = [
@@ -124,7 +109,7 @@ def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str, inte
     for method in methods:
         first = next(r for r in runs if run_label(r) == method)
         shown = ", ".join(f"{k}={v}" for k, v in first["hyperparams"].items() if k not in ("callback",))
-        file = _short(first["hyperparams_file"])
+        file = "/".join(Path(first["hyperparams_file"]).parts[-2:])
         lines.append(f"| {method} | {first['algo']} (`{file}`) | {first['horizon']:,} steps | {shown} |")
     own_caps = s.get("variant_episode_caps") or {}
     own = "".join(
@@ -163,13 +148,7 @@ def _llm_lines(s: dict[str, Any], methods: Sequence[str]) -> list[str]:
 
 
 def compare_report(result: dict[str, Any], curves: dict[str, str], intervals: dict[str, str] | None = None) -> str:
-    """
-    The markdown report (``results.md``) of a comparison: one section per env, then the wall time and the command.
-
-    :param result: ``runs.json``'s data (``settings``, ``runs``, ``command``, ``versions``, ``wall_time_s``).
-    :param curves: The learning-curve file of each env.
-    :param intervals: The interval figure of each env (``None``: none).
-    """
+    """``results.md`` of ``runs.json``'s data: a section per env (``curves``, ``intervals``: its figures), the command."""
     lines: list[str] = []
     for env_id, settings in env_settings(result["settings"]).items():
         if lines:
@@ -182,16 +161,12 @@ def compare_report(result: dict[str, Any], curves: dict[str, str], intervals: di
 
 
 def env_settings(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The settings of each env of a comparison: ``runs.json``'s ``settings`` (one env), or each entry of its
-    ``per_env`` merged into the common ones (several)."""
+    """Each env's settings: ``runs.json``'s ``settings`` (one env), or each ``per_env`` entry over the common ones."""
     per_env = settings.get("per_env")
     if not per_env:
         return {settings["env"]: settings}
     common = {key: value for key, value in settings.items() if key != "per_env"}
     return {env_id: {**common, **own, "env": env_id} for env_id, own in per_env.items()}
-
-
-# --------------------------------------------------------------------------- the paper's table
 
 
 def _published(value: tuple[float, float] | None, label: str = "") -> str:
@@ -202,16 +177,7 @@ def paper_table(
     runs: list[dict[str, Any]], window: int, thresholds: dict[str, float | None], published: dict[str, dict[str, Any]]
 ) -> str:
     """
-    The paper-format table, one row per env and method, side by side with the published numbers.
-
-    - **mean return**: R2PO methods, the mean over iterations of the kept candidates' K-episode means (the paper's
-      "mean return across training"); baselines, the mean over training episodes;
-    - **best**: R2PO methods, the best iteration; baselines, the best ``window``-episode rolling mean;
-    - **episodes to threshold**: training episodes until the ``window``-episode rolling mean of the training returns
-      first reaches the env's threshold.
-
-    Ours: mean +- std over seeds, and the IQM [95 % CI] over seeds beside it
-    (:func:`~sb3_r2po.experiments.stats.iqm_cell`); published: mean +- std over the paper's 10 runs.
+    The paper-format table, a row per env and method, beside the published numbers (``paper.md`` defines the figures).
 
     :param runs: ``runs.json`` records of R2PO methods (with ``iteration_returns``) and baselines.
     :param window: The rolling-mean window.
@@ -255,7 +221,10 @@ def paper_table(
 def paper_document(paper: str, result: dict[str, Any]) -> str:
     """``paper.md``: the :func:`paper_table` ``paper`` of a comparison's ``result`` with its definitions and command."""
     s = result["settings"]
-    counts = [len(group) for group in _by_env_and_label(result["runs"]).values()]
+    groups: dict[tuple[str, str], int] = {}
+    for run in result["runs"]:
+        groups[run["env"], run_label(run)] = groups.get((run["env"], run_label(run)), 0) + 1
+    counts = list(groups.values())
     lines = [
         "# The paper's table: ours beside the published numbers",
         "",
@@ -280,20 +249,8 @@ def paper_document(paper: str, result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _by_env_and_label(runs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """The runs of each (env, row label) of the paper table."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for run in runs:
-        groups.setdefault((run["env"], run_label(run)), []).append(run)
-    return groups
-
-
-# --------------------------------------------------------------------------- the ablation report
-
-
 def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
-    """The markdown report of an ablation (``python -m sb3_r2po.ablate``'s run records): per figure, a table of
-    mean +- std over seeds and one of the IQM [95 % CI] over seeds (:func:`~sb3_r2po.experiments.stats.iqm_cell`)."""
+    """``ablate``'s report of its run records: per figure, a table of mean +- std and one of IQM [95 % CI] over seeds."""
     from sb3_r2po.diagnostics import salience_summary, salience_table
 
     envs = list(dict.fromkeys(r["env"] for r in runs))
@@ -314,10 +271,7 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
     counts = [sum(r["env"] == env and r["variant"] == v for r in runs) for env in envs for v in variants]
     lines += [interval_note([c for c in counts if c] or [0]), ""]
     lines += ["## Salience diagnostics (all envs and seeds pooled)", ""]
-    pooled = {}
-    for v in variants:
-        history = [rec for r in runs if r["variant"] == v for rec in r["history"]]
-        pooled[v] = salience_summary(history)
+    pooled = {v: salience_summary([rec for r in runs if r["variant"] == v for rec in r["history"]]) for v in variants}
     lines.append(salience_table(pooled))
     seeds = sorted({r["seed"] for r in runs})
     lines += [
@@ -337,3 +291,85 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
                 lines.append(f"- {env}, {variant}: " + ", ".join(f"{key}={value!r}" for key, value in shown.items()))
     lines += ["", "## Reproduce", "", "```bash", command, "```", "", versions()]
     return "\n".join(lines) + "\n"
+
+
+def plot_curves(
+    runs: Sequence[dict[str, Any]], path: Path, env_id: str, window: int, threshold: float | None, budget: int
+) -> None:
+    """
+    Write the learning curves to ``path``: per method the ``window``-episode rolling mean, mean (line) +- std (shaded)
+    over seeds, against training episodes; ``threshold`` (if any) dashed; the x axis up to ``budget``.
+
+    :param runs: Runs of one env with ``method`` and ``returns`` (``runs.json`` records).
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 5), dpi=120, layout="constrained")
+    ax = fig.add_subplot()
+    methods = list(dict.fromkeys(run_label(r) for r in runs))
+    colors = [f"C{i}" for i in range(10)]
+    for index, method in enumerate(methods):
+        curves = [rolling_mean(r["returns"], window) for r in runs if run_label(r) == method]
+        length = max((c.size for c in curves), default=0)
+        if length == 0:
+            continue
+        stacked = np.full((len(curves), length), np.nan)
+        for row, curve in enumerate(curves):
+            stacked[row, : curve.size] = curve
+        counts = np.sum(~np.isnan(stacked), axis=0)
+        mean = np.nansum(stacked, axis=0) / counts
+        std = np.sqrt(np.nansum((stacked - mean) ** 2, axis=0) / counts)
+        x = np.arange(1, length + 1)
+        color = colors[index % len(colors)]
+        ax.plot(x, mean, color=color, linewidth=2, label=f"{method} ({len(curves)} seeds)")
+        ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
+    if threshold is not None:
+        ax.axhline(threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
+    ax.set_xlim(1, max(budget, 2))
+    ax.set_xlabel("training episodes (evaluation episodes are not charged)")
+    ax.set_ylabel(f"return, {window}-episode rolling mean")
+    ax.set_title(f"{env_id}: mean +- std over seeds, budget {budget} training episodes")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best")
+    fig.savefig(path)
+
+
+def plot_intervals(runs: Sequence[dict[str, Any]], path: Path, env_id: str, window: int) -> None:
+    """
+    Write the interval figure to ``path``: a panel per figure of ``results.md`` (mean, best, final), a row per method,
+    the IQM over seeds with its 95 % interval (dot, thick bar) and the mean +- std (diamond, thin bar) below it.
+
+    :param runs: Runs of one env with ``method`` and ``returns`` (``runs.json`` records).
+    """
+    from matplotlib.figure import Figure
+
+    methods = list(dict.fromkeys(run_label(r) for r in runs))
+    stats = {m: [summarize(r["returns"], window) for r in runs if run_label(r) == m] for m in methods}
+    panels = (
+        ("mean", "mean return over training"),
+        ("best", f"best {window}-ep. rolling mean"),
+        ("final", f"final (last {window} ep.)"),
+    )
+    fig = Figure(figsize=(12, 1.2 + 0.6 * len(methods)), dpi=120, layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    labels = [f"{m} ({len(stats[m])} run{'s' if len(stats[m]) != 1 else ''})" for m in methods]
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for row, method in enumerate(methods):
+            values = np.asarray([s[key] for s in stats[method]], dtype=np.float64)
+            color = f"C{row % 10}"
+            iqm, low, high = iqm_interval(values)
+            if not np.isnan(iqm):
+                ax.plot([low, high], [row, row], color=color, linewidth=6, alpha=0.5, solid_capstyle="butt")
+                ax.plot([iqm], [row], "o", color=color, label="IQM [95 % CI]" if row == 0 else None)
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                mean, std = float(finite.mean()), float(finite.std())
+                ax.errorbar([mean], [row + 0.25], xerr=[std], fmt="D", color=color, markerfacecolor="white",
+                            capsize=3, linewidth=1, label="mean +- std" if row == 0 else None)  # fmt: skip
+        ax.set_title(title)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(methods)), labels)
+    axes[0].set_ylim(len(methods) - 0.5, -0.5)
+    axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
+    fig.suptitle(f"{env_id}: IQM with 95 % stratified bootstrap CI (rliable) and mean +- std over seeds")
+    fig.savefig(path)

@@ -1,28 +1,19 @@
 """
-A run as one value (:class:`RunSpec`), what it measured (:class:`RunResult`), and building and running it
-(:func:`run_one`): the one path every runner (``compare``, ``ablate``, the benchmarks, the executors) builds models by.
+A run as one value (:class:`RunSpec`), what it measured (:class:`RunResult`), where it is kept (:class:`ResultsStore`),
+how its training episodes are counted (:class:`EpisodeBudget`) and building and running it (:func:`run_one`): the one
+path ``compare``, ``ablate``, the benchmarks and the executors build models by.
 
-How a run is built and measured:
-
-1. **Models** are built by RL Zoo's own ``ExperimentManager``, exactly as ``python -m sb3_r2po.zoo train --algo
-   <algo> --env <env>`` builds them, from the hyperparameter file :func:`~sb3_r2po.experiments.configs.hyperparams_file`
-   picks. So ``n_envs``, ``normalize``, ``policy_kwargs``, ``env_wrapper``, ``env_kwargs``, ``frame_stack`` and
-   schedules such as ``lin_7.3e-4`` mean what they mean in the zoo. R2PO (and its variants) reads
-   ``sb3_r2po/zoo/configs/r2po.yml`` with ``llm``, ``variant``, ``max_episodes = budget`` and the spec's ``settings`` set
-   on top.
-   The ``callback`` entries of the files are ignored: :class:`~sb3_r2po.experiments.budget.EpisodeBudget` replaces them.
-2. **Training episodes** are read from the ``Monitor`` of every sub-environment of the training env
-   (:class:`~sb3_r2po.experiments.budget.EpisodeBudget`). ARS and R2PO run every episode on the training env, so all
-   of their episodes are training episodes (R2PO's warm-up included).
-3. **The budget**: baselines stop at the vector step in which the ``budget``-th episode ends; with ``n_envs > 1`` that
-   step can end up to ``n_envs - 1`` more episodes: they are recorded as run (``episodes_run``) but left out of
-   ``returns``. R2PO stops itself when another K-episode evaluation no longer fits in ``max_episodes = budget``.
-4. **Step horizon**: ``learn(total_timesteps=max(n_timesteps of the file, budget x episode cap))``, so the episode
-   budget, not the step count, ends every run (a baseline run whose horizon ran out first is reported with a
-   ``RuntimeWarning``; raise ``n_timesteps`` in the file for it). Schedules anneal over that horizon.
-5. **Resuming**: an R2PO run keeps its checkpoint in ``run_dir/checkpoint`` and its training episodes in
-   ``run_dir/episodes.jsonl``; :func:`run_one` on a directory that holds a checkpoint of an interrupted attempt loads
-   it and continues, so no episode is charged twice and the history equals the uninterrupted run's.
+- Models are built by RL Zoo's ``ExperimentManager`` from :func:`~sb3_r2po.experiments.configs.hyperparams_file`, as
+  ``python -m sb3_r2po.zoo train`` builds them; R2PO methods get ``llm``, ``variant``, ``max_episodes = budget`` and
+  the spec's settings on top. The files' ``callback`` entries are replaced by :class:`EpisodeBudget`, which counts
+  training episodes from every sub-env's Monitor after every step (episodes ending in one step ordered by sub-env).
+- Baselines stop at the vector step in which the ``budget``-th episode ends (episodes beyond it are counted in
+  ``episodes_run``, left out of ``returns``; ARS ignores a callback's ``False``: it is stopped by :class:`BudgetReached`);
+  R2PO stops when another K-episode evaluation no longer fits.
+- ``learn(total_timesteps=max(n_timesteps of the file, budget x episode cap))``: the budget ends every run.
+- The store keeps ``root/runs/<run_id>/`` per run: ``result.json`` once it has finished (written atomically) and, for
+  an R2PO run, ``checkpoint/`` and ``episodes.jsonl`` (:class:`EpisodeLog`) while it trains; a run directory holding
+  an interrupted attempt's checkpoint resumes from it, so no episode is charged twice.
 """
 
 from __future__ import annotations
@@ -37,15 +28,18 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
+from stable_baselines3.common.callbacks import StopTrainingOnMaxEpisodes
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from tqdm.auto import tqdm
 
-from sb3_r2po.experiments.budget import BudgetReached, EpisodeBudget, EpisodeLog
+from sb3_r2po.common.files import append_line, atomic_write
 from sb3_r2po.experiments.configs import (
     IGNORE_STOP,
     R2PO_METHODS,
@@ -58,44 +52,33 @@ from sb3_r2po.experiments.configs import (
 )
 from sb3_r2po.zoo import ALGO_NAME, register_r2po
 
-ATTEMPT_LOCK = ".attempt.lock"
-"""The lock file in a run directory: an attempt of the run holds it from :func:`prepare_run`, before it reads the
-directory, to :func:`finish_run`, so two attempts of one run (two commands on one results store, a Ray task and its
-retry) never work on its directory at once."""
-
-CHECKPOINT = "checkpoint"
-"""The sub-directory of a run directory that is an R2PO run's ``checkpoint_dir``."""
-
-EPISODES = "episodes.jsonl"
-"""The file of a run directory holding an R2PO run's training episodes (:class:`EpisodeLog`)."""
-
-HISTORY_KEYS = ("kind", "mean_return", "n_episodes", "episodes")
-"""What :attr:`RunResult.history` keeps of each of R2PO's history entries (the whole history is in the checkpoint)."""
-
-TIMING = ("wall_time_s", "resumed")
-"""Fields of :class:`RunResult` that depend on the machine or on interruptions, not on the run's outcome."""
+ATTEMPT_LOCK = ".attempt.lock"  # held from prepare_run to finish_run: one attempt per run directory
+CHECKPOINT = "checkpoint"  # an R2PO run's checkpoint_dir in its run directory
+EPISODES = "episodes.jsonl"  # its training episodes (EpisodeLog)
+HISTORY_KEYS = ("kind", "mean_return", "n_episodes", "episodes")  # kept per history entry in RunResult.history
+TIMING = ("wall_time_s", "resumed")  # fields that depend on the machine or on interruptions
+RESULT = "result.json"  # a finished run's RunResult
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def _canonical(value: Any) -> Any:
-    """``value`` as JSON reads it back (tuples become lists): what a spec's settings hold after a round trip."""
+    """``value`` as JSON reads it back (tuples become lists)."""
     return json.loads(json.dumps(value))
 
 
 @dataclass(frozen=True)
 class RunSpec:
     """
-    One run of a grid: an env, a method, a seed, an episode budget, and for R2PO methods the llm string and settings.
+    One run of a grid.
 
     :param env_id: The gymnasium id.
-    :param method: ``r2po``, a variant name (``props``, ``rep_traj``, ...) or a baseline (``ppo``, ``ars``, ...).
+    :param method: ``r2po``, a variant name or a baseline (``ppo``, ``ars``, ...).
     :param seed: The seed of the model and the env.
     :param budget: Training episodes.
-    :param llm: The llm string (R2PO methods only; ``None`` for a baseline, whatever is given). When a built backend
-        answers the run (:func:`run_one`'s ``llm``), the string names it.
-    :param settings: R2PO keyword overrides on top of ``sb3_r2po/zoo/configs/r2po.yml`` (JSON-able values), as ``(key, value)``
-        pairs sorted by key; a mapping is accepted and sorted.
+    :param llm: The llm string (R2PO methods only; ``None`` for a baseline, whatever is given).
+    :param settings: R2PO keyword overrides on top of ``sb3_r2po/zoo/configs/r2po.yml`` (JSON-able), as ``(key, value)``
+        pairs sorted by key; a mapping is accepted.
     """
 
     env_id: str
@@ -122,12 +105,10 @@ class RunSpec:
 
     @property
     def is_r2po(self) -> bool:
-        """Whether the method is R2PO or one of its variants."""
         return self.method in R2PO_METHODS
 
     @property
     def settings_dict(self) -> dict[str, Any]:
-        """:attr:`settings` as a dict."""
         return dict(self.settings)
 
     @property
@@ -138,7 +119,6 @@ class RunSpec:
         return f"{readable}-{digest}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The spec as JSON-able data (``settings`` as a dict)."""
         return {
             "env_id": self.env_id,
             "method": self.method,
@@ -150,40 +130,31 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
-        """The spec of :meth:`to_dict`'s data."""
-        return cls(
-            env_id=str(data["env_id"]),
-            method=str(data["method"]),
-            seed=int(data["seed"]),
-            budget=int(data["budget"]),
-            llm=data.get("llm"),
-            settings=tuple(dict(data.get("settings") or {}).items()),
-        )
+        settings = tuple(dict(data.get("settings") or {}).items())
+        return cls(str(data["env_id"]), str(data["method"]), data["seed"], data["budget"], data.get("llm"), settings)
 
 
 @dataclass
 class RunResult:
     """
-    What a run measured. JSON round trip exact (:meth:`to_dict`, :meth:`from_dict`).
+    What a run measured; an exact JSON round trip (:meth:`to_dict`, :meth:`from_dict`).
 
     :param spec: The run.
     :param algo: The zoo ``--algo`` it was built as.
-    :param returns: Training-episode returns, in the order the episodes ended (the first ``budget``).
+    :param returns: Training-episode returns in the order the episodes ended (the first ``budget``).
     :param lengths: Their lengths.
     :param episodes_run: Episodes run (a multi-env baseline's last step may end a few beyond the budget).
     :param timesteps: Environment steps run.
     :param horizon: The ``learn()`` step horizon.
     :param hyperparams: The hyperparameters as the zoo read them (JSON-able; ``checkpoint_dir`` left out).
     :param hyperparams_file: The file they came from.
-    :param wall_time_s: Building and training, in seconds (a lockstep run's: the shared time; a resumed run's: the
-        last attempt's).
+    :param wall_time_s: Building and training (lockstep: the shared time; resumed: the last attempt's).
     :param iterations: R2PO's iterations (``None`` for a baseline).
     :param llm_calls: R2PO's LLM calls.
     :param llm_stats: R2PO's ``llm_stats``.
-    :param history: Per history entry of R2PO: ``kind``, ``mean_return``, ``n_episodes`` and ``episodes`` (the episodes
-        run when it was written).
+    :param history: :data:`HISTORY_KEYS` of each of R2PO's history entries.
     :param iteration_returns: The mean return of each iteration's kept candidate (the warm-up left out).
-    :param history_file: The whole history (R2PO's ``history.json``), relative to the run directory.
+    :param history_file: R2PO's ``history.json``, relative to the run directory.
     :param resumed: How many times the run was resumed from its checkpoint.
     """
 
@@ -206,22 +177,20 @@ class RunResult:
     resumed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-able data (the spec as :meth:`RunSpec.to_dict`)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["spec"] = self.spec.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
-        """The result of :meth:`to_dict`'s data."""
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
         values["spec"] = RunSpec.from_dict(data["spec"])
         return cls(**values)
 
     def outcome(self) -> dict[str, Any]:
-        """:meth:`to_dict` without what depends on the machine or on interruptions (:data:`TIMING`, LLM seconds, the
-        hyperparameter file's location): two runs of one spec with a deterministic LLM have equal outcomes."""
+        """:meth:`to_dict` without :data:`TIMING`, LLM seconds and the file's location: equal for two runs of one spec
+        with a deterministic LLM."""
         data = {key: value for key, value in self.to_dict().items() if key not in TIMING and key != "hyperparams_file"}
         if self.llm_stats is not None:
             data["llm_stats"] = {key: value for key, value in self.llm_stats.items() if key != "seconds"}
@@ -256,14 +225,179 @@ class RunResult:
         return json.loads((Path(run_dir) / self.history_file).read_text(encoding="utf-8"))
 
 
-Report = Callable[[RunResult], None]
-"""Called by an executor with every result as it is saved (the command lines print a line)."""
+class ResultsStore:
+    """Results of runs under ``root`` (created when needed)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def run_dir(self, spec: RunSpec) -> Path:
+        """``root/runs/<run_id>/`` (created)."""
+        directory = self.root / "runs" / spec.run_id
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def result(self, spec: RunSpec) -> RunResult | None:
+        """The finished result of ``spec`` or ``None``; ``ValueError`` when the directory holds another spec's."""
+        path = self.root / "runs" / spec.run_id / RESULT
+        if not path.exists():
+            return None
+        result = RunResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        if result.spec != spec:
+            raise ValueError(f"{path} holds the result of another run ({result.spec}), not of {spec}")
+        return result
+
+    def save(self, result: RunResult, on_result: Report | None = None) -> None:
+        """Write ``result`` to its run directory atomically (a reader sees no result or the whole one), then report it."""
+        atomic_write(self.run_dir(result.spec) / RESULT, json.dumps(result.to_dict(), indent=1).encode("utf-8"))
+        if on_result is not None:
+            on_result(result)
+
+    def results(self, specs: Iterable[RunSpec]) -> list[RunResult]:
+        """The finished results of ``specs``, in their order (runs without one are left out)."""
+        return [result for result in map(self.result, specs) if result is not None]
+
+    def missing(self, specs: Iterable[RunSpec]) -> list[RunSpec]:
+        """The specs without a finished result, in their order."""
+        return [spec for spec in specs if self.result(spec) is None]
+
+    def gather(self, specs: Sequence[RunSpec]) -> list[RunResult]:
+        """Every spec's finished result, in order; ``RuntimeError`` when one has none."""
+        missing = self.missing(specs)
+        if missing:
+            raise RuntimeError(f"run {missing[0].run_id} has no result in {self.root}")
+        return self.results(specs)
+
+
+class BudgetReached(Exception):
+    """Raised by :class:`EpisodeBudget` to stop an algorithm that ignores a callback's ``False`` (ARS)."""
+
+
+def find_monitors(venv: VecEnv) -> list[Monitor]:
+    """The ``Monitor`` of every sub-env of a (possibly wrapped) ``DummyVecEnv``."""
+    while isinstance(venv, VecEnvWrapper):
+        venv = venv.venv
+    if not isinstance(venv, DummyVecEnv):
+        raise TypeError(f"the comparison needs a DummyVecEnv training env, got {type(venv).__name__}")
+    monitors = []
+    for env in venv.envs:
+        inner = env
+        while not isinstance(inner, Monitor):
+            if not hasattr(inner, "env"):
+                raise TypeError("a sub-environment of the training env has no Monitor wrapper")
+            inner = inner.env
+        monitors.append(inner)
+    return monitors
+
+
+class EpisodeLog:
+    """A run's training episodes, a ``[return, length]`` JSON line each, appended and synced; a last line without its
+    newline (a crash) is ignored."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def read(self) -> tuple[list[float], list[int]]:
+        if not self.path.exists():
+            return [], []
+        pairs = [json.loads(line) for line in self.path.read_bytes().split(b"\n")[:-1]]  # last: empty, or cut by a crash
+        return [float(value) for value, _ in pairs], [int(length) for _, length in pairs]
+
+    def keep(self, n: int) -> tuple[list[float], list[int]]:
+        """Keep the first ``n`` episodes (a checkpoint's); ``RuntimeError`` when there are fewer."""
+        returns, lengths = self.read()
+        if len(returns) < n:
+            raise RuntimeError(f"{self.path} holds {len(returns)} episodes, the checkpoint {n}: the run cannot resume")
+        returns, lengths = returns[:n], lengths[:n]
+        atomic_write(self.path, self._lines(returns, lengths))
+        return returns, lengths
+
+    def append(self, returns: list[float], lengths: list[int]) -> None:
+        if returns:
+            append_line(self.path, self._lines(returns, lengths))
+
+    @staticmethod
+    def _lines(returns: list[float], lengths: list[int]) -> bytes:
+        return b"".join(json.dumps([r, n]).encode("utf-8") + b"\n" for r, n in zip(returns, lengths, strict=True))
+
+
+class EpisodeBudget(StopTrainingOnMaxEpisodes):
+    """
+    Record every training episode (from the Monitors, in the order they end) and stop at the step in which the
+    ``budget``-th episode ends, counting all sub-envs together. The Monitors are polled because ARS calls ``on_step()``
+    without ``dones``.
+
+    :param budget: The episode budget over all sub-environments.
+    :param hard_stop: Raise :class:`BudgetReached` at the budget (for algorithms that ignore ``False``).
+    :param progress: A tqdm bar advanced by one per recorded episode.
+    :param returns: Returns of episodes run before (a resumed run's): they count towards the budget.
+    :param lengths: Their lengths.
+    :param log: Where to append the episodes after every rollout (``None``: nowhere).
+    """
+
+    def __init__(
+        self,
+        budget: int,
+        hard_stop: bool = False,
+        progress: Any = None,
+        returns: list[float] | None = None,
+        lengths: list[int] | None = None,
+        log: EpisodeLog | None = None,
+    ) -> None:
+        super().__init__(max_episodes=budget)
+        self.hard_stop = hard_stop
+        self.progress = progress
+        self.returns: list[float] = list(returns or [])
+        self.lengths: list[int] = list(lengths or [])
+        self.n_episodes = len(self.returns)
+        self.log = log
+        self._logged = len(self.returns)
+        self._monitors: list[Monitor] = []
+        self._seen: list[int] = []
+
+    def _init_callback(self) -> None:
+        self._total_max_episodes = self.max_episodes  # all sub-environments together
+        self._monitors = find_monitors(self.training_env)
+        self._seen = [len(m.get_episode_rewards()) for m in self._monitors]
+
+    def poll(self) -> int:
+        """Record the episodes ended since the last call, by sub-env index; return how many."""
+        new = 0
+        for i, monitor in enumerate(self._monitors):
+            rewards, lengths = monitor.get_episode_rewards(), monitor.get_episode_lengths()
+            for j in range(self._seen[i], len(rewards)):
+                self.returns.append(float(rewards[j]))
+                self.lengths.append(int(lengths[j]))
+                new += 1
+            self._seen[i] = len(rewards)
+        return new
+
+    def _on_step(self) -> bool:
+        new = self.poll()
+        self.n_episodes += new
+        if self.progress is not None and new:
+            self.progress.update(new)
+        if self.n_episodes < self._total_max_episodes:
+            return True
+        if self.hard_stop:
+            raise BudgetReached
+        return False
+
+    def _on_rollout_end(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        if self.log is not None:
+            self.log.append(self.returns[self._logged :], self.lengths[self._logged :])
+            self._logged = len(self.returns)
+
+
+Report = Callable[[RunResult], None]  # called by an executor with every result as it is saved
 
 
 @dataclass
 class PreparedRun:
-    """A model built by the zoo (or resumed from its checkpoint) and ready to learn, with what :func:`finish_run`
-    needs to measure it."""
+    """A model built by the zoo (or resumed from its checkpoint), ready to learn, and what :func:`finish_run` needs."""
 
     spec: RunSpec
     algo: str
@@ -281,11 +415,10 @@ class PreparedRun:
 
     @property
     def steps_left(self) -> int:
-        """The ``total_timesteps`` to pass to ``learn()``: the horizon less the steps a resumed run has run."""
+        """``learn()``'s ``total_timesteps``: the horizon less the steps a resumed run has run."""
         return max(1, self.horizon - int(self.model.num_timesteps)) if self.resumed else self.horizon
 
     def learn(self) -> None:
-        """Train the model until its budget is spent (in this thread)."""
         try:
             self.model.learn(total_timesteps=self.steps_left, callback=self.callback, reset_num_timesteps=not self.resumed)
         except BudgetReached:
@@ -293,7 +426,7 @@ class PreparedRun:
 
 
 def _jsonable(value: Any) -> Any:
-    """A JSON-serialisable form of a hyperparameter value (its ``str`` when it is not one already)."""
+    """``value``, or its ``str`` when JSON cannot hold it."""
     try:
         json.dumps(value)
         return value
@@ -304,8 +437,7 @@ def _jsonable(value: Any) -> Any:
 def _manager(
     spec: RunSpec, algo: str, conf: Path, run_dir: Path | None, device: str, log_folder: str, backend: bool
 ) -> tuple[Any, int]:
-    """The zoo's ``ExperimentManager`` of ``spec`` (R2PO's overrides as the zoo's ``--hyperparams``; ``llm=None`` when
-    a ``backend`` object will answer) and the episode cap."""
+    """The zoo's ``ExperimentManager`` of ``spec`` (R2PO's overrides as ``--hyperparams``) and the episode cap."""
     from rl_zoo3.exp_manager import ExperimentManager
 
     settings = spec.settings_dict
@@ -315,7 +447,7 @@ def _manager(
     if algo == ALGO_NAME:
         if spec.llm is None:
             raise ValueError(f"method {spec.method!r} needs an llm string")
-        custom = {**r2po_overrides(spec.method, spec.env_id, spec.llm, spec.budget, None, None), **settings}
+        custom = {**r2po_overrides(spec.method, spec.env_id, spec.llm, spec.budget), **settings}
         if backend:  # the object answers (set_llm); the spec's llm names it in the record
             custom["llm"] = None
         if run_dir is not None:
@@ -343,18 +475,11 @@ def _manager(
 
 
 class AttemptInProgressError(RuntimeError):
-    """Another attempt of the same run held the run directory's :data:`ATTEMPT_LOCK` for longer than this one waits."""
+    """Another attempt of the run held its :data:`ATTEMPT_LOCK` for longer than this one waits."""
 
 
 def hold_attempt(spec: RunSpec, directory: Path, wait_s: float = 0.0) -> FileLock:
-    """
-    Take ``directory``'s :data:`ATTEMPT_LOCK` for an attempt of ``spec`` (the directory is created).
-
-    :param spec: The run.
-    :param directory: Its run directory.
-    :param wait_s: How long to wait for another attempt to release it.
-    :raises AttemptInProgressError: when another attempt holds it for longer.
-    """
+    """Take ``directory``'s :data:`ATTEMPT_LOCK` (created), waiting ``wait_s``; :class:`AttemptInProgressError` after."""
     directory.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(directory / ATTEMPT_LOCK), timeout=wait_s, thread_local=False)
     try:
@@ -378,17 +503,9 @@ def prepare_run(
     lock_wait_s: float = 0.0,
 ) -> PreparedRun:
     """
-    Build one run's model with RL Zoo's ``ExperimentManager``; an R2PO run whose ``run_dir/checkpoint`` holds a
-    ``model.zip`` is loaded from it instead (on the env the zoo built), with the episodes it had run. The run
-    directory's :data:`ATTEMPT_LOCK` is held from here to :func:`finish_run`.
-
-    :param spec: The run.
-    :param run_dir: The run directory (``None``: no checkpoint, nothing to resume).
-    :param llm: An already-built backend answering the R2PO run (``None``: the spec's llm string).
-    :param device: Torch device of the model.
-    :param progress: Show a per-episode progress bar.
-    :param lock_wait_s: How long to wait for another attempt of the run to release the directory's lock.
-    :raises AttemptInProgressError: when another attempt holds it for longer.
+    Build one run's model with RL Zoo's ``ExperimentManager``, or load an R2PO run's ``run_dir/checkpoint/model.zip``
+    (on the env the zoo built) with the episodes it had run. Holds :data:`ATTEMPT_LOCK` until :func:`finish_run`.
+    The parameters are :func:`run_one`'s (``run_dir`` ``None``: no checkpoint, nothing to resume).
     """
     directory = None if run_dir is None else Path(run_dir)
     lock = None if directory is None else hold_attempt(spec, directory, lock_wait_s)
@@ -403,8 +520,7 @@ def prepare_run(
 
 
 def _prepare(spec: RunSpec, directory: Path | None, llm: Any | None, device: str, progress: bool) -> PreparedRun:
-    """:func:`prepare_run` once the run directory, if any, is held."""
-    import sb3_r2po  # noqa: F401  (registers the custom envs)
+    from sb3_r2po import R2PO  # also registers the custom envs
 
     register_r2po()  # before the zoo's modules are imported (they share ALGOS)
     algo = method_algo(spec.method)
@@ -424,8 +540,9 @@ def _prepare(spec: RunSpec, directory: Path | None, llm: Any | None, device: str
     if algo == ALGO_NAME and directory is not None:
         log = EpisodeLog(directory / EPISODES)
         checkpoint = directory / CHECKPOINT / "model.zip"
-        if checkpoint.exists():
-            model = _resume(model, checkpoint, spec.llm if llm is None else llm, device)
+        if checkpoint.exists():  # the checkpoint's model on the env the zoo built
+            answer = spec.llm if llm is None else llm
+            model = R2PO.load(checkpoint, model.get_env(), device, llm=answer, checkpoint_dir=str(checkpoint.parent))
             returns, lengths = log.keep(model.episodes_used)
             resumed = True
         else:  # nothing to resume: an attempt cut before its first history entry starts over
@@ -445,14 +562,6 @@ def _prepare(spec: RunSpec, directory: Path | None, llm: Any | None, device: str
                        directory)  # fmt: skip
 
 
-def _resume(fresh: Any, checkpoint: Path, llm: Any, device: str) -> Any:
-    """The model of ``checkpoint`` on ``fresh``'s env (the zoo's), answered by ``llm``."""
-    from sb3_r2po import R2PO
-
-    env = fresh.get_env()
-    return R2PO.load(checkpoint, env=env, llm=llm, device=device, checkpoint_dir=str(checkpoint.parent))
-
-
 def finish_run(run: PreparedRun) -> RunResult:
     """Close a run's env and log folder, release its run directory, and return its measurements."""
     try:
@@ -463,7 +572,6 @@ def finish_run(run: PreparedRun) -> RunResult:
 
 
 def _measure(run: PreparedRun) -> RunResult:
-    """:func:`finish_run` before the run directory is released."""
     run.bar.close()
     run.callback.poll()
     run.callback.flush()
@@ -516,20 +624,15 @@ def run_one(
     lock_wait_s: float = 0.0,
 ) -> RunResult:
     """
-    Build the model through the one path (the zoo's hyperparameter files), train it to its budget, return the result.
-
-    An R2PO run keeps ``checkpoint_dir=run_dir/"checkpoint"``; when that already holds a ``model.zip`` from an
-    interrupted attempt (a killed process), the run resumes from it (``R2PO.load(..., env=...)``,
-    ``learn(..., reset_num_timesteps=False)``), so no episode is charged twice and the history equals the uninterrupted
-    run's.
+    Build the model (:func:`prepare_run`; an interrupted R2PO attempt resumes from ``run_dir/checkpoint``), train it to
+    its budget and return the result.
 
     :param spec: The run.
     :param run_dir: Its directory (created).
-    :param llm: An already-built backend answering an R2PO run (so one backend answers many runs, e.g. ``replay:``);
-        ``None``: the spec's llm string.
+    :param llm: A built backend answering an R2PO run (one backend for many runs); ``None``: the spec's llm string.
     :param device: Torch device of the model.
     :param progress: Show a per-episode progress bar.
-    :param lock_wait_s: How long to wait for another attempt of the run to release the directory's lock.
+    :param lock_wait_s: How long to wait for another attempt's :data:`ATTEMPT_LOCK`.
     :raises AttemptInProgressError: when another attempt holds it for longer.
     """
     run = prepare_run(spec, run_dir, llm, device, progress, lock_wait_s)
@@ -538,19 +641,3 @@ def run_one(
     finally:
         result = finish_run(run)
     return result
-
-
-__all__ = [
-    "ATTEMPT_LOCK",
-    "CHECKPOINT",
-    "EPISODES",
-    "AttemptInProgressError",
-    "PreparedRun",
-    "Report",
-    "RunResult",
-    "RunSpec",
-    "finish_run",
-    "hold_attempt",
-    "prepare_run",
-    "run_one",
-]

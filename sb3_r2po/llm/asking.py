@@ -1,12 +1,9 @@
-"""Ask an LLM for a parameter vector: call, parse, and re-ask with the error stated when the reply is unusable.
+"""Ask an LLM for a parameter vector: call, parse (:mod:`sb3_r2po.common.parsing`), and re-ask with the error stated
+when the reply is unusable.
 
-The reply is only ever parsed (see :mod:`sb3_r2po.common.parsing`). Every failure reason, the parser's or an extra
-check's, is cut to :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS` characters
-(:func:`~sb3_r2po.common.parsing.bound_reason`) before it is kept (:attr:`LLMCall.error`, :attr:`Answer.failures`,
-hence the history and the model zip) or sent back in a re-ask; the unusable reply itself is quoted back at most
-:data:`MAX_ECHOED_REPLY_CHARS` characters. Backend failures (a server that
-stays down after its own retries) are not parse failures: they propagate as
-:class:`~sb3_r2po.llm.base.LLMBackendError` so that the caller stops cleanly with its state intact.
+Every failure reason is cut to :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS` characters before it is kept or sent
+back; a re-ask quotes at most :data:`MAX_ECHOED_REPLY_CHARS` of the unusable reply. Backend failures are not parse
+failures: :class:`~sb3_r2po.llm.base.LLMBackendError` propagates, so the caller stops with its state intact.
 """
 
 from __future__ import annotations
@@ -27,17 +24,14 @@ MAX_ECHOED_REPLY_CHARS = 2000
 @dataclass
 class LLMCall:
     """
-    One call to the LLM, as logged.
+    One call to the LLM, as logged (the token counts as the backend reported them, see
+    :class:`~sb3_r2po.llm.base.ChatReply`).
 
     :param role: ``"search"`` or ``"critic"``.
     :param messages: The messages sent.
     :param reply: The reply text.
-    :param error: Why the reply could not be used (at most :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS`
-        characters), or ``None``.
+    :param error: Why the reply could not be used (cut), or ``None``.
     :param seconds: The call's latency.
-    :param prompt_tokens: Prompt tokens, when the backend reports them.
-    :param completion_tokens: Completion tokens, when the backend reports them.
-    :param prompt_tokens_cached: Prompt tokens the backend had from an earlier call, when it reports them.
     """
 
     role: str
@@ -66,7 +60,7 @@ class Answer:
 
     @property
     def failures(self) -> list[str]:
-        """The reasons of the unusable replies (each at most :data:`~sb3_r2po.common.parsing.MAX_REASON_CHARS` characters)."""
+        """The reasons of the unusable replies."""
         return [call.error for call in self.calls if call.error is not None]
 
 
@@ -112,18 +106,8 @@ def ask_for_params(
         error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
         if error is not None:
             error = bound_reason(str(error))
-        answer.calls.append(
-            LLMCall(
-                role,
-                conversation,
-                reply.text,
-                error,
-                reply.seconds,
-                reply.prompt_tokens,
-                reply.completion_tokens,
-                reply.prompt_tokens_cached,
-            )
-        )
+        tokens = (reply.prompt_tokens, reply.completion_tokens, reply.prompt_tokens_cached)
+        answer.calls.append(LLMCall(role, conversation, reply.text, error, reply.seconds, *tokens))
         if error is None:
             answer.params, answer.notes = result.params, result.notes
             return answer
@@ -149,15 +133,11 @@ def ask_together(
     reject_cut_off: bool = False,
 ) -> list[Answer]:
     """
-    Ask several independent prompts: the first attempts go out as one batch (see
-    :func:`~sb3_r2po.llm.base.chat_batch`), the re-asks of unusable replies one by one, in order.
+    Ask several independent prompts (the other arguments as :func:`ask_for_params`): the first attempts as one batch
+    (:func:`~sb3_r2po.llm.base.chat_batch`), the re-asks one by one, in order; one :class:`Answer` per prompt.
 
     :param conversations: The prompts.
-    :param checks: One factory per prompt: given the answers settled so far (earlier prompts), it returns the
-        extra validation of this prompt's vector (so that a later answer can be required to differ from an earlier one).
-    :param reading: See :func:`ask_for_params`.
-    :param reject_cut_off: See :func:`ask_for_params`.
-    :return: One :class:`Answer` per prompt.
+    :param checks: One factory per prompt: given the answers settled so far, it returns this prompt's extra check.
     """
     firsts = chat_batch(backend, conversations, temperature=temperature)
     answers: list[Answer] = []

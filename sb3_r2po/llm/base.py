@@ -48,47 +48,31 @@ class ChatReply:
 
 @runtime_checkable
 class ChatBackend(Protocol):
-    """
-    A chat model R2PO can call. Implement ``chat``; the other capabilities are optional protocols a backend may
-    also implement: :class:`Preparable`, :class:`ChecksResources`, :class:`Constrainable`, :class:`BatchChat` and
-    :class:`AnswersBatch`.
-
-    Backends must be stateless between calls: R2PO re-renders the whole context in every prompt.
-    """
+    """A chat model R2PO can call, stateless between calls (every prompt is complete). Optional capabilities:
+    :class:`Preparable`, :class:`ChecksResources`, :class:`Constrainable`, :class:`BatchChat`, :class:`AnswersBatch`."""
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply: ...
 
 
 @runtime_checkable
 class Preparable(Protocol):
-    """
-    A backend with a slow first step (joining or loading a model): R2PO calls ``prepare`` once, at the start of the
-    first ``learn()``, so that the step is reported there (``verbose >= 1``) instead of hiding in the first call.
-    """
+    """A backend with a slow first step (loading a model): R2PO calls ``prepare`` at the start of the first ``learn()``."""
 
     def prepare(self) -> None: ...
 
 
 @runtime_checkable
 class ChecksResources(Protocol):
-    """
-    A backend that can tell, cheaply and before anything is downloaded, joined or loaded, that it cannot run here
-    (a model too large for the machine, a missing package): R2PO calls ``check_resources`` before the first
-    ``learn()`` uses the backend.
-    """
+    """A backend that can tell cheaply, before anything is loaded, that it cannot run here: ``check_resources`` raises
+    :class:`LLMBackendError` saying what to install or free (R2PO calls it before the first ``learn()``)."""
 
-    def check_resources(self) -> None:
-        """Raise :class:`LLMBackendError`, saying what to install or free, when the backend cannot run here."""
-        ...
+    def check_resources(self) -> None: ...
 
 
 @runtime_checkable
 class Constrainable(Protocol):
-    """
-    A backend that can constrain its decoding to well-formed parameter replies (e.g. under a grammar):
-    :class:`ChatBackend.chat` has no parameter-space argument, so R2PO calls ``constrain`` with the
-    :class:`~sb3_r2po.common.parameters.ParameterSpace` before asking for parameters; ``constrain(None)`` lifts it.
-    """
+    """A backend that can constrain its decoding to well-formed replies for a
+    :class:`~sb3_r2po.common.parameters.ParameterSpace` (R2PO calls ``constrain`` first); ``constrain(None)`` lifts it."""
 
     def constrain(self, space: ParameterSpace | None) -> None: ...
 
@@ -102,10 +86,7 @@ class BatchChat(Protocol):
 
 @runtime_checkable
 class AnswersBatch(Protocol):
-    """
-    A backend whose batch can fail per conversation: it returns each conversation's reply or error, so that a
-    caller keeps the replies that came (see :func:`answer_batch`).
-    """
+    """A backend whose batch returns each conversation's reply or error (see :func:`answer_batch`)."""
 
     def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult: ...
 
@@ -113,8 +94,7 @@ class AnswersBatch(Protocol):
 @dataclass(frozen=True)
 class BatchResult:
     """
-    What a batch of conversations got: for each conversation, in order, its reply or the error that kept it from
-    one (exactly one of the two).
+    What a batch of conversations got: for each, in order, its reply or its error (exactly one of the two).
 
     :param replies: The replies (``None`` where the conversation failed).
     :param errors: The errors (``None`` where a reply came).
@@ -145,11 +125,7 @@ class BatchResult:
         return next((error for error in self.errors if error is not None), None)
 
     def unwrap(self) -> list[ChatReply]:
-        """
-        The replies, in order.
-
-        :raises BaseException: the first error, when a conversation failed.
-        """
+        """The replies, in order; raise the first error when a conversation failed."""
         error = self.first_error
         if error is not None:
             raise error
@@ -176,11 +152,8 @@ def log_progress(enabled: bool) -> Iterator[None]:
 
 
 class TransientState:
-    """
-    Mixin for backends that hold things which must never be pickled or saved (models, HTTP clients holding API
-    keys, locks): the attributes named in ``_transient`` are pickled as ``None``, the locks named in ``_locks``
-    are recreated on unpickling.
-    """
+    """Mixin for backends holding what must never be pickled (models, clients holding API keys, locks): the attributes
+    named in ``_transient`` are pickled as ``None``, the locks named in ``_locks`` are recreated on unpickling."""
 
     _transient: tuple[str, ...] = ()
     _locks: tuple[str, ...] = ("_lock",)
@@ -225,10 +198,8 @@ class CallableBackend:
 
 
 def ask_each(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
-    """
-    Ask ``conversations`` one after another: a conversation that fails does not stop the others, its error is its
-    outcome (an exception that is not an ``Exception``, e.g. ``KeyboardInterrupt``, stops the batch).
-    """
+    """Ask ``conversations`` one after another; a failing one does not stop the others (an exception that is not an
+    ``Exception``, e.g. ``KeyboardInterrupt``, does)."""
     replies: list[ChatReply | None] = []
     errors: list[BaseException | None] = []
     for messages in conversations:  # independent conversations: one failing does not stop the others
@@ -242,13 +213,8 @@ def ask_each(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *
 
 
 def answer_batch(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
-    """
-    Ask several independent conversations at once and return what each got, its reply or its error.
-
-    A backend that answers batches itself (:class:`AnswersBatch`) does; one with a ``chat_batch``
-    (:class:`BatchChat`) is asked for the batch, whose error is every conversation's; any other is asked one
-    conversation after another (:func:`ask_each`).
-    """
+    """What each of several independent conversations got: from the backend's own ``answer_batch``, else its
+    ``chat_batch`` (whose error is every conversation's), else asked one after another (:func:`ask_each`)."""
     if isinstance(backend, AnswersBatch):
         return backend.answer_batch(conversations, temperature=temperature)
     if isinstance(backend, BatchChat):
@@ -263,12 +229,8 @@ def answer_batch(backend: ChatBackend, conversations: Sequence[Sequence[Message]
 def chat_batch(
     backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0
 ) -> list[ChatReply]:
-    """
-    Ask several independent conversations at once: one batch when the backend implements ``chat_batch``
-    (:class:`BatchChat`), otherwise as :func:`answer_batch` does. A conversation that fails does not stop the
-    others: the first error is raised after all were asked (:meth:`BatchResult.unwrap`); :func:`answer_batch`
-    gives the replies that came as well.
-    """
+    """The replies to several independent conversations: one batch when the backend has ``chat_batch``, else as
+    :func:`answer_batch` asks them, raising the first error after all were asked."""
     if isinstance(backend, BatchChat):
         return list(backend.chat_batch(conversations, temperature=temperature))
     return answer_batch(backend, conversations, temperature=temperature).unwrap()

@@ -1,15 +1,10 @@
 """Gather the LLM calls that several training threads make at the same time into one batch.
 
-Several R2PO models trained side by side (seeds of a comparison, variants of an ablation) reach their LLM calls
-at about the same moments. :class:`BatchingBackend` holds each call until every registered worker thread is
-waiting for the LLM (or has finished), then sends the waiting conversations to the inner backend together: one
-padded ``generate`` for :class:`~sb3_r2po.llm.transformers_backend.TransformersBackend`, concurrent requests for
-:class:`~sb3_r2po.llm.openai_backend.OpenAIBackend`, one after another for backends without ``chat_batch``
-(:func:`~sb3_r2po.llm.base.answer_batch`). Each caller gets its own replies, and its own errors.
-
-When no worker is registered, a call is sent as soon as nothing else is in flight, so a model keeps working with
-this backend after its lockstep run. A call from an unregistered thread while workers are registered joins their
-next batch.
+:class:`BatchingBackend` holds each call until every registered worker thread is waiting for the LLM (or has
+finished), then sends the waiting conversations to the inner backend together (:func:`~sb3_r2po.llm.base.answer_batch`:
+one padded ``generate`` for transformers, concurrent requests for a server, one after another otherwise). Each caller
+gets its own replies and errors. With no worker registered a call goes as soon as nothing else is in flight; a call
+from an unregistered thread joins the workers' next batch.
 """
 
 from __future__ import annotations
@@ -43,11 +38,8 @@ class _Request:
 
 class BatchingBackend:
     """
-    A :class:`~sb3_r2po.llm.base.ChatBackend` shared by several threads that sends their concurrent calls as
-    batches of ``inner``.
-
-    Which calls share a batch depends on timing; the replies of a deterministic (greedy) ``inner`` do not, except
-    for the small numerical effect of padding in a batched ``generate`` (see the Scaling page of the documentation).
+    A backend shared by several threads that sends their concurrent calls as batches of ``inner`` (which calls share a
+    batch depends on timing; greedy replies do not, up to the padding of a batched ``generate``).
 
     :param inner: The backend (or ``llm`` string, or callable) that answers.
     :param max_batch: The largest batch sent at once (``None``: every waiting call).
@@ -59,14 +51,12 @@ class BatchingBackend:
         self.inner: ChatBackend = make_backend(inner)
         self.max_batch = max_batch
         self.batch_sizes: list[int] = []
-        """The size of every batch sent, in order (for tests and benchmarks)."""
+        """The size of every batch sent, in order."""
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
         self._workers = 0
         self._in_flight = False
         self._setup_lock = threading.Lock()
-
-    # ------------------------------------------------------------------ workers
 
     @contextmanager
     def worker(self) -> Iterator[None]:
@@ -80,51 +70,28 @@ class BatchingBackend:
                 self._workers -= 1
                 self._cond.notify_all()  # the others may now be a full batch
 
-    # ------------------------------------------------------------------ the backend seam
-
     def check_resources(self) -> None:
-        """Forwarded to ``inner`` (once at a time), when it checks its resources (:class:`ChecksResources`)."""
+        """Forwarded to ``inner`` when it has it."""
         if isinstance(self.inner, ChecksResources):
             with self._setup_lock:
                 self.inner.check_resources()
 
     def constrain(self, space: ParameterSpace | None) -> None:
-        """
-        Forwarded to ``inner``, when it constrains its decoding (:class:`Constrainable`): every model sharing this
-        backend must have the same parameter space.
-        """
+        """Forwarded to ``inner`` when it has it: every model sharing this backend must have the same parameter space."""
         if isinstance(self.inner, Constrainable):
             with self._setup_lock:
                 self.inner.constrain(space)
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
-        """
-        Answer one conversation, as part of the next batch.
-
-        :param messages: Chat messages.
-        :param temperature: Sampling temperature.
-        """
+        """Answer one conversation, as part of the next batch."""
         return self.answer_batch([messages], temperature=temperature).unwrap()[0]
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """
-        Answer several conversations of one caller (e.g. ``pure_search``'s two proposals) in the next batch, with
-        the other threads' calls: the inner backend is never called from two threads at once.
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        :raises BaseException: the first error of the caller's conversations, after all of them were asked.
-        """
+        """Answer several conversations of one caller in the next batch; raise the first error after all were asked."""
         return self.answer_batch(conversations, temperature=temperature).unwrap()
 
     def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
-        """
-        As :meth:`chat_batch`, but return each conversation's reply or error. The errors are the caller's own
-        objects (copies of the inner backend's, which other callers of the same batch may get too).
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        """
+        """As :meth:`chat_batch`, but return each conversation's reply or error (the caller's own copies)."""
         requests = [_Request(messages, temperature) for messages in conversations]
         self._wait_for(requests)
         copies: dict[int, BaseException] = {}
@@ -145,8 +112,6 @@ class BatchingBackend:
                     self._send(batch)  # releases the lock while the inner backend works
                 else:
                     self._cond.wait()
-
-    # ------------------------------------------------------------------ batching (called with the lock held)
 
     def _take_batch(self) -> list[_Request]:
         """The next batch when it is complete and nothing is in flight, else ``[]``."""
@@ -189,11 +154,8 @@ class BatchingBackend:
 
 
 def _own_copy(exc: BaseException) -> BaseException:
-    """
-    A copy of ``exc`` (same class, arguments, attributes, cause and traceback) made without calling its
-    ``__init__``: an error shared by several callers of a batch, each of which raises its own object (raising one
-    object from several threads at once would mix their tracebacks).
-    """
+    """A copy of ``exc`` made without its ``__init__``: each caller of a batch raises its own object (one object raised
+    from several threads at once would mix their tracebacks)."""
     copied = type(exc).__new__(type(exc))
     copied.args = exc.args
     copied.__dict__.update(exc.__dict__)

@@ -1,14 +1,10 @@
 """``ExampleLLM``: a deterministic stand-in for a language model. It is NOT an LLM.
 
-It reads R2PO's prompts the way a model would (plain text in, reply text out) and answers with a seeded
-local search: the Search role perturbs the best vector of the history by about the step size, the
-Critic role makes a small edit to the candidate, or keeps it unchanged when its mean reward reaches the
-revision rule's threshold (critic_only, which shows no candidate: a small edit of the history's best vector).
-Its replies use R2PO's reply layout (the vector on the first line, then a note), so tests, docs and the
-quickstart run the whole loop (prompts, parsing, retries, keep-best) without a model. Its answer is a pure function of
-``seed`` and the messages, so runs are reproducible and replayable.
-
-Results obtained with it say nothing about what an LLM achieves.
+It reads R2PO's prompts and answers with a seeded local search in R2PO's reply layout: the Search perturbs the
+history's best vector by about the step size; the Critic makes a small edit to the candidate, or keeps it when its mean
+reward reaches the revision threshold (critic_only: a small edit of the best). Its answer is a pure function of
+``seed`` and the messages, so tests, docs and the quickstart run the whole loop reproducibly without a model. Results
+obtained with it say nothing about what an LLM achieves.
 """
 
 from __future__ import annotations
@@ -52,26 +48,9 @@ class ExampleLLM:
     :param explore: Probability that a Search reply samples a fresh random vector instead of refining the best.
     """
 
-    MAX_PARSED_LINES = 4096
-    """History lines whose parsed vectors are kept: a prompt repeats the history of the previous one, so each line
-    is parsed once, not once per call (the cache is cleared when it is full)."""
-
     def __init__(self, seed: int = 0, explore: float = 0.1) -> None:
         self.seed = int(seed)
         self.explore = float(explore)
-        self._parsed: dict[tuple[str, ParameterSpace], np.ndarray | None] = {}
-
-    def _parse_line(self, line: str, space: ParameterSpace) -> np.ndarray | None:
-        """``parse_params(line, space).params``, remembered (read only: callers copy before they change it)."""
-        key = (line, space)
-        if key not in self._parsed:
-            if len(self._parsed) >= self.MAX_PARSED_LINES:
-                self._parsed.clear()
-            params = parse_params(line, space).params
-            if params is not None:
-                params.setflags(write=False)
-            self._parsed[key] = params
-        return self._parsed[key]
 
     def _rng(self, messages: Sequence[Message]) -> np.random.Generator:
         digest = hashlib.sha256(json.dumps([self.seed, list(messages)], sort_keys=True).encode()).digest()
@@ -97,10 +76,10 @@ class ExampleLLM:
 
         candidate = _CANDIDATE.search(prompt)
         parsed_history = [  # (a reference-layout line may match _HISTORY with a "value;" as its return: not a line of it)
-            (self._parse_line(line, space), float(ret)) for line, ret in _HISTORY.findall(prompt) if _NUMBER.fullmatch(ret)
+            (parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt) if _NUMBER.fullmatch(ret)
         ]
         parsed_history += [
-            (self._parse_line(f"params: [{inline}]" if inline else indexed, space), float(ret))
+            (parse_params(f"params: [{inline}]" if inline else indexed, space).params, float(ret))
             for inline, indexed, ret in _REFERENCE_HISTORY.findall(prompt)
         ]
         history = [(v, r) for v, r in parsed_history if v is not None]

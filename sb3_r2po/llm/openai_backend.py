@@ -1,66 +1,25 @@
 """A chat backend for OpenAI-compatible servers: vLLM, SGLang, llama.cpp server, Ollama (``/v1``), ``transformers serve``.
 
-``llm="http://127.0.0.1:8000/v1"`` (or ``...#MODEL`` to name the model) builds an :class:`OpenAIBackend`.
-Design:
+``llm="http://127.0.0.1:8000/v1"`` (or ``...#MODEL``) builds an :class:`OpenAIBackend`.
 
-- **The official ``openai`` client**, created lazily on the first call (so constructing, validating and
-  pickling the backend touch no network). Its own retries are off; this module retries itself, so the
-  policy and the final error are ours.
-- **Timeout = deadline.** ``timeout`` bounds each HTTP request as a whole: connecting, sending, waiting and
-  reading the reply to its last byte, however the server paces it (a server that trickles its reply a few
-  bytes at a time, each gap shorter than the timeout, is cut off too). Every socket operation is also bounded
-  by ``timeout`` (the client's own timeouts); on top, a watchdog timer per request (:class:`RequestDeadline`)
-  shuts the request's connection down when the deadline passes, which ends a blocked read at once. The
-  connection is found with the ``trace`` extension of httpcore (the transport under the ``openai`` client),
-  which reports each new connection's network stream; requests ask for ``Connection: close``, so that every
-  request opens its own connection and the watchdog knows it. A request past its deadline is a timeout like
-  any other: retried, then reported as "timed out after N s".
-- **Retries** with exponential backoff (``backoff`` seconds, doubled per attempt, at most ``backoff_max``,
-  honouring a ``Retry-After`` header) on connection errors (refused, dropped mid-response), timeouts, HTTP
-  408, 429 and 5xx, and malformed bodies (a 200 that is not JSON or not a chat completion, e.g. ``{}`` or
-  an ``{"error": ...}`` body without ``choices``, whose error message is kept for the final error); none on
-  other 4xx (a bad request stays bad). After the last attempt :class:`LLMServerError` (an
-  :class:`~sb3_r2po.llm.base.LLMBackendError`) says which URL, what happened and how many attempts were made.
-- **The model name**: the ``model`` setting, else the ``#MODEL`` part of the URL, else the first model the
-  server lists at ``/models`` (asked once).
-- **API key**: only the *name* of an environment variable (``api_key_env``) is stored; the key is read when
-  the client is created, and the client is dropped when the backend is pickled, so a saved R2PO model
-  holds no secret. ``api_key=`` passes the key itself: it is kept apart and never pickled (a backend
-  unpickled without it says so at its first request). Without either, a placeholder key is sent (local
-  servers ignore it).
-- **No secret in any message, log or record.** The URL is stored, shown and recorded (``repr``, errors, the
-  run's transcript), so :func:`parse_server_url` refuses one that carries a credential, whatever its spelling:
-  user information (``https://user:password@host``, ``token@host``, percent-encoded), a query string or
-  parameters (``?api_key=...``, ``&token=...``), a token that looks like an API key in the path or the model
-  name; its messages show the URL masked (:func:`~sb3_r2po.llm.resolve.redact_spec`). The scheme may be in
-  any letter case (``HTTPS://`` is read as ``https://``). Text a server sends back (an error body may echo
-  the key) reaches an error message only with the key in use, any part of it of 8 characters or more, and
-  whatever looks like a credential masked; the underlying exception is chained only when its own text holds
-  nothing to mask. ``repr`` shows the URL, the model and the reasoning effort, never the key or its
-  variable.
-- **Reasoning effort** (``low``/``medium``/``high``) goes where the server looks for it, by
-  ``reasoning_effort_via``: ``"field"`` sends the OpenAI ``reasoning_effort`` request field (what vLLM
-  reads for gpt-oss, and Ollama); ``"chat_template_kwargs"`` sends ``extra_body={"chat_template_kwargs":
-  {"reasoning_effort": ...}}`` (what servers that render the model's Jinja template read: llama.cpp server,
-  SGLang, ``transformers serve``); ``"both"`` (the default) sends both, which these servers accept
-  (``transformers serve`` ignores the field with a warning; a strict server may refuse the unknown field:
-  then pick one).
-- **Harmony.** Servers with a reasoning parser return the answer as ``content`` (and the reasoning apart);
-  others return raw or flattened harmony text, whose final channel is taken
-  (:func:`~sb3_r2po.llm.harmony.final_channel`). A reply cut off by the token limit (``finish_reason ==
-  "length"``) after its answer began is returned as a cut-off reply (:func:`~sb3_r2po.llm.harmony.cut_off_reply`),
-  which R2PO's parser reads as the reference does. No answer (no choice, empty content, no final channel) is
-  retried once with one step lower effort and, when ``max_tokens`` is set, a ``retry_budget_factor`` times
-  larger budget; the retry is skipped when it would send the same request (no ``max_tokens`` and no effort
-  to lower). If still unanswered, the text returned is harmony output without a final channel
-  (:func:`~sb3_r2po.llm.harmony.without_answer`: what came before the answer, or the reasoning when the
-  server gave it apart; empty when the server sent no choice), counted in ``stats["no_final"]``, so R2PO's
-  parser counts a failed parse.
-- **Batches**: :meth:`OpenAIBackend.chat_batch` sends the conversations concurrently from a thread pool
-  (servers batch concurrent requests themselves).
-- **Usage**: token counts from the response's ``usage``, with the prompt tokens a server's prefix cache served
-  (``usage.prompt_tokens_details.cached_tokens``, which vLLM, SGLang and OpenAI report; 0 when a server does not
-  report it); latency measured around the request(s).
+- **Client**: the official ``openai`` client, created on the first request (constructing and pickling touch no
+  network), with its own retries off.
+- **Timeout = deadline**: ``timeout`` bounds each request from connecting to the last byte, however the server paces
+  it: a watchdog per request (:class:`RequestDeadline`) shuts down the request's connection (found through httpcore's
+  ``trace`` extension; requests ask for ``Connection: close``) when the deadline passes.
+- **Retries** with exponential backoff (honouring ``Retry-After``) on connection errors, timeouts, HTTP 408, 429, 5xx
+  and malformed bodies (a 200 that is not a chat completion); none on other 4xx. Then :class:`LLMServerError`.
+- **Model**: the ``model`` setting, else the ``#MODEL`` part of the URL, else the first model ``/models`` lists.
+- **Secrets**: only the *name* of the key's environment variable is stored (``api_key_env``); ``api_key=`` is kept
+  apart and never pickled. A URL carrying a credential is refused (:func:`parse_server_url`); what a server sends back
+  reaches a message only with the key (and any 8 characters of it) and whatever looks like a credential masked.
+- **Reasoning effort** is sent as the ``reasoning_effort`` field, as ``chat_template_kwargs``, or both
+  (``reasoning_effort_via``).
+- **Harmony**: the answer is the content, or the final channel of raw harmony text; a reply cut off by the token limit
+  after its answer began is a cut-off reply; no answer is retried once with one step lower effort and a larger budget
+  (when that changes the request), then returned without an answer (counted in ``stats["no_final"]``).
+- **Batches** are sent concurrently from a thread pool; **usage** includes the prompt tokens a server's prefix cache
+  served (``usage.prompt_tokens_details.cached_tokens``; 0 when not reported).
 """
 
 from __future__ import annotations
@@ -84,15 +43,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
 
+from sb3_r2po.common.replies import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
-from sb3_r2po.llm.harmony import REASONING_EFFORTS as REASONING_EFFORTS  # importable from here, as it was
 from sb3_r2po.llm.harmony import (
     analysis_only,
     check_reasoning_effort,
-    complete_answer,
     cut_off_reply,
-    final_channel,
-    is_harmony,
     lower_effort,
     retry_budget,
     without_answer,
@@ -129,15 +85,9 @@ _CONNECTED = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_
 
 class RequestDeadline:
     """
-    The deadline of one HTTP request: ``seconds`` after the request is handed to the HTTP transport (which then
-    connects, sends, waits and reads), a watchdog timer shuts down every connection the request has opened (a
-    read blocked on a trickling server ends at once) and sets :attr:`expired`; a connection opened later is shut
-    down as soon as it is reported.
-
-    Within the ``with`` block, :func:`attach_deadline` (an httpx ``request`` event hook, run as the request goes
-    to the transport) starts the timer (:meth:`arm`) and sets httpcore's ``trace`` extension to :meth:`trace`,
-    which reports the request's connections (the active deadline is a context variable: each thread, each
-    request, has its own).
+    The deadline of one HTTP request: ``seconds`` after the request reaches the transport, a watchdog shuts down every
+    connection it opened (a blocked read ends at once) and sets :attr:`expired`. Within the ``with`` block (a context
+    variable: per thread), :func:`attach_deadline` starts the timer and reports the request's connections.
 
     :param seconds: Seconds from handing the request to the transport to the deadline.
     """
@@ -205,12 +155,8 @@ def _shut_down(stream: Any) -> None:
 
 
 def attach_deadline(request: Any) -> None:
-    """
-    An httpx ``request`` event hook: a request sent within a :class:`RequestDeadline` block starts its timer and
-    carries its :meth:`~RequestDeadline.trace` as httpcore's ``trace`` extension (after one already there).
-
-    :param request: The httpx request.
-    """
+    """An httpx ``request`` hook: within a :class:`RequestDeadline` block, start its timer and add its
+    :meth:`~RequestDeadline.trace` as httpcore's ``trace`` extension."""
     deadline = _ACTIVE_DEADLINE.get()
     if deadline is None:
         return
@@ -236,12 +182,6 @@ class _Failure:
     status_code: int | None = None
     retryable: bool = True
     retry_after: float | None = None
-
-
-def split_model_url(url: str) -> tuple[str, str | None]:
-    """Split ``"http://host:port/v1#model"`` into ``("http://host:port/v1", "model")`` (model ``None`` if absent)."""
-    base, sep, model = url.strip().partition("#")
-    return base.rstrip("/"), (model.strip() or None) if sep else None
 
 
 _MODEL_RE = re.compile(r"[A-Za-z0-9._:/@+\-]+")
@@ -293,15 +233,10 @@ def _check_host(name: str, head: str, scheme: str) -> None:
 
 def parse_server_url(url: str, *, name: str = "base_url") -> tuple[str, str | None]:
     """
-    Check a server URL, ``"http://host:port/v1"`` with an optional ``"#MODEL"``, and split it into
-    ``(base URL, model or None)``; the scheme, in any letter case, is given back in lower case.
-
-    Refused with a ``ValueError`` whose message never repeats a credential (it shows the URL masked by
-    :func:`~sb3_r2po.llm.resolve.redact_spec`, or only its scheme when the host cannot be read): a scheme other
-    than ``http``/``https``; user information (``user:password@``, ``token@``, also percent-encoded); a query
-    string or parameters (``?``, ``&``, ``;``, ``=``, also percent-encoded); a token that looks like an API key;
-    spaces or control characters; a missing, unreadable or percent-encoded host, a bad port; a model name with
-    characters other than letters, digits and ``. _ : / @ + -``.
+    Check ``"http://host:port/v1[#MODEL]"`` and split it into ``(base URL, model or None)`` (the scheme lower-cased).
+    ``ValueError`` (never repeating a credential) for another scheme, user information, a query string or
+    parameters, a key-like token, spaces, an unreadable host or port, or a model name of other characters than
+    letters, digits and ``. _ : / @ + -``.
 
     :param url: The URL.
     :param name: What to call it in messages (``"base_url"``, ``"llm"``).
@@ -333,14 +268,12 @@ class OpenAIBackend(TransientState):
         the model.
     :param model: The model name to request; by default the ``#MODEL`` part of ``base_url``, else the first
         model the server lists.
-    :param timeout: Seconds one HTTP request may take, as a deadline: from connecting to the last byte of the reply,
-        however slowly the server sends it (gpt-oss reasoning on a busy server can take minutes); a positive
-        number. Each retry has its own.
+    :param timeout: Seconds one HTTP request may take, from connecting to the last byte (each retry has its own).
     :param max_retries: Further attempts after a failed one (connection errors, timeouts, 408, 429, 5xx).
     :param backoff: Seconds to wait before the first retry; doubled for each next one.
     :param backoff_max: The longest wait between two attempts (``>= 0``).
     :param api_key_env: The *name* of the environment variable holding the API key (read when the client is
-        created, never stored); ``None`` sends a placeholder key. Credentials in ``base_url`` are refused.
+        created); ``None`` sends a placeholder key.
     :param api_key: The API key itself (instead of ``api_key_env``): kept out of ``repr``, messages and pickles.
     :param reasoning_effort: ``"low"``, ``"medium"``, ``"high"``, or ``None`` to send none (server default).
     :param reasoning_effort_via: ``"field"``, ``"chat_template_kwargs"`` or ``"both"`` (see the module notes).
@@ -422,8 +355,6 @@ class OpenAIBackend(TransientState):
         with self._stats_lock:
             self.stats[key] += n
 
-    # ------------------------------------------------------------------ client
-
     def _api_key(self) -> str:
         if self._given_key is not None:
             return self._given_key
@@ -444,10 +375,7 @@ class OpenAIBackend(TransientState):
 
     @property
     def client_created(self) -> bool:
-        """
-        Whether the ``openai`` client exists: ``False`` until the first request (or the first read of
-        :attr:`client`), and again after unpickling. Reading it creates nothing.
-        """
+        """Whether the ``openai`` client exists (not before the first request, nor after unpickling)."""
         return self._client is not None
 
     @property
@@ -553,15 +481,7 @@ class OpenAIBackend(TransientState):
             self.model = ids[0]
         return self.model
 
-    # ------------------------------------------------------------------ chat
-
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
-        """
-        Answer one conversation.
-
-        :param messages: Chat messages (``role``/``content`` dicts).
-        :param temperature: Sampling temperature (0: greedy, as in the paper).
-        """
         self._count("calls")
         msgs = [dict(m) for m in messages]
         start = time.perf_counter()
@@ -586,24 +506,12 @@ class OpenAIBackend(TransientState):
         )
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """
-        Answer several conversations, sending them concurrently (at most ``max_concurrency`` in flight).
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        :raises LLMBackendError: the first conversation's error, after every request has ended
-            (:meth:`answer_batch` gives the replies that came as well).
-        """
+        """Answer several conversations concurrently (at most ``max_concurrency`` in flight); raise the first error after
+        every request has ended (:meth:`answer_batch` gives the replies that came as well)."""
         return self.answer_batch(conversations, temperature=temperature).unwrap()
 
     def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
-        """
-        As :meth:`chat_batch`, but return each conversation's reply or error: one conversation that fails (a request
-        the server refuses) does not lose the others' replies.
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        """
+        """As :meth:`chat_batch`, but return each conversation's reply or error."""
         convs = list(conversations)
         if len(convs) <= 1:
             return ask_each(self, convs, temperature=temperature)
@@ -619,12 +527,7 @@ class OpenAIBackend(TransientState):
     def _ask(
         self, msgs: list[dict[str, str]], temperature: float, effort: str | None, max_tokens: int | None
     ) -> tuple[str | None, str, _Usage]:
-        """
-        One request: ``(answer or None, text for an unanswered reply, token usage)``.
-
-        The text for an unanswered reply has no final channel (:func:`~sb3_r2po.llm.harmony.without_answer`),
-        or is empty when the server sent no choice.
-        """
+        """One request: ``(answer or None, the text of an unanswered reply, token usage)``."""
         kwargs: dict[str, Any] = {"model": self.resolved_model(), "messages": msgs, "temperature": float(temperature)}
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
@@ -653,8 +556,6 @@ class OpenAIBackend(TransientState):
         if cut is not None:
             return cut, content, usage
         return None, _unanswered(content, str(reasoning)), usage
-
-    # ------------------------------------------------------------------ pickling
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.base_url!r}, model={self.model!r}, reasoning_effort={self.reasoning_effort!r})"
@@ -739,16 +640,6 @@ def _check_key_settings(api_key_env: str | None, api_key: str | None) -> None:
         raise ValueError(f"api_key must be a non-empty string, got {type(api_key).__name__} (not repeated here)")
 
 
-def check_no_credentials(url: str) -> None:
-    """
-    Raise ``ValueError`` for a URL that carries a credential: user information (``user:password@``, also
-    percent-encoded), a query string or parameters, a key-like token (the message does not repeat them).
-
-    :param url: A server URL (without the ``#MODEL`` part).
-    """
-    _check_credentials("base_url", url.strip().partition("://")[2], redact_spec(url.strip()))
-
-
 def _add(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
 
@@ -767,11 +658,8 @@ def _count_of(value: Any) -> int | None:
 
 
 def _usage(usage: Any) -> _Usage:
-    """
-    The token counts of a response's ``usage`` (all ``None`` without one). ``cached`` is
-    ``usage.prompt_tokens_details.cached_tokens`` (the OpenAI API's name, which vLLM and SGLang also use), 0 when the
-    server reports usage without it.
-    """
+    """The token counts of a response's ``usage`` (all ``None`` without one); ``cached`` is
+    ``usage.prompt_tokens_details.cached_tokens``, 0 when usage comes without it."""
     if usage is None:
         return _Usage(None, None, None)
     details = getattr(usage, "prompt_tokens_details", None)
@@ -814,10 +702,7 @@ _KEY_PIECE = 8
 
 
 def _without_key(text: str, key: str | None) -> str:
-    """
-    ``text`` with every word that holds the key, or ``_KEY_PIECE`` characters of it in a row (a server that echoes
-    a shortened key), replaced by ``***``.
-    """
+    """``text`` with every word holding the key, or ``_KEY_PIECE`` characters of it in a row, replaced by ``***``."""
     if not key:
         return text
     size = min(_KEY_PIECE, len(key))

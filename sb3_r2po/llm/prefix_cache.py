@@ -1,19 +1,9 @@
 """A cache of llama.cpp states keyed by their tokens, so that a prompt reuses the longest prefix any recent call
-processed, not only the call just before.
+processed, not only the call just before (R2PO's Search and Critic prompts alternate and differ from their first line).
 
-llama-cpp-python keeps one context: on its own it reuses only the prefix a prompt shares with the previous call's
-tokens. R2PO's Search and Critic prompts alternate and differ from their first line, so each would find nothing to
-reuse. With a state cache (``Llama.set_cache``), ``Llama.create_completion`` looks up the cached state with the
-longest common token prefix before each call; when it shares more with the prompt than the live context does, it is
-loaded, and only the rest of the prompt is evaluated. After each call the state (prompt and reply) is saved. So a
-Search call reuses the previous Search call's prefix although a Critic call came between them.
-
-:class:`PrefixStateCache` is such a cache, with llama-cpp-python's ``LlamaRAMCache`` protocol (``cache[tokens]``
-returns the state of the longest common prefix or raises ``KeyError``; ``cache[tokens] = state`` stores one). It
-keeps the most recently used states within ``capacity_bytes`` and stores each state without its logits array: with
-``logits_all=False`` (how :class:`~sb3_r2po.llm.embedded.EmbeddedBackend` loads models) the sampler reads the logits
-of the context, which are computed again for the part of the prompt that is evaluated, and the array a state copies
-(``n_batch`` rows of the vocabulary) is never read. :func:`reused_tokens` tells how many prompt tokens a call did
+:class:`PrefixStateCache` has llama-cpp-python's cache protocol (``Llama.set_cache``): before a completion,
+``cache[prompt]`` returns the state with the longest common token prefix (loaded when it shares more than the live
+context); after it, ``cache[tokens] = state`` stores one. :func:`reused_tokens` tells how many prompt tokens a call did
 not evaluate.
 """
 
@@ -33,17 +23,14 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     if n == 0:
         return 0
-    left, right = np.asarray(a[:n]), np.asarray(b[:n])
-    differ = np.flatnonzero(left != right)
+    differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
     return int(differ[0]) if differ.size else n
 
 
 def reused_tokens(live: Sequence[int], served: Sequence[int] | None, prompt: Sequence[int]) -> int:
     """
-    How many of ``prompt``'s tokens llama-cpp-python took from an earlier state instead of evaluating them, as its
-    ``create_completion`` and ``generate`` decide: the cached state ``served`` is loaded when it shares a longer
-    prefix with the prompt than the live context (``live``, the tokens it held before the call); the shared prefix is
-    kept, but never the whole prompt (its last token is evaluated again, for fresh logits).
+    How many of ``prompt``'s tokens llama-cpp-python took from an earlier state: the longer common prefix of the live
+    context and the served state, but never the whole prompt (its last token is evaluated again, for fresh logits).
 
     :param live: The context's tokens before the call.
     :param served: The tokens of the state the cache returned for the prompt, or ``None``.
@@ -57,8 +44,7 @@ def reused_tokens(live: Sequence[int], served: Sequence[int] | None, prompt: Seq
 
 class PrefixStateCache:
     """
-    The most recently used llama.cpp states, found by the longest common token prefix (llama-cpp-python's cache
-    protocol: pass it to ``Llama.set_cache``).
+    The most recently used llama.cpp states, found by the longest common token prefix.
 
     :param capacity_bytes: The most bytes the stored states may take; the least recently used are dropped first (a
         state larger than this is not kept).
@@ -80,11 +66,6 @@ class PrefixStateCache:
     def cache_size(self) -> int:
         """Bytes the stored states take."""
         return sum(_size(state) for state in self.states.values())
-
-    def clear(self) -> None:
-        """Drop every state."""
-        self.states.clear()
-        self.asked = self.served = None
 
     def forget_lookup(self) -> None:
         """Forget the last lookup (call before a call, to read :attr:`asked` and :attr:`served` after it)."""
@@ -113,9 +94,8 @@ class PrefixStateCache:
         return self._longest(tuple(int(t) for t in key)) is not None
 
     def __setitem__(self, key: Sequence[int], state: Any) -> None:
-        """Keep ``state`` under the tokens it evaluated (its ``input_ids[:n_tokens]``), else under ``key``: llama-cpp-python
-        passes the prompt and reply, whose last tokens a state need not hold (a reply cut at ``max_tokens``, forced
-        tokens never evaluated: :func:`~sb3_r2po.llm.embedded.forcing_generate`)."""
+        """Keep ``state`` under the tokens it evaluated (``input_ids[:n_tokens]``), else under ``key`` (the prompt and
+        reply, whose last tokens a state need not hold: a reply cut at ``max_tokens``)."""
         ids, n_tokens = getattr(state, "input_ids", None), getattr(state, "n_tokens", None)
         if isinstance(ids, np.ndarray) and isinstance(n_tokens, int):
             key = ids[:n_tokens].tolist()
@@ -128,9 +108,9 @@ class PrefixStateCache:
 
 
 def _slim(state: Any) -> None:
-    """Drop what a state holds that the next call never reads: the logits rows (replaced by one row of zeros, which
-    ``Llama.load_state`` broadcasts) and the tokens past ``n_tokens`` (stale ones, which would otherwise count as a
-    shared prefix when llama-cpp-python compares a state's tokens with a prompt)."""
+    """Drop what a stored state holds that no call reads: its logits rows (a completion without ``logits_all`` samples
+    from the context's logits; one row of zeros stays, which ``Llama.load_state`` broadcasts), so a state costs its
+    llama.cpp state only, and its tokens past ``n_tokens`` (stale ones would pass for a shared prefix)."""
     scores = getattr(state, "scores", None)
     if isinstance(scores, np.ndarray) and scores.ndim == 2 and scores.shape[0] > 1:
         state.scores = np.zeros((1, scores.shape[1]), dtype=scores.dtype)

@@ -1,41 +1,23 @@
-"""Record every LLM call to a JSONL file, and replay such a file as a backend.
+"""Record every LLM call to a JSONL file (the run directory's transcript), and replay such a file as a backend.
 
-Runs with a real model are slow and not exactly repeatable; a recording makes them both cheap to re-run and
-auditable. Design:
-
-- :class:`RecordingBackend` wraps any backend. After each reply it appends one JSON line: the request hash,
-  the messages, the request settings, a description of the backend, the reply text, token usage (with the prompt
-  tokens served from a prefix cache, when the backend reports them) and latency. Each line is written and fsynced
-  before the reply is returned, so a crash loses at most the call in flight. A record is whole when its newline is
-  on disk: a write that fails half-way (a full disk) is cut back before its error is raised, and a half-written
-  last line (a crash) is cut off, with a warning, before the next record is appended
-  (:func:`~sb3_r2po.common.files.append_line`), so a record never joins a torn one.
-- **Reading** (:func:`read_records`, replay) is by bytes: a last line cut anywhere (inside a multi-byte character
-  too), or a tail of NUL bytes, is skipped with a warning; CRLF line ends and a UTF-8 byte order mark are read as
-  usual; a line that a failed write of an older version joined to the next record keeps that record (with a
-  warning). Any other damaged line (one with lines after it, or a last line that is whole JSON but no record) is an
-  error naming the line: skipping a record inside the file would change a replay.
-- **Resuming** a checkpointed run repeats the calls made after its last checkpoint. :meth:`RecordingBackend.rewind`
-  appends a marker line ``{"rewind": N}``: readers (:func:`read_records`, replay) then keep only the first N
-  calls before it, so a replay follows the resumed run. The calls set aside stay in the file.
-- The **request hash** (:mod:`sb3_r2po.llm.identity`) is the SHA-256 of the canonical JSON of the messages (role
-  and content) and the request settings that the :class:`~sb3_r2po.llm.base.ChatBackend` protocol carries (the
-  temperature). Backend settings (model, reasoning effort, ...) are recorded for the record but not hashed: a
-  replay cannot know them, and a recording is replayed in place of the backend that made it.
-- :class:`ReplayBackend` answers by that hash. When the same request was recorded several times, the
-  recorded replies are given in their order (R2PO at temperature 0 can ask the same prompt twice and the
-  model may still have answered differently). A request that was not recorded, or asked more often than
-  recorded, is a miss: it raises :class:`ReplayMissError` naming the request (its hash and the start of its
-  last message), unless a ``fallback`` backend answers it.
-- ``llm="replay:PATH"`` builds a :class:`ReplayBackend` (:data:`REPLAY_FORM`). A replay's fallback is itself an
-  ``llm`` argument, which may name another replay: the form is registered into
-  :data:`~sb3_r2po.llm.resolve.STRING_FORMS` by the :mod:`sb3_r2po.llm` package, so that
-  :mod:`~sb3_r2po.llm.resolve` need not import this module.
+- :class:`RecordingBackend` wraps any backend and appends one JSON line per reply: the request hash, the messages,
+  the request settings, a description of the backend (credentials masked), the reply, token usage and latency. Each
+  line is written and fsynced before the reply is returned (a crash loses at most the call in flight); a write that
+  fails half-way is cut back, and a half-written last line a crash left is cut off, with a warning, before the next
+  record is appended (:func:`~sb3_r2po.common.files.append_line`).
+- :func:`read_records` skips, with a warning, a last line a crash cut short (no newline; anywhere, NUL bytes too);
+  any other damaged line is an error naming it: leaving a record out would change a replay.
+- A resumed run asks again the calls made after its last checkpoint: :meth:`RecordingBackend.rewind` appends a
+  marker ``{"rewind": N}`` and readers keep only the first N calls before it (the others stay in the file).
+- :class:`ReplayBackend` answers by the request hash (:mod:`sb3_r2po.llm.identity`: the messages and the
+  temperature; backend settings are recorded, not hashed), repeated requests in their recorded order; a request
+  not recorded, or asked more often, raises :class:`ReplayMissError` unless a ``fallback`` answers it.
+- ``llm="replay:PATH"`` builds a :class:`ReplayBackend` (:data:`REPLAY_FORM`, registered into
+  :data:`~sb3_r2po.llm.resolve.STRING_FORMS` by the :mod:`sb3_r2po.llm` package).
 """
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import threading
@@ -47,15 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.common.files import append_line, cut_partial_line
-from sb3_r2po.llm.base import (
-    BatchResult,
-    ChatBackend,
-    ChatReply,
-    LLMBackendError,
-    Message,
-    TransientState,
-    answer_batch,
-)
+from sb3_r2po.llm.base import BatchResult, ChatBackend, ChatReply, LLMBackendError, Message, TransientState, answer_batch
 from sb3_r2po.llm.identity import canonical_messages
 from sb3_r2po.llm.identity import request_hash as request_hash  # importable from here, as they were
 from sb3_r2po.llm.identity import request_settings as request_settings
@@ -95,10 +69,9 @@ class RecordingBackend(TransientState):
 
     def refresh(self) -> int:
         """
-        Read the file again: cut off a half-written last line (a crash mid-write; with a warning), so that the next
-        record starts on its own line, and count the calls it holds (:attr:`recorded`).
+        Read the file again: cut off a half-written last line (a crash mid-write; with a warning) and count its calls.
 
-        :return: The calls recorded in the file.
+        :return: The calls recorded in the file (:attr:`recorded`).
         :raises LLMBackendError: when a line inside the file is damaged (see :func:`read_records`).
         """
         with self._lock:
@@ -117,10 +90,8 @@ class RecordingBackend(TransientState):
 
     def rewind(self, calls: int) -> int:
         """
-        Set aside the recorded calls after the first ``calls`` (they stay in the file, readers skip them).
-
-        A resumed run calls this with the number of calls its checkpoint had made: the calls recorded after the
-        checkpoint are asked again, and a replay must follow the new answers, not the old ones.
+        Set aside the recorded calls after the first ``calls`` (they stay in the file, readers skip them): a resumed
+        run asks again the calls made after its checkpoint, and a replay must follow the new answers.
 
         :param calls: The number of recorded calls to keep.
         :return: The number of calls set aside (0: nothing was written).
@@ -199,20 +170,11 @@ class RecordingBackend(TransientState):
 
 
 class ReplayMissError(LLMBackendError):
-    """
-    A replayed request has no recorded reply (left).
-
-    :param message: The explanation.
-    :param request_hash: The hash of the request.
-    """
+    """A replayed request has no recorded reply (left); ``request_hash`` is the request's hash."""
 
     def __init__(self, message: str, *, request_hash: str) -> None:
         super().__init__(message)
         self.request_hash = request_hash
-
-
-RECORD_START = b'{"version": '
-"""How every line :class:`RecordingBackend` writes begins (a key's quotes inside a string value are escaped)."""
 
 
 def _problem(record: Any, count: int) -> str | None:
@@ -229,72 +191,26 @@ def _problem(record: Any, count: int) -> str | None:
     return None
 
 
-def _parse(raw: bytes) -> tuple[Any, str | None]:
-    """The JSON value of a line, or why it has none (``"not UTF-8 text"``, ``"not JSON"``)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    try:
-        return json.loads(text), None
-    except json.JSONDecodeError:
-        return None, "not JSON"
-
-
-def _salvage(raw: bytes, count: int) -> tuple[dict[str, Any], int] | None:
-    """A whole record appended to a half-written one on the same line (by a version that did not cut torn lines):
-    the record and the length of the torn part before it; ``None`` when the line is not that."""
-    start = raw.rfind(RECORD_START)
-    while start > 0:
-        record, problem = _parse(raw[start:])
-        if problem is None and _problem(record, count) is None:
-            return record, start
-        start = raw.rfind(RECORD_START, 0, start)
-    return None
-
-
-def _numbered_lines(data: bytes) -> list[tuple[int, bytes]]:
-    """The non-blank lines of ``data`` and their numbers (1-based); only a newline ends a line, as in the writer."""
-    if data.startswith(codecs.BOM_UTF8):  # an editor's byte order mark
-        data = data[len(codecs.BOM_UTF8) :]
-    # str.splitlines() would also split at U+2028, U+0085, ... inside a reply: split the bytes at b"\n" only
-    return [(number, line) for number, line in enumerate(data.split(b"\n"), start=1) if line.strip()]
-
-
-def _damaged(path: str | os.PathLike[str], number: int, problem: str, after: int) -> LLMBackendError:
-    return LLMBackendError(
-        f"{path}: line {number} is {problem}, and {after} line(s) follow it: the recording is damaged (a crash "
-        "only cuts its last line short), and leaving the line out would change a replay. Restore the file from a "
-        f"copy; to keep only the calls before the damage, keep its first {number - 1} line(s) "
-        f"(e.g. head -n {number - 1} FILE > FIXED), or move it aside to start a new recording"
-    )
-
-
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
     The records of a recording, in order; calls set aside by a ``rewind`` marker (see
-    :meth:`RecordingBackend.rewind`) are left out.
-
-    A last line cut short (a crash: cut anywhere, inside a multi-byte character too, or NUL bytes) is skipped with a
-    warning, and so is the torn part of a line that holds a whole record after it; any other damaged line raises.
+    :meth:`RecordingBackend.rewind`) are left out. A last line without its newline that is not JSON (a crash cut it
+    short, anywhere, or left NUL bytes) is skipped with a warning; any other damaged line raises.
 
     :param path: The JSONL file written by :class:`RecordingBackend`.
-    :raises LLMBackendError: naming the line, when a line inside the file (or a last line that is whole JSON) is not
-        a record.
+    :raises LLMBackendError: naming the line, when a line is not a record and is not such a last line.
     """
     records: list[dict[str, Any]] = []
-    lines = _numbered_lines(Path(path).read_bytes())
-    for index, (number, raw) in enumerate(lines):
-        record, problem = _parse(raw)
-        if problem is None:
-            problem = _problem(record, len(records))
-            if problem is not None:  # whole JSON, but not a record: not a crash's doing, wherever it is
-                raise _damaged(path, number, problem, len(lines) - index - 1)
-        else:
-            salvaged = _salvage(raw, len(records))
-            if salvaged is None and index < len(lines) - 1:
-                raise _damaged(path, number, problem, len(lines) - index - 1)
-            if salvaged is None:
+    lines = Path(path).read_bytes().split(b"\n")  # only a newline ends a line (not U+2028 inside a reply)
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        problem: str | None
+        try:
+            record = json.loads(raw.decode("utf-8-sig"))  # -sig: an editor's byte order mark
+        except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            problem = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else "not JSON"
+            if number == len(lines):  # the last line, without its newline: the call it recorded never returned
                 warnings.warn(
                     f"{path}: skipping a half-written last line {number} ({len(raw)} bytes, {problem}): "
                     "the call it was recording never returned",
@@ -302,17 +218,19 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                     stacklevel=2,
                 )
                 continue
-            record, torn = salvaged
-            warnings.warn(
-                f"{path}: line {number} starts with a half-written record ({torn} bytes, skipped) that a failed "
-                "write left, followed by a whole one (kept)",
-                RuntimeWarning,
-                stacklevel=2,
+        else:
+            problem = _problem(record, len(records))
+        if problem is not None:
+            raise LLMBackendError(
+                f"{path}: line {number} is {problem}: the recording is damaged (a crash only cuts its last line short), "
+                "and leaving the line out would change a replay. Restore the file from a copy; to keep only the calls "
+                f"before the damage, keep its first {number - 1} line(s) (e.g. head -n {number - 1} FILE > FIXED), or "
+                "move it aside to start a new recording"
             )
-        if "hash" not in record:  # a rewind marker
+        if "hash" in record:
+            records.append(record)
+        else:  # a rewind marker
             del records[record["rewind"] :]
-            continue
-        records.append(record)
     return records
 
 
@@ -378,17 +296,12 @@ class ReplayBackend(TransientState):
         self.stats["misses"] += 1
         if self.fallback is not None:
             return self.fallback.chat(messages, temperature=temperature)
-        last = str(messages[-1].get("content", "")) if messages else ""
-        start = " ".join(last.split())[:80]
+        start = " ".join(str(messages[-1].get("content", "")).split())[:80] if messages else ""
         recorded = self._recorded.get(key, 0)
-        why = (
-            "it was never recorded"
-            if recorded == 0
-            else f"it was recorded {recorded} time(s) and is now asked for time {self._asked[key]}"
-        )
+        why = f"it was recorded {recorded} time(s) and is now asked for time {self._asked[key]}" if recorded else ""
         raise ReplayMissError(
             f"No recorded reply in {str(self.path)!r} for request {key[:12]} "
-            f"(temperature {float(temperature):g}, last message starts {start!r}): {why}. "
+            f"(temperature {float(temperature):g}, last message starts {start!r}): {why or 'it was never recorded'}. "
             "Pass ReplayBackend(path, fallback=...) to answer misses with another backend.",
             request_hash=key,
         )
@@ -413,15 +326,11 @@ def _check_replay(spec: str) -> None:
         )
 
 
-def _build_replay(spec: str) -> ChatBackend:
-    return ReplayBackend(spec.partition(":")[2].strip())
-
-
 REPLAY_FORM = StringForm(
     "replay:PATH (answer from a RecordingBackend JSONL file)",
     "replay:runs/llm_calls.jsonl",
     reserved_prefix("replay"),
-    _build_replay,
+    lambda spec: ReplayBackend(spec.partition(":")[2].strip()),
     _check_replay,
 )
 """The ``llm`` string form ``replay:PATH``: a :class:`ReplayBackend` of the recording at ``PATH``."""

@@ -1,46 +1,15 @@
 """Turn the ``llm=`` argument (a string, a callable or a backend object) into a :class:`ChatBackend`.
 
-String forms are a small table; each entry says what it matches, how to check its argument and how to build
-the backend, so a new form is one entry. The error for an unknown string lists every accepted form.
+String forms are a table (:data:`STRING_FORMS`, tried in order): ``example[:seed]``; ``embedded[:size]``;
+``replay:PATH`` (registered by :mod:`sb3_r2po.llm`, since a replay's fallback is an ``llm`` argument itself); an
+``http(s)://`` URL with an optional ``#MODEL``; ``package.module:attribute``; a Hugging Face id ``ORG/NAME`` or a local
+model directory written as a path. The prefixes ``example:``, ``embedded:`` and ``replay:`` are reserved: a bad
+argument after one is a ``ValueError`` saying so. Matching and checking are cheap and offline (the import form only
+looks up its top-level package); building is lazy too.
 
-Matching and checking are cheap and offline (regular expressions and a table lookup; no import of torch or
-transformers, no network, no file read; the ``package.module:attribute`` form only looks up whether its
-top-level package exists, importing nothing): R2PO validates its ``llm`` string at construction, and builds
-the backend later. Building is lazy too: a model or a server is first touched by the backend's first ``chat``.
-
-Forms, tried in order: ``example[:seed]``; ``embedded[:size]``; ``replay:PATH``
-(:class:`~sb3_r2po.llm.recording.ReplayBackend`); an ``http(s)://`` URL with an optional ``#MODEL``
-(:class:`~sb3_r2po.llm.openai_backend.OpenAIBackend`); ``package.module:attribute``; a Hugging Face model id
-``ORG/NAME`` or a local model directory written as a path (``/...``, ``./...``, ``../...``, ``~/...``)
-(:class:`~sb3_r2po.llm.transformers_backend.TransformersBackend`). Hub ids without an organisation
-(``gpt2``) need it spelled out (``openai-community/gpt2``).
-
-The prefixes ``example:``, ``embedded:`` (any case) and ``replay:`` are reserved: a string starting with one
-is that form, and a bad argument (a seed that is not an integer, an unknown embedded size, an empty path) is
-a ``ValueError`` saying so, not an attempt to import a module named ``example``. A ``package.module:attribute``
-string that cannot be imported (``mistral:latest``, an Ollama model name without its server URL) is a
-``ValueError`` naming the string and listing the accepted forms: when its top-level package does not exist,
-already at the check; otherwise (a missing submodule or attribute, a failing import) when the backend is
-built.
-
-**Secrets.** An ``llm`` string is stored as given: in ``model.zip``, in the run's ``history.json`` and
-``llm_calls.jsonl``, in messages and logs. So a string that carries a credential is **refused at the check**
-(at ``R2PO(...)`` construction, ``set_llm`` and ``load(..., llm=...)``), never stored redacted: a stored
-string must be the one that runs, and a redacted one would not. Refused, with a ``ValueError`` that tells the
-user to put the key in an environment variable named with ``OpenAIBackend(..., api_key_env=...)`` (or to
-pass ``OpenAIBackend(..., api_key=...)``, which is never pickled): user information in the URL
-(``https://user:password@host/v1``, ``https://token@host/v1``, also percent-encoded), a query string or
-parameters (``?api_key=...``, ``&token=...``, ``;key=...``), and a token that looks like an API key
-(``sk-...``, ``hf_...``) in the path or the model name. Any string starting with ``http://`` or
-``https://``, in any letter case, is taken for a server URL and checked in full
-(:func:`~sb3_r2po.llm.openai_backend.parse_server_url`). No error message repeats a credential: every
-message that shows an ``llm`` string shows :func:`redact_spec` of it (user information, query strings,
-``name=value`` assignments of secret-sounding names and key-like tokens masked as ``***``), whatever the
-form the string was taken for, or none.
-
-The ``replay:PATH`` form is defined in :mod:`sb3_r2po.llm.recording` and registered into :data:`STRING_FORMS` by
-the :mod:`sb3_r2po.llm` package, which always runs before this module can be used: a replay's fallback is an
-``llm`` argument itself (built with :func:`make_backend`), so this module cannot import the replay backend.
+**Secrets.** An ``llm`` string is stored as given (``model.zip``, ``history.json``, the transcript, messages), so a
+string carrying a credential (user information, a query string or parameters, a key-like token) is refused at the
+check, never stored redacted; every message that shows an ``llm`` string shows :func:`redact_spec` of it.
 """
 
 from __future__ import annotations
@@ -54,11 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sb3_r2po.llm.base import CallableBackend, ChatBackend
-from sb3_r2po.llm.redaction import KEY_LIKE_RE as KEY_LIKE_RE  # importable from here, as they were
-from sb3_r2po.llm.redaction import REDACTED as REDACTED
-from sb3_r2po.llm.redaction import redact as redact
-from sb3_r2po.llm.redaction import redact_spec as redact_spec
-from sb3_r2po.llm.redaction import shown as shown
+from sb3_r2po.llm.redaction import redact, redact_spec, shown
 
 
 @dataclass(frozen=True)
@@ -105,7 +70,7 @@ def _check_embedded(spec: str) -> None:
 def _build_embedded(spec: str) -> ChatBackend:
     from sb3_r2po.llm.embedded import EmbeddedBackend
 
-    return EmbeddedBackend.from_spec(spec)
+    return EmbeddedBackend(size=spec.partition(":")[2] or "0.5b")
 
 
 _IMPORT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w.]*$")
@@ -241,10 +206,9 @@ def make_backend(llm: str | ChatBackend | Callable[[list[dict[str, str]]], str])
     """
     Build the backend for an ``llm`` argument.
 
-    :param llm: A string in one of the forms of :data:`STRING_FORMS`, a :class:`ChatBackend`, or a
-        callable ``(messages) -> str``.
-    :raises ValueError: for a string that matches no form (the message lists the accepted forms), a reserved
-        prefix with a bad argument, or a ``package.module:attribute`` string that cannot be imported.
+    :param llm: A string of one of the forms of :data:`STRING_FORMS`, a :class:`ChatBackend`, or a callable
+        ``(messages) -> str``.
+    :raises ValueError: for a string of no form, a reserved prefix with a bad argument, or an import that fails.
     """
     if not isinstance(llm, str):
         return as_backend(llm)
@@ -268,12 +232,7 @@ def _checked_form(llm: str) -> StringForm:
 
 
 def check_llm_spec(llm: Any) -> None:
-    """
-    Validate an ``llm`` argument without building anything (no network, no model load, no import of the
-    ``package.module:attribute`` form: only its top-level package is looked up).
-
-    :raises ValueError: for a string of no accepted form, or with a bad argument (see the module notes).
-    """
+    """Validate an ``llm`` argument without building anything (no network, no load, no import)."""
     if isinstance(llm, str):
         _checked_form(llm)
     elif not (isinstance(llm, ChatBackend) or callable(llm)):

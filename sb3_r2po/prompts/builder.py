@@ -1,19 +1,13 @@
 """Render the Search, Critic and retry prompts from the Jinja2 templates in ``templates/``.
 
-Every call is one user message and no system message, as in the reference implementation. Each template follows one
-reference template (named in the Jinja comment at its top) and says the same in its own words; what we add is behind
-options that are off by default (:class:`PromptContext`'s ``search_sees_task``, ``selection_hints``,
-``extra_statistics``; the history compression and trajectory budgets of :class:`~sb3_r2po.R2PO`).
-
-Values (task descriptions, replies quoted back in a retry) are inserted as data: Jinja2 never
-evaluates template syntax that appears inside a value, so neither an env description nor an LLM reply
-can inject template code.
+Every call is one user message, as in the reference. Each template follows one reference template (named in its
+opening comment); our additions are options, off by default. Values are inserted as data: Jinja2 never evaluates
+template syntax inside a value, so neither an env description nor an LLM reply can inject template code.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -21,7 +15,6 @@ from typing import Any, Literal
 import jinja2
 
 from sb3_r2po.common.evidence import EvidencePackage, digits_apart, reference_number, sig
-from sb3_r2po.common.files import default_cache_dir
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 from sb3_r2po.llm.base import Message
 from sb3_r2po.prompts.tasks import TaskDescription
@@ -37,10 +30,8 @@ SEARCH_TEMPLATES = {"r2po": "search_r2po.j2", "props": "search_props.j2", "props
 """The Search template of each :data:`~sb3_r2po.variants.SearchPrompt`."""
 
 PromptLayout = Literal["reference", "compact"]
-"""How prompts write their data: ``reference``, the reference's formats (history entries ``Trial 3: params=[4.9,0.1]
-mean_reward=9.00``, ``.2f`` rewards, traces ``s->a->s' | ... | s->a->[TERMINATED]``, its statistics lines);
-``compact``, ours (vectors in the reply style, 4 significant figures, one line per step ending with the final
-observation)."""
+"""How prompts write their data: ``reference``, the reference's formats; ``compact``, ours (vectors in the reply
+style, 4 significant figures, one line per step)."""
 
 PROMPT_LAYOUTS: tuple[PromptLayout, ...] = ("reference", "compact")
 
@@ -62,10 +53,10 @@ class HistoryLine:
     :param mean_return: Its mean return (a warm-up entry: its one episode's return).
     :param n_episodes: The episodes behind ``mean_return``.
     :param warmup: A warm-up candidate (random, one episode).
-    :param excerpt: A one-line excerpt of its representative episode (rep_traj, always_critic, critic_only Critics).
+    :param excerpt: A one-line excerpt of its representative episode.
     :param trajectory: Its first evaluation episode, one line per step (ProPS+ on tabular tasks).
-    :param index: Its position in the whole history, from 0 (the reference's ``Trial 3``).
-    :param values: The vector's values (the reference layout writes them itself: ``[4.9,0.1]``).
+    :param index: Its position in the whole history, from 0.
+    :param values: The vector's values.
     """
 
     params: str
@@ -82,14 +73,10 @@ def history_summary(
     history: tuple[HistoryLine, ...], best: float | None, best_episodes: int = 0, best_warmup: bool = False
 ) -> dict[str, Any]:
     """
-    What the prompts say about the history beyond its lines: which lines are warm-up entries, and the best
-    mean return with the number of episodes behind it, so the "best so far" line agrees with the history.
-
-    The warm-up lines are those flagged ``warmup`` (R2PO runs them for one episode, every other candidate for
-    K episodes). While only warm-up candidates exist, the best is one episode's return. Once a K-episode line is
-    shown, a warm-up best no longer counts: the best is the best shown K-episode mean. Otherwise the best is the
-    larger of ``best`` (R2PO's best K-episode mean, which may come from a line the compressed history hides) and
-    every shown non-warm-up mean over as many episodes (e.g. a candidate evaluated earlier in this iteration).
+    What the prompts say about the history beyond its lines: which lines are warm-up (one-episode) entries, and the
+    best mean return with the episodes behind it. While only warm-up candidates exist, the best is one episode's
+    return; once a K-episode line is shown, the larger of ``best`` and every shown non-warm-up mean over as many
+    episodes.
 
     :param history: The shown history lines.
     :param best: The best mean return so far, or ``None``.
@@ -124,8 +111,7 @@ class PromptContext:
     """
     What every prompt shows.
 
-    :param task: The task description (shown by every Critic; by the Search only for ProPS+ or with
-        ``search_sees_task``); ``None``: no task section.
+    :param task: The task description (``None``: no task section).
     :param layout: Lines describing how the flat parameters map onto the policy.
     :param space: The parameter space.
     :param target: Target mean return (``None``: not shown).
@@ -137,19 +123,13 @@ class PromptContext:
     :param best_episodes: Episodes behind ``best`` (0: unknown).
     :param best_warmup: Whether ``best`` is a warm-up candidate's return (one episode).
     :param extra: Further template values (they override the ones above of the same name).
-    :param search_sees_task: Ours: the black-box Search prompts also show the task description and the policy layout.
-    :param selection_hints: Ours: the Critic is told what the selection does with its revision, how to keep the
-        proposal, and whether the proposal's mean reaches the revision rule's threshold.
-    :param extra_statistics: Ours: history lines give the episodes behind each value, the Search states the best value
-        so far, and the Critic's statistics add the standard deviation and how the episodes ended.
+    :param search_sees_task: Ours: the black-box Search prompts also show the task and the policy layout.
+    :param selection_hints: Ours: the Critic is told what the selection does with its revision.
+    :param extra_statistics: Ours: episode counts, the best value so far, the standard deviation and the endings.
     :param keep_best: Whether the revision must match the proposal to be kept (``selection_hints`` says so).
     :param history_omitted: History entries the compressed history leaves out.
-    :param reuse_order: Ours: the Critic's sections in the order that lets a prefix cache reuse most of the previous
-        Critic prompt (opening, task, policy, steps and points, reply layout, history, then the proposal, its result and
-        its test, and a closing line pointing back to the reply layout; the selection hints' threshold line with the
-        result) instead of the reference's (opening, proposal, test, history, steps, reply layout); the Search states
-        the planned iteration count only in its last line ("iteration i of N"), not in its opening and rules as well
-        (the count changes when an iteration spends fewer episodes than planned).
+    :param reuse_order: Ours: the Critic's sections ordered for prefix reuse (what stays the same first, the history
+        next, the proposal and its test last), and the Search states the planned iteration count only in its last line.
     :param prompt_layout: How the data is written (:data:`PromptLayout`): the reference's formats, or ours.
     """
 
@@ -174,51 +154,11 @@ class PromptContext:
     prompt_layout: PromptLayout = "reference"
 
 
-logger = logging.getLogger(__name__)
-
-
-class _TemplateCodeCache(jinja2.FileSystemBytecodeCache):
-    """Jinja2's file cache of compiled templates, which never fails a render: an entry that cannot be read (damaged,
-    unreadable) is compiled again, and one that cannot be written (a read-only or full disk) is not kept."""
-
-    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
-            super().load_bytecode(bucket)
-        except Exception as exc:  # a damaged file: pickle and marshal raise several types
-            logger.debug("compiled template %s unreadable, compiling it again: %s", bucket.key, exc)
-            bucket.reset()
-
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
-            super().dump_bytecode(bucket)
-        except OSError as exc:
-            logger.debug("compiled template %s not kept: %s", bucket.key, exc)
-
-
-def template_bytecode_cache() -> jinja2.BytecodeCache | None:
-    """
-    Jinja2's cache of compiled templates in ``<cache directory>/jinja2`` (:func:`~sb3_r2po.common.files.default_cache_dir`,
-    created private to the user), so that a new process loads each template's compiled code instead of compiling it
-    again; ``None`` (templates compiled in every process) when the directory cannot be made. An entry is used only
-    for the same template source, Jinja2 and Python versions, and written atomically (concurrent processes are safe);
-    one that cannot be read is compiled again, one that cannot be written is not kept.
-    """
-    directory = default_cache_dir() / "jinja2"
-    try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        logger.debug("no template bytecode cache in %s: %s", directory, exc)
-        return None
-    return _TemplateCodeCache(str(directory))
-
-
 @functools.lru_cache(maxsize=16)
 def template_environment(template_dir: str | None = None) -> jinja2.Environment:
     """
-    The Jinja2 environment of the packaged templates, or of ``template_dir``; one per directory in a process, so each
-    template is compiled once, not once per model, and a template's compiled code is kept between processes
-    (:func:`template_bytecode_cache`). Templates of a ``template_dir`` are reloaded when their file changes; the packaged
-    ones are not checked again (two file-system calls per template and render saved).
+    The Jinja2 environment of the packaged templates, or of ``template_dir`` (one per directory in a process, so each
+    template is compiled once); templates of a ``template_dir`` are reloaded when their file changes.
 
     :param template_dir: An absolute directory of templates replacing the packaged ones; ``None``: the packaged ones.
     """
@@ -234,7 +174,6 @@ def template_environment(template_dir: str | None = None) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,  # an included partial ends with its newline, like any other line
-        bytecode_cache=template_bytecode_cache(),
         auto_reload=template_dir is not None,
     )
     env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
@@ -265,8 +204,7 @@ class PromptBuilder:
 
     @property
     def env(self) -> jinja2.Environment:
-        """The Jinja2 environment of the templates (:func:`template_environment`, one per directory in a process): not
-        held by the builder, so that a builder, and a model holding one, pickles and deep-copies."""
+        """The Jinja2 environment of the templates (not held, so a builder pickles)."""
         return template_environment(self.template_dir)
 
     def _render(self, name: str, **values: Any) -> str:

@@ -1,24 +1,10 @@
-"""Named prompt settings: how much history and trajectory R2PO's prompts show, how vectors are written, and which of
-our prompt additions are on.
-
-Each preset fixes all eleven of R2PO's prompt-rendering parameters, so it reads the same whatever the defaults::
-
-    from sb3_r2po import R2PO
-    from sb3_r2po.prompts import prompt_preset
+"""Named prompt settings: each fixes all eleven of R2PO's prompt-rendering parameters::
 
     model = R2PO("MlpLinear", "Swimmer-v5", llm="embedded", **prompt_preset("tight"))
 
-``full`` is the reference implementation's rendering (R2PO's defaults). ``lean`` and ``tight`` are ours, for small
-models on a CPU: besides shorter prompts (our compact data layout, ``prompt_layout="compact"``) they turn on our
-additions, which the reference's prompts do not have:
-``search_sees_task`` (the Search sees the task and the policy layout), ``critic_selection_hints`` (the Critic is told
-what the selection does with its revision) and ``extra_statistics`` (episode counts, the best value so far, the
-standard deviation and the episode endings). A run with them is a variant of R2PO, not the paper's method. With any
-of them (or a compressed history) the Critic's sections are ordered for prefix reuse: what stays the same during a
-run first (the reply layout among it), the history next, the proposal and its test last
-(:class:`~sb3_r2po.prompts.builder.PromptContext`'s ``reuse_order``).
-
-Measured sizes and results of each preset: the Performance page of the documentation.
+``full`` is the reference's rendering (R2PO's defaults). ``lean`` and ``tight`` are ours, for small models on a CPU:
+shorter prompts (``prompt_layout="compact"``) with our additions on (``search_sees_task``, ``critic_selection_hints``,
+``extra_statistics``), which makes a run a variant of R2PO, not the paper's method.
 """
 
 from __future__ import annotations
@@ -79,9 +65,6 @@ def prompt_preset(name: str) -> dict[str, Any]:
     The R2PO keyword arguments of a named prompt preset (a copy: change it freely).
 
     :param name: One of ``PROMPT_PRESETS``: ``"full"``, ``"lean"`` or ``"tight"``.
-    :return: ``history_best_k``, ``history_recent``, ``history_slack``, ``max_trajectory_steps``, ``trajectory_digits``,
-        ``fold_repeated_steps``, ``reply_style``, ``prompt_layout``, ``search_sees_task``, ``critic_selection_hints``
-        and ``extra_statistics``.
     :raises ValueError: for an unknown name.
     """
     if name not in PROMPT_PRESETS:

@@ -1,11 +1,5 @@
-"""Task descriptions shown to the LLM: a registry for known environments, generated text for any other.
-
-A description is data, not prose in code: one line per observation dimension (or one line describing
-the state index for ``Discrete`` observations), one line per action (``Discrete``) or action dimension
-(``Box``), the reward and how an episode ends. Tests compare these counts with the env's spaces, so a
-description cannot drift from the environment silently. How the flat parameters map onto the policy is
-rendered from the policy itself, not written here.
-"""
+"""Task descriptions shown to the LLM: a registry for known environments, generated text for any other (one line per
+observation dimension or for the state index, one per action or action dimension, the reward and the episode end)."""
 
 from __future__ import annotations
 

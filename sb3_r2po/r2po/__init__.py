@@ -1,3 +1,4 @@
+from sb3_r2po.r2po.arguments import R2POSettings
 from sb3_r2po.r2po.policies import (
     CompactPolicy,
     LinearPolicy,
@@ -18,6 +19,7 @@ __all__ = [
     "MlpLinear",
     "ProjectedMlp",
     "ProjectedMlpPolicy",
+    "R2POSettings",
     "RandomFeatures",
     "RandomFeaturesPolicy",
     "Tabular",

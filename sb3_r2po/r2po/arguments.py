@@ -1,32 +1,36 @@
-"""Checks of R2PO's constructor arguments, one function per parameter group; each bad value gets a ``ValueError``."""
+"""R2PO's settings: :class:`R2POSettings`, built and checked once from the constructor's arguments (a bad value gets a
+``ValueError`` naming it), and the settings table's part of them (:func:`resolve_settings`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 from gymnasium import spaces
 
-from sb3_r2po.common.parameters import REPLY_STYLES
-from sb3_r2po.common.rollouts import check_vec_env
-from sb3_r2po.llm.resolve import check_llm_spec
-from sb3_r2po.prompts.builder import PROMPT_LAYOUTS
+from sb3_r2po.common.parameters import REPLY_STYLES, ReplyStyle
+from sb3_r2po.prompts.builder import PROMPT_LAYOUTS, PromptLayout
 from sb3_r2po.r2po.policies import CompactPolicy
-from sb3_r2po.variants import get_variant
+from sb3_r2po.variants import Variant, get_variant
 from sb3_r2po.zoo.settings import WITHOUT_TABLE
-
-if TYPE_CHECKING:
-    from sb3_r2po.r2po.r2po import R2PO
 
 ON_UNUSABLE_REPLY = ("rerun", "reask")
 """What an unusable reply leads to: the reference's rerun of the iteration, or our re-ask and fallback."""
 
 REPLY_READINGS = ("reference", "last_vector")
 """How replies are read: as the reference's agent of the variant reads them, or our last complete vector."""
+
+TAU_C_MARGIN = 0.05
+"""When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
+
+SettingsSource = Literal["given", "reference", "derived"]
+"""Where a setting came from: the constructor's argument, the settings table, or R2PO's derivation."""
 
 
 def check_int(name: str, value: Any, low: int, optional: bool = False) -> None:
@@ -58,16 +62,15 @@ def check_flag(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
-def check_path(name: str, value: Any) -> None:
-    """Raise a ``ValueError`` unless ``value`` is a path (a string or ``os.PathLike``) or ``None``."""
-    if value is not None and not isinstance(value, (str, os.PathLike)):
-        raise ValueError(f"{name} must be a path (str or os.PathLike) or None, got {value!r}")
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raise a ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None) -> None:
-    """Raise a ``ValueError`` unless ``policy`` is one of the policy names or a policy class, or when it does not take
-    the observation space of ``env`` (an env or a VecEnv; an env id is checked once made): before SB3 wraps the env,
-    so that the error names the env's own space, not a wrapper SB3 adds (``VecTransposeImage`` for images)."""
+    """Raise a ``ValueError`` unless ``policy`` is a policy name or class taking the observation space of ``env``;
+    before SB3 wraps the env, so that the error names the env's own space."""
     if isinstance(policy, str) and policy not in aliases:
         raise ValueError(f"Unknown policy {policy!r}; R2PO accepts {sorted(aliases)} or a CompactPolicy class")
     if not isinstance(policy, (str, type)):
@@ -78,98 +81,173 @@ def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None) -> N
         policy_class.check_observation_space(space)
 
 
-def check_budget(
-    n_eval_episodes: int, warmup_episodes: int, max_episodes: int | None, max_episode_steps: int, max_iterations: int | None
-) -> None:
-    """The budget: K, the warm-up, the cap on episodes, the episode length cap and the planned iterations."""
-    check_int("n_eval_episodes", n_eval_episodes, 1)
-    check_int("warmup_episodes", warmup_episodes, 0)
-    check_int("max_episodes", max_episodes, 1, optional=True)
-    check_int("max_episode_steps", max_episode_steps, 1)
-    check_int("max_iterations", max_iterations, 1, optional=True)
-
-
-def check_search_space(param_bounds: tuple[float, float] | None, param_decimals: int, step_size: float) -> None:
-    """The parameter space of a continuous policy (``param_bounds=None``: the policy's own), and the suggested step."""
-    check_int("param_decimals", param_decimals, 0)
-    check_number("step_size", step_size, 0.0, strict=True)
-    if param_bounds is None:
-        return
-    pair = isinstance(param_bounds, (tuple, list, np.ndarray)) and len(param_bounds) == 2
-    if not pair or not all(is_number(b) and math.isfinite(b) for b in param_bounds):
-        raise ValueError(f"param_bounds must be two finite numbers (low, high), got {param_bounds!r}")
-    if not float(param_bounds[0]) < float(param_bounds[1]):
-        raise ValueError(f"param_bounds are empty or reversed: {param_bounds}")
-
-
-def check_prompts(
-    reply_style: str,
-    max_trajectory_steps: int | None,
-    trajectory_digits: int,
-    history_best_k: int | None,
-    history_recent: int | None,
-    history_slack: int,
-    history_excerpts: int | None,
-    target_return: float | None,
-    tau_c: float | None,
-) -> None:
-    """What the prompts show and how a reply is written."""
-    if reply_style not in REPLY_STYLES:
-        raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
-    check_int("max_trajectory_steps", max_trajectory_steps, 1, optional=True)
-    check_int("trajectory_digits", trajectory_digits, 1)
-    check_int("history_best_k", history_best_k, 0, optional=True)
-    check_int("history_recent", history_recent, 0, optional=True)
-    check_int("history_slack", history_slack, 0)
-    if history_slack and history_best_k is None and history_recent is None:
-        raise ValueError("history_slack needs a compressed history (history_best_k or history_recent)")
-    check_int("history_excerpts", history_excerpts, 0, optional=True)
-    check_number("target_return", target_return, optional=True)
-    check_number("tau_c", tau_c, optional=True)
-
-
-def check_llm_use(temperature: float, max_llm_retries: int, on_unusable_reply: str, max_iteration_attempts: int) -> None:
-    """Sampling, and what an unusable reply leads to."""
-    check_number("temperature", temperature, 0.0)
-    check_int("max_llm_retries", max_llm_retries, 0)
-    if on_unusable_reply not in ON_UNUSABLE_REPLY:
-        raise ValueError(f"on_unusable_reply must be one of {ON_UNUSABLE_REPLY}, got {on_unusable_reply!r}")
-    check_int("max_iteration_attempts", max_iteration_attempts, 1)
-
-
-def check_racing(racing_chunk: int, racing_z: float) -> None:
-    """Racing of challengers (:mod:`sb3_r2po.common.racing`)."""
-    check_int("racing_chunk", racing_chunk, 2)  # the racing rule needs a standard deviation
-    check_number("racing_z", racing_z, 0.0)
-
-
-SettingsSource = Literal["given", "reference", "derived"]
-"""Where a setting came from: the constructor's argument, the settings table, or R2PO's derivation."""
-
-
 def policy_alias(policy: str | type, aliases: Mapping[str, type]) -> str | None:
-    """The short alias of a policy name or class (``ProjectedMlpPolicy`` -> ``ProjectedMlp``): the first alias of its
-    class, which names it in the settings table's ``policies:``; ``None`` for a class without an alias."""
+    """The first alias of a policy name's or class's class (it names the policy in the settings table)."""
     cls = aliases.get(policy) if isinstance(policy, str) else policy
     return next((name for name, alias_class in aliases.items() if alias_class is cls), None)
 
 
-def resolve_settings(
-    given: Mapping[str, Any], table: Mapping[str, Any] | None, env_id: str | None = None
-) -> tuple[dict[str, Any], dict[str, SettingsSource]]:
+@dataclass(frozen=True)
+class R2POSettings:
     """
-    The settings of :data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`: an argument given (not ``None``) wins, then the
-    table's value for the env, variant and policy (:func:`~sb3_r2po.zoo.settings.reference_settings`; not ``None``),
-    then R2PO's value for an env the table lacks.
+    Every setting of a run (the constructor's arguments of the same names; ``R2PO``'s docstring says what each does),
+    checked when built: a bad value gets a ``ValueError`` naming it. ``dataclasses.replace(model.settings, ...)``
+    checks again; the model reads its ``settings`` at every ``learn()``. ``env_id``, ``reward_threshold`` and
+    ``env_time_limit`` are the env's (its spec); ``sources`` says where each setting of :func:`resolve_settings` came
+    from (empty for a model saved before the table).
+    """
 
-    :param given: The constructor's arguments by name (``None``: not given); with ``verbose >= 1`` (and
-        ``_init_setup_model``: not a load) the line of :func:`describe_settings` is printed.
-    :param table: :func:`sb3_r2po.zoo.settings.reference_settings` of the env and variant (``None``: not in the table,
-        or a model being loaded, whose saved values follow).
-    :param env_id: The env's id, for that line.
-    :return: ``(values, sources)``, both keyed by the names of :data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`.
-    """
-    values: dict[str, Any] = {}
+    variant: str = "r2po"
+    n_eval_episodes: int = 20
+    warmup_episodes: int = 20
+    target_return: float | None = None
+    tau_c: float | None = None
+    step_size: float = 1.0
+    param_bounds: tuple[float, float] | None = None
+    param_decimals: int = 1
+    temperature: float = 0.0
+    max_episodes: int | None = None
+    max_iterations: int | None = None
+    max_episode_steps: int = 1000
+    max_trajectory_steps: int | None = None
+    trajectory_digits: int = 3
+    fold_repeated_steps: bool = False
+    history_best_k: int | None = None
+    history_recent: int | None = None
+    history_slack: int = 0
+    reply_style: ReplyStyle = "indexed"
+    prompt_layout: PromptLayout = "reference"
+    search_sees_task: bool = False
+    critic_selection_hints: bool = False
+    extra_statistics: bool = False
+    history_excerpts: int | None = None
+    skip_unchanged_revisions: bool = False
+    max_llm_retries: int = 1
+    on_unusable_reply: str = "rerun"
+    max_iteration_attempts: int = 5
+    reject_duplicates: bool = False
+    reply_reading: str = "reference"
+    reject_cut_off_replies: bool = False
+    clip_actions: bool | None = None
+    prompt_template_dir: str | None = None
+    checkpoint_dir: str | None = None
+    stop_at_target: bool = False
+    racing: bool = False
+    racing_chunk: int = 5
+    racing_z: float = 1.645
+    env_id: str | None = None
+    reward_threshold: float | None = None
+    env_time_limit: int | None = None
+    sources: Mapping[str, SettingsSource] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in FLAGS:
+            check_flag(name, getattr(self, name))
+        for name in ("checkpoint_dir", "prompt_template_dir"):
+            if (path := getattr(self, name)) is not None and not isinstance(path, (str, os.PathLike)):
+                raise ValueError(f"{name} must be a path (str or os.PathLike) or None, got {path!r}")
+        check_int("n_eval_episodes", self.n_eval_episodes, 1)
+        check_int("warmup_episodes", self.warmup_episodes, 0)
+        check_int("max_episodes", self.max_episodes, 1, optional=True)
+        check_int("max_episode_steps", self.max_episode_steps, 1)
+        check_int("max_iterations", self.max_iterations, 1, optional=True)
+        check_int("param_decimals", self.param_decimals, 0)
+        check_number("step_size", self.step_size, 0.0, strict=True)
+        bounds = self.param_bounds
+        if bounds is not None:
+            pair = isinstance(bounds, (tuple, list, np.ndarray)) and len(bounds) == 2
+            if not pair or not all(is_number(b) and math.isfinite(b) for b in bounds):
+                raise ValueError(f"param_bounds must be two finite numbers (low, high), got {bounds!r}")
+            if not float(bounds[0]) < float(bounds[1]):
+                raise ValueError(f"param_bounds are empty or reversed: {bounds}")
+            object.__setattr__(self, "param_bounds", (float(bounds[0]), float(bounds[1])))
+        check_choice("reply_style", self.reply_style, REPLY_STYLES)
+        check_int("max_trajectory_steps", self.max_trajectory_steps, 1, optional=True)
+        check_int("trajectory_digits", self.trajectory_digits, 1)
+        check_int("history_best_k", self.history_best_k, 0, optional=True)
+        check_int("history_recent", self.history_recent, 0, optional=True)
+        check_int("history_slack", self.history_slack, 0)
+        if self.history_slack and not self.compressed:
+            raise ValueError("history_slack needs a compressed history (history_best_k or history_recent)")
+        check_int("history_excerpts", self.history_excerpts, 0, optional=True)
+        check_number("target_return", self.target_return, optional=True)
+        check_number("tau_c", self.tau_c, optional=True)
+        check_choice("prompt_layout", self.prompt_layout, PROMPT_LAYOUTS)
+        check_number("temperature", self.temperature, 0.0)
+        check_int("max_llm_retries", self.max_llm_retries, 0)
+        check_choice("on_unusable_reply", self.on_unusable_reply, ON_UNUSABLE_REPLY)
+        check_int("max_iteration_attempts", self.max_iteration_attempts, 1)
+        check_choice("reply_reading", self.reply_reading, REPLY_READINGS)
+        if self.clip_actions is not None:
+            check_flag("clip_actions", self.clip_actions)
+        check_int("racing_chunk", self.racing_chunk, 2)  # the racing rule needs a standard deviation
+        check_number("racing_z", self.racing_z, 0.0)
+        get_variant(self.variant)
+
+    @property
+    def variant_spec(self) -> Variant:
+        """The :class:`~sb3_r2po.variants.Variant` named by ``variant``."""
+        return get_variant(self.variant)
+
+    @property
+    def target(self) -> float | None:
+        """The target mean return shown to the LLM: ``target_return``, else the env's ``reward_threshold``."""
+        target = self.target_return if self.target_return is not None else self.reward_threshold
+        return None if target is None else float(target)
+
+    @property
+    def revision_threshold(self) -> float | None:
+        """``tau_c``, else ``target - 0.05 * |target|`` when a target is known, else ``None`` (no rule)."""
+        if self.tau_c is not None:
+            return float(self.tau_c)
+        return None if (target := self.target) is None else target - TAU_C_MARGIN * abs(target)
+
+    @property
+    def actions_clipped(self) -> bool:
+        """Whether training rollouts clip continuous actions: ``clip_actions``, else the variant's rule."""
+        return self.variant_spec.clip_actions if self.clip_actions is None else bool(self.clip_actions)
+
+    @property
+    def episode_cap(self) -> int:
+        """Length cap of an evaluation episode: the env's own time limit, else ``max_episode_steps``."""
+        return int(self.env_time_limit) if self.env_time_limit else int(self.max_episode_steps)
+
+    @property
+    def compressed(self) -> bool:
+        """Whether prompts show a compressed history (``history_best_k`` or ``history_recent``)."""
+        return self.history_best_k is not None or self.history_recent is not None
+
+    @property
+    def reasks(self) -> int:
+        """Re-asks after an unusable reply: ``max_llm_retries`` with ``on_unusable_reply="reask"``, none otherwise."""
+        return self.max_llm_retries if self.on_unusable_reply == "reask" else 0
+
+    def warn_if_no_iteration(self) -> None:
+        """Warn when ``max_episodes`` cannot pay for the warm-up and one iteration."""
+        if self.max_episodes is not None and self.max_episodes < self.warmup_episodes + self.n_eval_episodes:
+            warnings.warn(
+                f"R2PO: max_episodes={self.max_episodes} cannot pay for one iteration after the warm-up "
+                f"(warmup_episodes={self.warmup_episodes} + n_eval_episodes={self.n_eval_episodes}): learn() runs the "
+                "warm-up only",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+SETTINGS = tuple(f.name for f in dataclasses.fields(R2POSettings))
+"""The names of :class:`R2POSettings`' fields."""
+
+FLAGS = tuple(f.name for f in dataclasses.fields(R2POSettings) if f.type == "bool")
+"""R2PO's on/off options."""
+
+
+def resolve_settings(
+    given: Mapping[str, Any], table: Mapping[str, Any] | None, env: tuple[str | None, float | None, int | None]
+) -> R2POSettings:
+    """The settings from the constructor's arguments ``given``; for those of :data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`
+    an argument given (not ``None``) wins, then the ``table``'s value (``None``: no table, or a model being loaded),
+    then R2PO's derived value. ``env``: the env's id, reward threshold and time limit (``env_spec``)."""
+    values = {name: given[name] for name in SETTINGS if name in given}
     sources: dict[str, SettingsSource] = {}
     for name, derived in WITHOUT_TABLE.items():
         if given.get(name) is not None:
@@ -178,71 +256,23 @@ def resolve_settings(
             values[name], sources[name] = table[name], "reference"
         else:
             values[name], sources[name] = derived, "derived"
-    if given.get("verbose", 0) >= 1 and given.get("_init_setup_model", True):
-        print(describe_settings(env_id, str(given.get("variant", "r2po")), values, sources), flush=True)
-    return values, sources
+    env_id, reward_threshold, env_time_limit = env
+    settings = R2POSettings(
+        **values, env_id=env_id, reward_threshold=reward_threshold, env_time_limit=env_time_limit, sources=sources
+    )
+    if given.get("verbose", 0) >= 1 and given.get("_init_setup_model", True):  # load(): the saved settings follow
+        print(describe_settings(settings), flush=True)
+    return settings
 
 
-def describe_settings(
-    env_id: str | None, variant: str, values: Mapping[str, Any], sources: Mapping[str, SettingsSource]
-) -> str:
+def describe_settings(settings: R2POSettings) -> str:
     """The line ``verbose >= 1`` prints at construction: the settings of :func:`resolve_settings` by source."""
     groups = {"reference": "the reference's (settings table)", "given": "given", "derived": "derived"}
     parts = []
     for source, title in groups.items():
-        names = [name for name in WITHOUT_TABLE if sources.get(name) == source]
+        names = [name for name in WITHOUT_TABLE if settings.sources.get(name) == source]
         if names:
-            shown = ", ".join(name if values[name] is None else f"{name}={values[name]!r}" for name in names)
-            parts.append(f"{title}: {shown}")
-    return f"R2PO settings for {env_id or 'an env without an id'}, variant {variant}: " + "; ".join(parts)
-
-
-FLAGS = (
-    "fold_repeated_steps",
-    "search_sees_task",
-    "critic_selection_hints",
-    "extra_statistics",
-    "skip_unchanged_revisions",
-    "reject_duplicates",
-    "reject_cut_off_replies",
-    "stop_at_target",
-    "racing",
-)
-"""R2PO's on/off options."""
-
-
-def check(model: R2PO, llm_given: bool = True) -> None:
-    """
-    Check the constructor arguments of ``model``, group by group (``llm_given``: also check ``model.llm``); warn when
-    the episode budget cannot pay for one iteration.
-    """
-    m = model
-    for name in FLAGS:
-        check_flag(name, getattr(m, name))
-    check_path("checkpoint_dir", m.checkpoint_dir)
-    check_path("prompt_template_dir", m.prompt_template_dir)
-    check_int("seed", m.seed, 0, optional=True)
-    check_budget(m.n_eval_episodes, m.warmup_episodes, m.max_episodes, m.max_episode_steps, m.max_iterations)
-    check_search_space(m.param_bounds, m.param_decimals, m.step_size)
-    history = (m.history_best_k, m.history_recent, m.history_slack, m.history_excerpts)
-    check_prompts(m.reply_style, m.max_trajectory_steps, m.trajectory_digits, *history, m.target_return, m.tau_c)
-    if m.prompt_layout not in PROMPT_LAYOUTS:
-        raise ValueError(f"prompt_layout must be one of {PROMPT_LAYOUTS}, got {m.prompt_layout!r}")
-    check_llm_use(m.temperature, m.max_llm_retries, m.on_unusable_reply, m.max_iteration_attempts)
-    if m.reply_reading not in REPLY_READINGS:
-        raise ValueError(f"reply_reading must be one of {REPLY_READINGS}, got {m.reply_reading!r}")
-    if m.clip_actions is not None:
-        check_flag("clip_actions", m.clip_actions)
-    check_racing(m.racing_chunk, m.racing_z)
-    if m.llm is not None and llm_given:
-        check_llm_spec(m.llm)
-    get_variant(m.variant)
-    if m.env is not None:
-        check_vec_env(m.env)
-    if m.max_episodes is not None and m.max_episodes < m.warmup_episodes + m.n_eval_episodes:
-        warnings.warn(
-            f"R2PO: max_episodes={m.max_episodes} cannot pay for one iteration after the warm-up "
-            f"(warmup_episodes={m.warmup_episodes} + n_eval_episodes={m.n_eval_episodes}): learn() runs the warm-up only",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+            shown = [name if (v := getattr(settings, name)) is None else f"{name}={v!r}" for name in names]
+            parts.append(f"{title}: {', '.join(shown)}")
+    where = settings.env_id or "an env without an id"
+    return f"R2PO settings for {where}, variant {settings.variant}: " + "; ".join(parts)

@@ -1,20 +1,9 @@
 """Compact policies whose flat parameter vector an LLM can read and write.
 
-- :class:`LinearPolicy` (``"MlpLinear"``): ``y = x @ W + b`` for ``Box``, ``MultiDiscrete`` and ``MultiBinary``
-  observations, ``x`` their features as SB3 preprocesses them (the values themselves; one-hot per ``MultiDiscrete``
-  value); ``Discrete`` actions take ``argmax(y)``, ``Box`` actions ``clip(y, low, high)`` (``squash_output=True``:
-  ``tanh`` scaled into the bounds, as sb3-contrib ARS). Flat layout, feature-major:
-  ``theta[i * act_dim + j] = W[i, j]``, then the last ``act_dim`` entries are ``b`` (none with ``with_bias=False``).
-- :class:`TabularPolicy` (``"Tabular"``): ``Discrete`` observations; ``theta[s]`` is the action taken in state ``s``.
-- :class:`ProjectedMlpPolicy` (``"ProjectedMlp"``) and :class:`RandomFeaturesPolicy` (``"RandomFeatures"``): the
-  reference's two compact nonlinear policies for ``Box`` observations, a two-layer tanh network decoded from a latent
-  vector through fixed QR projections, and fixed random tanh features with a linear readout; their fixed matrices
-  are drawn from ``projection_seed`` and kept as module buffers. Actions from ``y`` as :class:`LinearPolicy`'s.
-
-Every policy checks its observation space when built, and :meth:`CompactPolicy.check_observation_space` before SB3
-wraps the env: an unsupported one is refused naming it and the spaces that are supported (:data:`OBSERVATION_SPACES`).
-All keep ``theta`` as a float64 torch parameter (so SB3's ``save``/``load``/``set_parameters`` work and a
-round trip is exact) and act through a numpy forward that rollouts call with any candidate vector.
+``"MlpLinear"`` (:class:`LinearPolicy`, ``y = x @ W + b``), ``"Tabular"`` (:class:`TabularPolicy`, an action per
+state), and the reference's two nonlinear policies for ``Box`` observations, ``"ProjectedMlp"`` and
+``"RandomFeatures"`` (:class:`FixedMatrixPolicy`). Each keeps ``theta`` as a float64 torch parameter (SB3's
+``save``/``load`` round trip is exact) and acts through a numpy forward that rollouts call with any candidate vector.
 """
 
 from __future__ import annotations
@@ -52,7 +41,7 @@ def _offset(name: str, offset: int) -> str:
 
 class CompactPolicy(BasePolicy):
     """
-    Base class of the policies R2PO optimizes: a flat parameter vector with a known parameter space.
+    A flat parameter vector with a known parameter space.
 
     :param observation_space: The observation space of the environment.
     :param action_space: The action space of the environment.
@@ -176,14 +165,20 @@ class CompactPolicy(BasePolicy):
 
 
 class VectorPolicy(CompactPolicy):
-    """
-    A policy that computes ``act_dim`` outputs ``y`` from an observation (:meth:`outputs`), then its actions from ``y``:
-    the argmax for ``Discrete`` actions, ``y`` clipped to the bounds (or squashed, ``squash_output``) for ``Box``
-    actions. Subclasses set ``obs_dim`` and ``act_dim`` (:func:`_vector_dims`) before building the base class.
-    """
+    """A policy whose actions come from ``act_dim`` outputs ``y`` (:meth:`outputs`): the argmax for ``Discrete`` actions,
+    ``y`` clipped (or squashed) for ``Box`` ones. Subclasses set ``obs_dim`` and ``act_dim`` before building the base."""
 
     obs_dim: int
     act_dim: int
+    init_std: float = 3.0
+
+    def _size(self) -> int:
+        """The number of searched parameters."""
+        raise NotImplementedError
+
+    def _make_parameter_space(self) -> ParameterSpace:
+        low, high = self.param_bounds
+        return ParameterSpace(self._size(), low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
 
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
         return self.actor(self.get_flat() if params is None else params)(observations)
@@ -197,10 +192,8 @@ class VectorPolicy(CompactPolicy):
 
 class LinearPolicy(VectorPolicy):
     """
-    Linear policy ``y = x @ W + b`` (see the module docstring for the layout), sb3-contrib ARS's ``LinearPolicy``
-    with R2PO's flat layout. ``x`` is the observation as SB3's ``preprocess_obs`` gives it: a ``Box`` or ``MultiBinary``
-    observation flattened, a ``MultiDiscrete`` one as the one-hot encodings of its values, concatenated
-    (``get_flattened_obs_dim`` features).
+    sb3-contrib ARS's ``LinearPolicy`` ``y = x @ W + b``, ``x`` the observation as SB3's ``preprocess_obs`` gives it (one-hot
+    per ``MultiDiscrete`` value); flat layout ``params[i * act_dim + j] = W[i, j]``, then ``b``.
 
     :param observation_space: A non-image ``Box``, a ``MultiDiscrete`` (one dimension of values) or a ``MultiBinary``.
     :param action_space: ``Discrete`` (argmax) or a bounded ``Box`` (clipped, or squashed with ``squash_output``).
@@ -228,10 +221,8 @@ class LinearPolicy(VectorPolicy):
         self.with_bias = bool(with_bias)
         super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
 
-    def _make_parameter_space(self) -> ParameterSpace:
-        low, high = self.param_bounds
-        size = self.obs_dim * self.act_dim + (self.act_dim if self.with_bias else 0)
-        return ParameterSpace(size, low=low, high=high, decimals=self.param_decimals)
+    def _size(self) -> int:
+        return self.obs_dim * self.act_dim + (self.act_dim if self.with_bias else 0)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return dict(super()._get_constructor_parameters(), with_bias=self.with_bias, squash_output=self.squash_output)
@@ -257,17 +248,9 @@ class LinearPolicy(VectorPolicy):
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         n, m = self.obs_dim, self.act_dim
-        if isinstance(self.action_space, spaces.Discrete):
-            start = int(self.action_space.start)
-            if start == 0:
-                rule = f"the action is the index j of the largest y[j] (j = 0..{m - 1})"
-            else:
-                rule = (
-                    f"the action is {_offset('j', start)}, with j the index of the largest y[j] (j = 0..{m - 1}), "
-                    f"so the actions are {start}..{start + m - 1}"
-                )
-        else:
-            rule = _output_rule(self.action_space, m, self.squash_output, clip)
+        rule = _output_rule(self.action_space, m, self.squash_output, clip)
+        if isinstance(self.action_space, spaces.Discrete) and int(self.action_space.start) != 0:
+            rule += f", so the actions are {int(self.action_space.start)}..{int(self.action_space.start) + m - 1}"
         x, inputs, names = _input_names(self.observation_space)
         y = f"y = {x} @ W + b" if self.with_bias else f"y = {x} @ W (no bias)"
         shapes = f"W of shape ({n}, {m}) and b of shape ({m},)" if self.with_bias else f"W of shape ({n}, {m})"
@@ -286,10 +269,8 @@ class LinearPolicy(VectorPolicy):
 
 
 def _features(observation_space: spaces.Space, obs_dim: int) -> Callable[[np.ndarray], np.ndarray]:
-    """A batch of observations as the C-contiguous float64 ``(batch, obs_dim)`` features SB3's ``preprocess_obs`` makes of
-    them: the values (``Box``, ``MultiBinary``), or each value's one-hot encoding over its ``nvec`` entry, concatenated
-    (``MultiDiscrete``: a value ``v`` of a space with ``start`` is entry ``v - start``). ``ValueError`` for a
-    ``MultiDiscrete`` value outside the space (SB3's one-hot would fail on it too)."""
+    """Observations as the C-contiguous float64 ``(batch, obs_dim)`` features of SB3's ``preprocess_obs`` (one-hot per
+    ``MultiDiscrete`` value; ``ValueError`` for a value outside the space)."""
     if not isinstance(observation_space, spaces.MultiDiscrete):
         return lambda observations: np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
     nvec = observation_space.nvec.astype(np.int64)
@@ -410,10 +391,8 @@ def _vector_dims(policy: type[CompactPolicy], observation_space: spaces.Space, a
 
 
 def _to_actions(action_space: spaces.Space, clip: bool, squash: bool = False) -> Callable[[np.ndarray], np.ndarray]:
-    """How a batch of outputs ``y`` (``(batch, act_dim)``) becomes actions: the argmax (plus the space's ``start``) for
-    ``Discrete``; for ``Box``, ``y`` clipped to the bounds (``clip=False``: ``y`` itself) in the space's dtype and shape,
-    or with ``squash`` ``low + (0.5 * (tanh(y) + 1) * (high - low))``, SB3's ``unscale_action`` of ``tanh(y)`` term for
-    term (``predict()``'s actions, before the cast to the space's dtype)."""
+    """How outputs ``y`` (``(batch, act_dim)``) become actions: the argmax plus ``start``; or ``y`` clipped (``clip=False``:
+    itself), or with ``squash`` SB3's ``unscale_action`` of ``tanh(y)``, in the ``Box``'s dtype and shape."""
     if isinstance(action_space, spaces.Discrete):
         start = int(action_space.start)
         return lambda y: y.argmax(axis=1) + start
@@ -440,15 +419,53 @@ def _output_rule(action_space: spaces.Space, n_outputs: int, squash: bool = Fals
     return "the action is y, clipped to the action bounds" if clip else "the action is y itself (not clipped to the bounds)"
 
 
-class ProjectedMlpPolicy(VectorPolicy):
+class FixedMatrixPolicy(VectorPolicy):
+    """A :class:`VectorPolicy` with ``hidden_dim`` hidden units and fixed matrices drawn with
+    ``numpy.random.RandomState(projection_seed)`` (:meth:`_draw`), kept as module buffers (saved with the model)."""
+
+    own_arguments: ClassVar[tuple[str, ...]] = ()
+    """The subclass's own constructor arguments, saved with the model under these names."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        param_bounds: tuple[float, float],
+        param_decimals: int,
+        squash_output: bool,
+        hidden_dim: int,
+        projection_seed: int,
+        with_bias: bool,
+        init_std: float,
+    ) -> None:
+        self.obs_dim, self.act_dim = _vector_dims(type(self), observation_space, action_space)
+        self.hidden_dim, self.projection_seed, self.with_bias = int(hidden_dim), int(projection_seed), bool(with_bias)
+        self.init_std = float(init_std)
+        if self.hidden_dim < 1:
+            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
+        matrices = self._draw(np.random.RandomState(self.projection_seed))
+        super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
+        for name, matrix in matrices.items():
+            self.register_buffer(name, th.as_tensor(matrix, dtype=th.float64))
+
+    def _draw(self, rng: np.random.RandomState) -> dict[str, np.ndarray]:
+        """The subclass's fixed matrices drawn from ``rng``, by buffer name (after checking what needs ``obs_dim``)."""
+        raise NotImplementedError
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        names = ("hidden_dim", "projection_seed", "with_bias", "squash_output", "init_std", *self.own_arguments)
+        return dict(super()._get_constructor_parameters(), **{name: getattr(self, name) for name in names})
+
+    def fixed_matrices(self) -> tuple[np.ndarray, ...]:
+        """The fixed matrices, in the order :meth:`_draw` gives them."""
+        return tuple(buffer.detach().cpu().numpy() for buffer in self.buffers())
+
+
+class ProjectedMlpPolicy(FixedMatrixPolicy):
     """
-    The reference's ``ProjectedMLPPolicy`` (``"ProjectedMlp"``): a two-layer tanh network
-    ``y = tanh(s @ W1 + b1) @ W2 + b2`` whose weights are decoded from the searched latent vector through two fixed
-    orthonormal projections. ``params[:latent_dim_layer1]`` is ``z1``, the rest ``z2``; layer ``l``'s weights and bias,
-    flattened (``W`` row-major of shape ``(in, out)``, then ``b``), are ``decoded_weight_scale * Q_l @ z_l``. ``Q_l`` is
-    the Q factor of the QR decomposition of a standard normal ``(layer size, latent size)`` matrix drawn with
-    ``numpy.random.RandomState(projection_seed)`` (layer 1's matrix first, then layer 2's from the same generator).
-    The projections are buffers of the module, saved with the model. Actions as :class:`LinearPolicy`'s from ``y``.
+    The reference's ``ProjectedMLPPolicy``: ``y = tanh(s @ W1 + b1) @ W2 + b2``, layer ``l``'s flattened weights and
+    bias being ``decoded_weight_scale * Q_l @ z_l`` (``z1 = params[:latent_dim_layer1]``, ``z2`` the rest; ``Q_l``
+    the Q factor of a standard normal ``(layer size, latent size)`` matrix, layer 1's drawn first).
 
     :param observation_space: A non-image ``Box`` (flattened).
     :param action_space: ``Discrete`` (argmax of ``y``) or a bounded ``Box`` (``y`` clipped).
@@ -463,6 +480,9 @@ class ProjectedMlpPolicy(VectorPolicy):
     :param init_std: Standard deviation of a warm-up draw of each latent value (then clipped and rounded; 2).
     :param decoded_weight_scale: Factor of the decoded weights (1).
     """
+
+    own_arguments = ("latent_dim_layer1", "latent_dim_layer2", "decoded_weight_scale")
+    kind: ClassVar[str] = "neural-network"
 
     def __init__(
         self,
@@ -479,66 +499,42 @@ class ProjectedMlpPolicy(VectorPolicy):
         init_std: float = 2.0,
         decoded_weight_scale: float = 1.0,
     ) -> None:
-        self.obs_dim, self.act_dim = _vector_dims(type(self), observation_space, action_space)
-        self.hidden_dim, self.projection_seed, self.with_bias = int(hidden_dim), int(projection_seed), bool(with_bias)
-        self.latent_dims = (int(latent_dim_layer1), int(latent_dim_layer2))
-        self.init_std, self.decoded_weight_scale = float(init_std), float(decoded_weight_scale)
+        self.latent_dim_layer1, self.latent_dim_layer2 = int(latent_dim_layer1), int(latent_dim_layer2)
+        self.decoded_weight_scale = float(decoded_weight_scale)
+        args = (param_bounds, param_decimals, squash_output, hidden_dim, projection_seed, with_bias, init_std)
+        super().__init__(observation_space, action_space, *args)
+
+    def _draw(self, rng: np.random.RandomState) -> dict[str, np.ndarray]:
         n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
         self.layer_sizes = (n * h + (h if self.with_bias else 0), h * m + (m if self.with_bias else 0))
-        if h < 1:
-            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
-        shapes = tuple(zip(self.layer_sizes, self.latent_dims, strict=True))
+        shapes = tuple(zip(self.layer_sizes, (self.latent_dim_layer1, self.latent_dim_layer2), strict=True))
         for layer, (size, latent) in enumerate(shapes, start=1):
             if not 1 <= latent <= size:
                 raise ValueError(f"latent_dim_layer{layer} must be in 1..{size} (the layer's parameters), got {latent}")
-        rng = np.random.RandomState(self.projection_seed)
         projections = [np.linalg.qr(rng.randn(size, latent))[0] for size, latent in shapes]
-        super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
-        self.register_buffer("projection1", th.as_tensor(projections[0], dtype=th.float64))
-        self.register_buffer("projection2", th.as_tensor(projections[1], dtype=th.float64))
+        return {"projection1": projections[0], "projection2": projections[1]}
 
-    def _make_parameter_space(self) -> ParameterSpace:
-        low, high = self.param_bounds
-        return ParameterSpace(sum(self.latent_dims), low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return dict(
-            super()._get_constructor_parameters(),
-            hidden_dim=self.hidden_dim,
-            latent_dim_layer1=self.latent_dims[0],
-            latent_dim_layer2=self.latent_dims[1],
-            projection_seed=self.projection_seed,
-            with_bias=self.with_bias,
-            squash_output=self.squash_output,
-            init_std=self.init_std,
-            decoded_weight_scale=self.decoded_weight_scale,
-        )
-
-    kind: ClassVar[str] = "neural-network"
-
-    def projections(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(Q1, Q2)``, of shapes ``(layer 1 size, latent_dim_layer1)`` and ``(layer 2 size, latent_dim_layer2)``."""
-        return self.projection1.detach().cpu().numpy(), self.projection2.detach().cpu().numpy()  # type: ignore[operator]
+    def _size(self) -> int:
+        return self.latent_dim_layer1 + self.latent_dim_layer2
 
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The decoded ``(W1, b1, W2, b2)`` of shapes ``(obs_dim, hidden_dim)``, ``(hidden_dim,)``, ``(hidden_dim, act_dim)``
         and ``(act_dim,)`` (zero biases without ``bias``) from a flat latent vector."""
         theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
-        z1, z2 = theta[: self.latent_dims[0]], theta[self.latent_dims[0] :]
+        z1, z2 = theta[: self.latent_dim_layer1], theta[self.latent_dim_layer1 :]
         decoded = []
         layers = ((self.obs_dim, self.hidden_dim), (self.hidden_dim, self.act_dim))
-        for q, z, (n_in, n_out) in zip(self.projections(), (z1, z2), layers, strict=True):
+        for q, z, (n_in, n_out) in zip(self.fixed_matrices(), (z1, z2), layers, strict=True):
             flat = self.decoded_weight_scale * (q @ z)
             decoded += [flat[: n_in * n_out].reshape(n_in, n_out), flat[n_in * n_out :] if self.with_bias else np.zeros(n_out)]
         return decoded[0], decoded[1], decoded[2], decoded[3]
 
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         w1, b1, w2, b2 = self.weights(params)
-        obs_dim = self.obs_dim
+        features = _features(self.observation_space, self.obs_dim)
 
         def forward(observations: np.ndarray) -> np.ndarray:
-            s = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
-            return np.tanh(s @ w1 + b1) @ w2 + b2
+            return np.tanh(features(observations) @ w1 + b1) @ w2 + b2
 
         return forward
 
@@ -560,14 +556,11 @@ class ProjectedMlpPolicy(VectorPolicy):
         return self.layout_lines()
 
 
-class RandomFeaturesPolicy(VectorPolicy):
+class RandomFeaturesPolicy(FixedMatrixPolicy):
     """
-    The reference's ``RandomFeaturePolicy`` (``"RandomFeatures"``): fixed random tanh features with a searched linear
-    readout. ``h = tanh(R @ clip(s / obs_scale, -obs_clip, obs_clip) + c)`` with ``R`` (``(hidden_dim, obs_dim)``, standard
-    normal divided by ``sqrt(obs_dim)``) then ``c`` (``hidden_dim`` values uniform in [-0.1, 0.1]) drawn with
-    ``numpy.random.RandomState(projection_seed)``, kept as buffers of the module (saved with the model);
-    ``y = output_gain * (theta @ h + bias)``. Layout, action-major: ``params[k * hidden_dim + j] = theta[k, j]``, then
-    ``bias`` (``act_dim`` values, with ``with_bias``). Actions as :class:`LinearPolicy`'s from ``y``.
+    The reference's ``RandomFeaturePolicy``: ``h = tanh(R @ clip(s / obs_scale, -obs_clip, obs_clip) + c)`` (``R``
+    standard normal over ``sqrt(obs_dim)``, then ``c`` uniform in [-0.1, 0.1]), ``y = output_gain * (theta @ h +
+    bias)``; ``params[k * hidden_dim + j] = theta[k, j]``, then ``bias``.
 
     :param observation_space: A non-image ``Box`` (flattened).
     :param action_space: ``Discrete`` (argmax of ``y``) or a bounded ``Box`` (``y`` clipped).
@@ -582,6 +575,9 @@ class RandomFeaturesPolicy(VectorPolicy):
     :param obs_clip: ... then clipped to ``[-obs_clip, obs_clip]`` (5).
     :param output_gain: Factor of the readout (0.5).
     """
+
+    own_arguments = ("obs_scale", "obs_clip", "output_gain")
+    kind: ClassVar[str] = "random-feature"
 
     def __init__(
         self,
@@ -598,44 +594,18 @@ class RandomFeaturesPolicy(VectorPolicy):
         obs_clip: float = 5.0,
         output_gain: float = 0.5,
     ) -> None:
-        self.obs_dim, self.act_dim = _vector_dims(type(self), observation_space, action_space)
-        self.hidden_dim, self.projection_seed, self.with_bias = int(hidden_dim), int(projection_seed), bool(with_bias)
-        self.init_std, self.obs_scale, self.obs_clip = float(init_std), float(obs_scale), float(obs_clip)
-        self.output_gain = float(output_gain)
-        if self.hidden_dim < 1:
-            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
+        self.obs_scale, self.obs_clip, self.output_gain = float(obs_scale), float(obs_clip), float(output_gain)
         if not (self.obs_scale > 0 and self.obs_clip > 0):
             raise ValueError(f"obs_scale and obs_clip must be > 0, got {obs_scale} and {obs_clip}")
-        rng = np.random.RandomState(self.projection_seed)
+        args = (param_bounds, param_decimals, squash_output, hidden_dim, projection_seed, with_bias, init_std)
+        super().__init__(observation_space, action_space, *args)
+
+    def _draw(self, rng: np.random.RandomState) -> dict[str, np.ndarray]:
         feature_weight = rng.randn(self.hidden_dim, self.obs_dim) / np.sqrt(self.obs_dim)
-        feature_bias = rng.uniform(-0.1, 0.1, size=self.hidden_dim)
-        super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
-        self.register_buffer("feature_weight", th.as_tensor(feature_weight, dtype=th.float64))
-        self.register_buffer("feature_bias", th.as_tensor(feature_bias, dtype=th.float64))
+        return {"feature_weight": feature_weight, "feature_bias": rng.uniform(-0.1, 0.1, size=self.hidden_dim)}
 
-    def _make_parameter_space(self) -> ParameterSpace:
-        low, high = self.param_bounds
-        size = self.act_dim * self.hidden_dim + (self.act_dim if self.with_bias else 0)
-        return ParameterSpace(size, low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return dict(
-            super()._get_constructor_parameters(),
-            hidden_dim=self.hidden_dim,
-            projection_seed=self.projection_seed,
-            with_bias=self.with_bias,
-            squash_output=self.squash_output,
-            init_std=self.init_std,
-            obs_scale=self.obs_scale,
-            obs_clip=self.obs_clip,
-            output_gain=self.output_gain,
-        )
-
-    kind: ClassVar[str] = "random-feature"
-
-    def features(self) -> tuple[np.ndarray, np.ndarray]:
-        """The fixed ``(R, c)`` of shapes ``(hidden_dim, obs_dim)`` and ``(hidden_dim,)``."""
-        return self.feature_weight.detach().cpu().numpy(), self.feature_bias.detach().cpu().numpy()  # type: ignore[operator]
+    def _size(self) -> int:
+        return self.act_dim * self.hidden_dim + (self.act_dim if self.with_bias else 0)
 
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The readout ``(theta, bias)`` of shapes ``(act_dim, hidden_dim)`` and ``(act_dim,)`` (zeros without
@@ -647,12 +617,11 @@ class RandomFeaturesPolicy(VectorPolicy):
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         theta, bias = self.weights(params)
         readout, offset = self.output_gain * theta.T, self.output_gain * bias
-        r, c = (x.copy() for x in self.features())
-        obs_dim, scale, limit = self.obs_dim, self.obs_scale, self.obs_clip
+        r, c = (x.copy() for x in self.fixed_matrices())
+        features, scale, limit = _features(self.observation_space, self.obs_dim), self.obs_scale, self.obs_clip
 
         def forward(observations: np.ndarray) -> np.ndarray:
-            s = np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
-            hidden = np.tanh(np.clip(s / scale, -limit, limit) @ r.T + c)
+            hidden = np.tanh(np.clip(features(observations) / scale, -limit, limit) @ r.T + c)
             return hidden @ readout + offset
 
         return forward

@@ -1,26 +1,31 @@
 """R2PO: Reflective Prompted Policy Optimization as a Stable-Baselines3 algorithm.
 
-One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs it::
+One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs it, and the file of each step::
 
-    theta_init = Search-LLM(history)                  # 1. propose from the history
-    init       = evaluate(theta_init, K episodes)     # 2. roll out
-    evidence   = statistics + median trajectory + rule  # 3. calibrated evidence
-    theta_rev  = Critic-LLM(theta_init, evidence)     # 4. revise
-    rev        = evaluate(theta_rev, K episodes)      # 5. roll out
-    kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision
-    history.append(kept)                              # 7. only the kept candidate enters the history
+    theta_init = Search-LLM(history)                     # 1. r2po/roles.py (the variant's pattern; asks)
+                                                         #    prompt: r2po/prompting.py -> prompts/builder.py
+                                                         #    reply parsed: llm/asking.py -> common/parsing.py
+    init       = evaluate(theta_init, K episodes)        # 2. R2PO._evaluate -> common/rollouts.py (episodes)
+    evidence   = statistics + median trajectory + rule   # 3. r2po/prompting.py -> common/evidence.py
+    theta_rev  = Critic-LLM(theta_init, evidence)        # 4. r2po/roles.py, as step 1
+    rev        = evaluate(theta_rev, K episodes)         # 5. as step 2
+    kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision (r2po/records.py)
+    history.append(kept)                                 # 7. R2PO._commit; the run saved by r2po/run_state.py
 
-Every variant runs this loop with its search pattern's LLM steps (:mod:`~sb3_r2po.r2po.patterns`); other concerns are
-components (roles, prompting, run_state, records, reporting). Not "R²PO, Residual Rollout Policy Optimization".
+An iteration runs 18 files of the package, at most 6 calls deep from ``learn`` to the env (tests/test_structure.py).
+The settings are one :class:`~sb3_r2po.r2po.arguments.R2POSettings` (``model.settings``); the variants are data
+(:mod:`sb3_r2po.variants`). Not "R²PO, Residual Rollout Policy Optimization".
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import math
 import os
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -34,27 +39,22 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 
 from sb3_r2po.common.parameters import ReplyStyle
 from sb3_r2po.common.racing import run_race
-from sb3_r2po.common.rollouts import RolloutResult, cap_episodes, check_vec_env, env_spec
+from sb3_r2po.common.rollouts import RolloutResult, VecStep, cap_episodes, check_vec_env, env_spec, run_episodes
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
-from sb3_r2po.r2po import arguments, stepping
-from sb3_r2po.r2po.history import best_record, reached
-from sb3_r2po.r2po.patterns import Start, pattern_for
+from sb3_r2po.r2po import arguments
+from sb3_r2po.r2po.arguments import SETTINGS, check_int
 from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
-from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, HistoryEntry, Revision
-from sb3_r2po.r2po.reporting import Progress, record_metrics, warn_before_first_iteration, with_progress_bar
-from sb3_r2po.r2po.roles import LLMRoles, new_llm_stats
+from sb3_r2po.r2po.records import Candidate, Clock, DiscardedAttempt, HistoryEntry, Revision, best_record, reached
+from sb3_r2po.r2po.reporting import Progress, planned_episodes, record_metrics, warn_before_first_iteration, with_progress_bar
+from sb3_r2po.r2po.roles import LLMRoles, Start, make_llm, new_llm_stats, pattern_for
 from sb3_r2po.r2po.run_state import COMMITTED_STATE, RunState, check_model_file, evaluation_seed, loaded_checkpoint_dir
-from sb3_r2po.variants import Variant, get_variant
 from sb3_r2po.zoo.settings import reference_env, reference_settings
 
 SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
 
 LLMSpec = str | ChatBackend | Callable[[list[dict[str, str]]], str]
-
-TAU_C_MARGIN = 0.05
-"""When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
 
 
 class R2PO(BaseAlgorithm):
@@ -117,8 +117,9 @@ class R2PO(BaseAlgorithm):
     :param _init_setup_model: Whether to build the policy at construction (``load()``: no, nor read the table).
 
     ``None`` for the seven settings above: the table's (:mod:`sb3_r2po.zoo.settings`, the reference's settings per env,
-    variant and policy), else derived (:data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`). ``settings_source`` says which
-    applied (``"given"``, ``"reference"`` or ``"derived"``); ``verbose >= 1`` prints it.
+    variant and policy), else derived (:data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`). ``settings.sources`` says which
+    applied (``"given"``, ``"reference"`` or ``"derived"``); ``verbose >= 1`` prints it. The settings (every argument
+    but ``policy``, ``env``, ``llm`` and SB3's) are ``model.settings``, an immutable, checked ``R2POSettings``.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = POLICY_ALIASES
@@ -176,7 +177,7 @@ class R2PO(BaseAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         arguments.check_policy(policy, self.policy_aliases, env)
-        given = dict(locals())  # the settings of the table (arguments.resolve_settings) as given
+        given = dict(locals())  # the constructor's arguments: the settings
         if isinstance(env, str) and _init_setup_model and max_episode_steps is None:
             env = reference_env(env, variant)  # the table's env_kwargs (the Maze's cap for six variants)
         super().__init__(
@@ -192,30 +193,16 @@ class R2PO(BaseAlgorithm):
             support_multi_env=True,
             seed=seed,
         )
-        self.llm, self.variant, self.temperature = llm, variant, temperature
-        self.llm_confirmed = True  # False after a load() whose stored llm string would import a module (see load)
-        self.env_id, self.reward_threshold, self.env_time_limit = env_spec(self.env)
-        table = reference_settings(self.env_id, variant, arguments.policy_alias(policy, self.policy_aliases))
-        settings, sources = arguments.resolve_settings(given, table if _init_setup_model else None, self.env_id)  # load: saved
-        self.settings_source: dict[str, str] = dict(sources) if _init_setup_model else {}  # saved; {}: saved before it
-        self.n_eval_episodes, self.max_episodes, self.stop_at_target = n_eval_episodes, max_episodes, stop_at_target
-        self.warmup_episodes, self.step_size = settings["warmup_episodes"], settings["step_size"]
-        self.max_iterations, self.max_episode_steps = settings["max_iterations"], settings["max_episode_steps"]
-        self.target_return, self.tau_c = settings["target_return"], settings["tau_c"]
-        self.param_bounds, self.param_decimals = param_bounds, param_decimals
-        self.max_trajectory_steps, self.trajectory_digits = max_trajectory_steps, trajectory_digits
-        self.fold_repeated_steps, self.history_excerpts = fold_repeated_steps, settings["history_excerpts"]
-        self.history_best_k, self.history_recent, self.history_slack = history_best_k, history_recent, history_slack
-        self.reply_style, self.prompt_layout = reply_style, prompt_layout
-        self.search_sees_task, self.critic_selection_hints = search_sees_task, critic_selection_hints
-        self.extra_statistics, self.prompt_template_dir = extra_statistics, prompt_template_dir
-        self.max_llm_retries, self.on_unusable_reply = max_llm_retries, on_unusable_reply
-        self.max_iteration_attempts, self.reject_duplicates = max_iteration_attempts, reject_duplicates
-        self.reply_reading, self.reject_cut_off_replies = reply_reading, reject_cut_off_replies
-        self.skip_unchanged_revisions, self.clip_actions = skip_unchanged_revisions, clip_actions
-        self.racing, self.racing_chunk, self.racing_z, self.checkpoint_dir = racing, racing_chunk, racing_z, checkpoint_dir
-        arguments.check(self, llm_given=_init_setup_model)  # load() builds with defaults first, then sets the saved llm
-        self.param_bounds = None if param_bounds is None else (float(param_bounds[0]), float(param_bounds[1]))
+        spec = env_spec(self.env)
+        table = reference_settings(spec[0], variant, arguments.policy_alias(policy, self.policy_aliases))
+        self.settings = arguments.resolve_settings(given, table if _init_setup_model else None, spec)  # load: the saved
+        check_int("seed", seed, 0, optional=True)
+        if llm is not None and _init_setup_model:  # load() builds with defaults first, then sets the saved llm
+            check_llm_spec(llm)
+        if self.env is not None:
+            check_vec_env(self.env)
+        self.settings.warn_if_no_iteration()
+        self.llm, self.llm_confirmed = llm, True  # False after a load() of an llm string that imports a module (see load)
         self.history: list[dict[str, Any]] = []
         self.iteration, self.llm_stats = 0, new_llm_stats()
         self._rng = np.random.default_rng(seed)
@@ -223,31 +210,34 @@ class R2PO(BaseAlgorithm):
         self._last_result: RolloutResult | None = None  # the last entry's episodes (critic_only's evidence)
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
         self._placed: np.ndarray | None = None  # the vector _use_best left in the policy (see _warmup)
-        self._llm = LLMRoles(self)
-        self._run, self._progress = RunState(), Progress(self)
+        self._backend: ChatBackend | None = None  # made at the first learn()
+        self._llm: LLMRoles | None = None  # the roles of the running learn()
+        self._run = RunState()
         if _init_setup_model:
             self._setup_model()
 
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
-        bounds = {} if self.param_bounds is None else {"param_bounds": self.param_bounds}  # None: the policy's own
-        policy_kwargs = {**bounds, "param_decimals": self.param_decimals, **self.policy_kwargs}
+        s = self.settings
+        bounds = {} if s.param_bounds is None else {"param_bounds": s.param_bounds}  # None: the policy's own
+        policy_kwargs = {**bounds, "param_decimals": s.param_decimals, **self.policy_kwargs}
         self.policy = self.policy_class(self.observation_space, self.action_space, **policy_kwargs)  # type: ignore[assignment]
         self.policy = self.policy.to(self.device)
         if not isinstance(self.policy, CompactPolicy):
             raise TypeError(f"R2PO needs a CompactPolicy (linear or tabular), got {type(self.policy).__name__}")
-        cap_episodes(self.env, self.episode_cap)  # Monitor files see the episodes R2PO's cap cuts
+        cap_episodes(self.env, s.episode_cap)  # Monitor files see the episodes R2PO's cap cuts
         self._placed = _use_best(self)
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """SB3's ``set_env``, refusing VecEnv wrappers that change observations or rewards (see :func:`check_vec_env`)."""
         super().set_env(env, force_reset=force_reset)
-        check_vec_env(self.env, cap=self.episode_cap)  # then Monitor files see the episodes R2PO's cap cuts
+        check_vec_env(self.env, cap=self.settings.episode_cap)  # then Monitor files see the episodes R2PO's cap cuts
 
     def _excluded_save_params(self) -> list[str]:
-        last = [] if self.variant_spec.search == "none" else ["_last_result"]  # only critic_only reads it again
-        return [*super()._excluded_save_params(), "_llm", "_run", "_progress", "llm_confirmed", "_placed", *last]
+        last = [] if self.settings.variant_spec.search == "none" else ["_last_result"]  # only critic_only reads it again
+        excluded = ["_backend", "_llm", "_run", "_progress", "llm_confirmed", "_placed"]
+        return [*super()._excluded_save_params(), *excluded, *last]
 
     def save(
         self,
@@ -271,9 +261,11 @@ class R2PO(BaseAlgorithm):
         is not imported unless ``llm=`` is given or :meth:`set_llm` confirms it; a run directory continues where it is."""
         if kwargs.get("llm") is not None:  # checked before it is stored (a credential in a URL is refused)
             check_llm_spec(kwargs["llm"])
+        changes = {name: kwargs.pop(name) for name in SETTINGS if name in kwargs}  # settings given: checked by replace
         model = super().load(check_model_file(path) if isinstance(path, (str, Path)) else path, env, *args, **kwargs)
-        if "checkpoint_dir" not in kwargs:  # a run directory copied or moved since continues where it is now
-            model.checkpoint_dir = loaded_checkpoint_dir(path, model.checkpoint_dir)
+        if "checkpoint_dir" not in changes:  # a run directory copied or moved since continues where it is now
+            changes["checkpoint_dir"] = loaded_checkpoint_dir(path, model.settings.checkpoint_dir)
+        model.settings = dataclasses.replace(model.settings, **changes)
         model.llm_confirmed = "llm" in kwargs or not (isinstance(model.llm, str) and imports_a_module(model.llm))
         return model
 
@@ -282,47 +274,19 @@ class R2PO(BaseAlgorithm):
         """Episodes run so far (warm-up, evaluations, and the episodes of discarded attempts)."""
         return int(self._episode_num)
 
-    @property
-    def variant_spec(self) -> Variant:
-        """The :class:`~sb3_r2po.variants.Variant` named by ``variant``."""
-        return get_variant(self.variant)
-
-    @property
-    def target(self) -> float | None:
-        """The target mean return shown to the LLM: ``target_return``, else the env's ``reward_threshold``."""
-        target = self.target_return if self.target_return is not None else self.reward_threshold
-        return None if target is None else float(target)
-
-    @property
-    def revision_threshold(self) -> float | None:
-        """``tau_c``, else ``target - 0.05 * |target|`` when a target is known, else ``None`` (no rule)."""
-        if self.tau_c is not None:
-            return float(self.tau_c)
-        return None if (target := self.target) is None else target - TAU_C_MARGIN * abs(target)
-
-    @property
-    def actions_clipped(self) -> bool:
-        """Whether training rollouts clip continuous actions: ``clip_actions``, else the variant's rule."""
-        return self.variant_spec.clip_actions if self.clip_actions is None else bool(self.clip_actions)
-
-    @property
-    def episode_cap(self) -> int:
-        """Length cap of an evaluation episode: the env's own time limit, else ``max_episode_steps``."""
-        return int(self.env_time_limit) if self.env_time_limit else int(self.max_episode_steps)
-
     def set_llm(self, llm: LLMSpec) -> None:
         """Replace the LLM (an ``llm`` string, a ``ChatBackend`` or a callable): it is used from the next ``learn()``."""
         check_llm_spec(llm)
-        self.llm, self.llm_confirmed = llm, True
-        self._llm.backend = None
+        self.llm, self.llm_confirmed, self._backend = llm, True, None
 
     def best_record(self) -> dict[str, Any] | None:
-        """The best history record (see :func:`~sb3_r2po.r2po.history.best_record`); ``None`` for an empty history."""
+        """The best history record (see :func:`~sb3_r2po.r2po.records.best_record`); ``None`` for an empty history."""
         return best_record(self.history)
 
     def target_confirmed(self) -> bool:
         """Whether a candidate evaluated for K episodes reached the target in every one of them."""
-        return self.target is not None and reached(self.history, self.target, self.n_eval_episodes)
+        target = self.settings.target
+        return target is not None and reached(self.history, target, self.settings.n_eval_episodes)
 
     def learn(
         self: SelfR2PO,
@@ -345,28 +309,34 @@ class R2PO(BaseAlgorithm):
         :param progress_bar: Show a progress bar (tqdm and rich) in the unit that binds (see ``BudgetProgressBar``).
         :return: The trained model.
         """
-        callback = with_progress_bar(callback, progress_bar)
+        clock = self._clock  # a bound method: the model pickles with its roles
+        plan = lambda: (planned_episodes(self.settings, self.history, clock()), clock())  # noqa: E731
+        callback = with_progress_bar(callback, progress_bar, plan)
         total_timesteps, callback = self._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name)
         callback.on_training_start(locals(), globals())
         self._stop_requested = False
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
         try:
-            self._llm.connect(self._run)  # the first learn(): the backend, the run directory's lock and transcript
+            s = self.settings
+            if self._backend is None:  # the first learn(): the backend, the run directory's lock and transcript
+                backend = make_llm(self.llm, self.llm_confirmed, self.policy.parameter_space, self.verbose)
+                self._backend = self._run.open(backend, s.checkpoint_dir, self.history)
             self._run.acquire(self.history)  # a later learn(): the lock again; it is released when learn() ends
-            self._progress.start()
+            self._llm = LLMRoles(s, self.history, self.policy, self.llm_stats, self._backend, clock, self.verbose)
+            self._progress = Progress(s, self.history, self.llm_stats)
             calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
             self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
             if self._warmup(callback, total_timesteps):
-                planned, k = self.max_iterations or math.inf, self.n_eval_episodes  # the plan: completed iterations
+                planned, k = s.max_iterations or math.inf, s.n_eval_episodes  # the plan: completed iterations
                 while self.num_timesteps < total_timesteps and self.episodes_left >= k and self.iteration < planned:
                     self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                    if not self._llm.with_reruns(lambda discarded: self._iterate(callback, discarded)):
+                    if not self._llm.with_reruns(partial(self._iterate, callback)):
                         break
                     if log_interval is not None and self.iteration % log_interval == 0:
                         self.dump_logs()
-                    if self.stop_at_target and self.target_confirmed():
+                    if s.stop_at_target and self.target_confirmed():
                         break
-            warn_before_first_iteration(self)
+            warn_before_first_iteration(s, self.history, clock())
         except BaseException:
             self._roll_back()
             raise
@@ -377,9 +347,9 @@ class R2PO(BaseAlgorithm):
 
     def _warmup(self, callback: BaseCallback, total_timesteps: int) -> bool:
         """A vector set since (``set_parameters()``: K episodes), then random draws while budgets last; False: stop."""
-        given, k, space = self.policy.get_flat(), self.n_eval_episodes, self.policy.parameter_space
+        given, k, space = self.policy.get_flat(), self.settings.n_eval_episodes, self.policy.parameter_space
         first = self._placed is not None and not np.array_equal(given, self._placed) and self.episodes_left >= k
-        warmup = lambda: sum(r["kind"] == "warmup" for r in self.history) < self.warmup_episodes  # noqa: E731
+        warmup = lambda: sum(r["kind"] == "warmup" for r in self.history) < self.settings.warmup_episodes  # noqa: E731
         while self.num_timesteps < total_timesteps and (first or (warmup() and self.episodes_left >= 1)):  # as iterations
             candidate = Candidate("given", given) if first else Candidate("warmup", space.sample(self._rng))  # repeats allowed
             candidate.result, first = self._evaluate(candidate.params, k if first else 1, callback), False
@@ -392,9 +362,11 @@ class R2PO(BaseAlgorithm):
 
     def _iterate(self, callback: BaseCallback, discarded: list[DiscardedAttempt]) -> bool:
         """One iteration: steps 1-7 of the algorithm in the module docstring. False when training must stop."""
-        k, pattern = self.n_eval_episodes, pattern_for(self.variant_spec)  # the variant's LLM steps
-        start = Start(self.episodes_left, k, self._last_result, self.revision_threshold)
-        first = self._llm.first_candidate(pattern.first_role, pattern.propose(self._llm, start), self._rng)  # 1. theta_init
+        s, llm = self.settings, self._llm
+        assert llm is not None
+        k, pattern = s.n_eval_episodes, pattern_for(s.variant_spec)  # the variant's LLM steps
+        start = Start(self.episodes_left, k, self._last_result, s.revision_threshold)
+        first = llm.first_candidate(pattern.first_role, pattern.propose(llm, start), self._rng)  # 1. theta_init
         first.result = self._evaluate(first.params, k, callback)  # 2. K rollouts
         if first.result is None:
             return False
@@ -402,14 +374,14 @@ class R2PO(BaseAlgorithm):
         if revision.role is not None and (self.episodes_left < k or self._stop_requested):
             revision.status = "skipped"  # the budget cannot pay for a second evaluation, or a callback stopped training
         elif revision.role is not None:
-            answer = pattern.challenge(self._llm, first)  # 3. evidence package; 4. Critic-LLM revises theta_init
+            answer = pattern.challenge(llm, first)  # 3. evidence package; 4. Critic-LLM revises theta_init
             if answer.params is None:
-                self._llm.check_usable(revision.role, answer)  # "rerun" discards the iteration; "reask": no revision
+                llm.check_usable(revision.role, answer)  # "rerun" discards the iteration; "reask": no revision
                 revision.status, revision.failures = "failed", answer.failures
             else:
                 revision.candidate = Candidate.answered(revision.role, answer.params, answer)
                 revision.unchanged = bool(np.array_equal(answer.params, first.params))
-                if revision.unchanged and self.skip_unchanged_revisions:
+                if revision.unchanged and s.skip_unchanged_revisions:
                     revision.status = "declined"
                 else:  # the reference evaluates an unchanged revision too: the kept mean is the larger of two estimates
                     incumbent = first.mean_return if pattern.variant.keep_best else None
@@ -423,36 +395,39 @@ class R2PO(BaseAlgorithm):
         self._commit(entry)  # 7. only the kept candidate enters the history
         return revision.status != "interrupted" and not self._stop_requested
 
+    def _clock(self) -> Clock:
+        return Clock(self.iteration, self.episodes_used, self.episodes_left)
+
     @property
     def episodes_left(self) -> float:
         """Episodes the ``max_episodes`` budget still pays for (``inf`` without a budget)."""
-        return math.inf if self.max_episodes is None else self.max_episodes - self._episode_num
+        budget = self.settings.max_episodes
+        return math.inf if budget is None else budget - self._episode_num
 
     def _evaluate(
         self, params: np.ndarray, n_episodes: int, callback: BaseCallback, incumbent: float | None = None
     ) -> RolloutResult | None:
-        """``n_episodes`` episodes of ``params`` (``None``: a callback stopped training); racing: stopped early once the
-        candidate cannot reach the ``incumbent`` mean."""
-        if not self.racing or incumbent is None:
-            return self._run_episodes(params, n_episodes, callback)
-        run = lambda m: self._run_episodes(params, m, callback)  # noqa: E731
-        return run_race(run, n_episodes, self.racing_chunk, incumbent, self.racing_z, lambda: self._stop_requested)
-
-    def _run_episodes(self, params: np.ndarray, n_episodes: int, callback: BaseCallback) -> RolloutResult | None:
-        """One rollout call: ``n_episodes`` episodes of ``params``, counted and reported to the callbacks."""
-        assert self.env is not None
+        """``n_episodes`` episodes of ``params``, counted and reported to the callbacks after every vector step (``None``:
+        a callback stopped training); racing: in chunks, stopped once the candidate cannot reach the ``incumbent``."""
+        s, env = self.settings, self.env
+        assert env is not None
+        if s.racing and incumbent is not None:
+            run = lambda m: self._evaluate(params, m, callback)  # noqa: E731
+            return run_race(run, n_episodes, s.racing_chunk, incumbent, s.racing_z, lambda: self._stop_requested)
         if self.seed is not None:  # the run's own stream of env seeds, at its position (resumable: evaluation_seed)
-            self.env.seed(evaluation_seed(self.seed, self._n_evaluations))
+            env.seed(evaluation_seed(self.seed, self._n_evaluations))
         self._n_evaluations += 1
         callback.on_rollout_start()
 
-        def count(n_steps: int, n_episodes: int, successes: list[Any]) -> None:  # SB3's counters and success rate
-            self.num_timesteps += n_steps
-            self._episode_num += n_episodes
-            self.ep_success_buffer.extend(successes)  # type: ignore[union-attr]
+        def on_step(step: VecStep) -> object:  # SB3's counters and success rate, then the callback
+            finished = [info for info, done in zip(step.infos, step.dones.tolist(), strict=True) if done]
+            self.num_timesteps += step.n_steps
+            self._episode_num += len(finished)
+            self.ep_success_buffer.extend(i["is_success"] for i in finished if i.get("is_success") is not None)  # type: ignore[union-attr]
+            callback.update_locals({**step._asdict(), "env": env, "params": params})
+            return callback.on_step()
 
-        act, extra_locals = self.policy.actor(params, self.actions_clipped), {"env": self.env, "params": params}
-        result = stepping.rollout(self.env, act, n_episodes, self.episode_cap, callback, count, extra_locals)
+        result = run_episodes(env, self.policy.actor(params, s.actions_clipped), n_episodes, s.episode_cap, on_step)
         self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
         if broken := [ep.index for ep in result.episodes if ep.end == "non-finite"]:
             self.logger.warn(f"R2PO: the env returned NaN/inf in episode(s) {broken} of a candidate; they were cut there")
@@ -462,7 +437,7 @@ class R2PO(BaseAlgorithm):
 
     def _commit(self, entry: HistoryEntry) -> None:
         """Append a history entry, keep the best candidate in the policy, and save the state as of this entry."""
-        assert entry.kept.result is not None
+        assert entry.kept.result is not None and self._llm is not None
         entry.shown = self._llm.view.stored_fields(entry.kept.result)  # what later prompts show of its episodes
         entry.episodes, entry.timesteps = int(self._episode_num), int(self.num_timesteps)
         record = entry.to_dict()
@@ -472,10 +447,10 @@ class R2PO(BaseAlgorithm):
         if (calls := self._run.transcript_calls) is not None:
             self._transcript_calls = calls
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))
-        if self.checkpoint_dir is not None:
-            self._run.write(self.checkpoint_dir, self.save, self.history)
+        if self.settings.checkpoint_dir is not None:
+            self._run.write(self.settings.checkpoint_dir, self.save, self.history)
         if self.verbose >= 1:
-            self._progress.entry(record)
+            self._progress.entry(record, self._clock())
 
     def _roll_back(self) -> None:
         """Return to the last history entry's state after an exception cut an iteration short: ``learn()`` repeats it."""
@@ -488,7 +463,11 @@ class R2PO(BaseAlgorithm):
 
     def dump_logs(self) -> None:
         """Write the iteration's metrics (the Metrics page of the documentation) at ``step=num_timesteps``."""
-        record_metrics(self.logger, self, self.start_time, self._num_timesteps_at_start, self._llm.last_exchanges)
+        clock = self._clock()
+        steps = (self.num_timesteps, self._num_timesteps_at_start, self.start_time)
+        exchanges = self._llm.last_exchanges if self._llm is not None else {}
+        buffers = (self.ep_info_buffer, self.ep_success_buffer)
+        record_metrics(self.logger, self.history, self.llm_stats, clock, steps, buffers, exchanges)
         self.logger.dump(step=self.num_timesteps)
 
 
@@ -498,3 +477,18 @@ def _use_best(model: R2PO) -> np.ndarray:
     if best is not None:
         model.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
     return model.policy.get_flat()
+
+
+def _setting(name: str, derived: bool) -> property:
+    """``model.<name>`` reads ``model.settings.<name>``; assigning a setting replaces the settings (checked again)."""
+
+    def assign(model: R2PO, value: Any) -> None:
+        model.settings = dataclasses.replace(model.settings, **{name: value})
+
+    return property(lambda model: getattr(model.settings, name), None if derived else assign, doc=f"``settings.{name}``.")
+
+
+for _name in SETTINGS:  # SB3 habit: the hyperparameters are the model's attributes (``model.n_eval_episodes``)
+    setattr(R2PO, _name, _setting(_name, derived=False))
+for _name in ("target", "revision_threshold", "episode_cap", "variant_spec"):
+    setattr(R2PO, _name, _setting(_name, derived=True))

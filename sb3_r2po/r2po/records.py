@@ -1,18 +1,18 @@
-"""Typed records of a run: candidates, revisions, discarded attempts and history entries.
-
-``R2PO.history`` is a list of plain dicts (JSON-serialisable, public and documented on the Usage page of the
-documentation); every dict is made by :meth:`HistoryEntry.to_dict`, so its keys and their order are defined here and
-nowhere else.
-"""
+"""The records of a run: candidates, revisions, discarded attempts, history entries, and questions asked of the
+history (``R2PO.history``: plain JSON-serialisable dicts, documented on the Usage page, each made by
+:meth:`HistoryEntry.to_dict`, so its keys and their order are defined here and nowhere else)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from sb3_r2po.common import finite
+from sb3_r2po.common.evidence import success_tolerance
+from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.rollouts import RolloutResult
 from sb3_r2po.llm.asking import Answer
 
@@ -24,16 +24,20 @@ Role = Literal["search", "critic"]
 """The LLM role that answered."""
 
 RevisionStatus = Literal["none", "skipped", "failed", "declined", "interrupted", "kept", "rejected"]
-"""
-What became of an iteration's second candidate (a revision, or a second Search proposal):
+"""What became of an iteration's second candidate: ``none`` (no second call), ``skipped`` (no budget left, or a callback
+stopped training), ``failed`` (no usable reply), ``declined`` (unchanged, with ``skip_unchanged_revisions``),
+``interrupted`` (a callback stopped its evaluation), ``kept`` / ``rejected`` (the selection's verdict)."""
 
-- ``none``: the variant makes no second call;
-- ``skipped``: the episode budget could not pay for its evaluation, or a callback stopped training;
-- ``failed``: no usable reply (``on_unusable_reply="reask"``);
-- ``declined``: equal to the first candidate and not evaluated again (``skip_unchanged_revisions``);
-- ``interrupted``: a callback stopped training during its evaluation;
-- ``kept`` / ``rejected``: the selection's verdict.
-"""
+
+Record = dict[str, Any]
+
+
+class Clock(NamedTuple):
+    """Where a run is: completed iterations, episodes run, and episodes its budget still pays for (``inf``: none)."""
+
+    iteration: int
+    episodes_used: int
+    episodes_left: float
 
 
 def floats(values: Any) -> list[float]:
@@ -43,16 +47,8 @@ def floats(values: Any) -> list[float]:
 
 @dataclass
 class Candidate:
-    """
-    A vector to evaluate, and its evaluation once it has one.
-
-    :param kind: Where it came from.
-    :param params: The vector.
-    :param failures: Why earlier replies of its LLM call were unusable.
-    :param adjusted: What the parser clipped or rounded in the accepted reply.
-    :param reply: The accepted reply's text (``None``: not from the LLM).
-    :param result: Its K-episode evaluation (``None`` until evaluated, or when a callback cut the evaluation).
-    """
+    """A vector to evaluate (its kind, why earlier replies were unusable, what the parser adjusted, the accepted reply)
+    and its evaluation once it has one (``None``: not yet, or a callback cut it)."""
 
     kind: Kind
     params: np.ndarray
@@ -74,27 +70,15 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         """The history's ``search`` field: the iteration's first candidate."""
-        return {
-            "kind": self.kind,
-            "params": floats(self.params),
-            "mean_return": self.mean_return,
-            "failures": self.failures,
-            "adjusted": self.adjusted,
-        }
+        params, mean = floats(self.params), self.mean_return
+        return {"kind": self.kind, "params": params, "mean_return": mean, "failures": self.failures, "adjusted": self.adjusted}
 
 
 @dataclass
 class Revision:
-    """
-    An iteration's second step: the Critic's revision of the first candidate, or a second Search proposal.
-
-    :param role: The role asked (``None``: the variant makes no second call).
-    :param status: What became of it (see :data:`RevisionStatus`).
-    :param candidate: Its vector (``None`` when there was no usable reply, or no call).
-    :param unchanged: Whether its vector equals the first candidate's (``None``: no vector).
-    :param own_episodes: Whether the record lists the episodes of its own evaluation (``n_episodes``, ``returns``):
-        true for a challenger of the first candidate, false for critic_only's revision (the entry itself).
-    """
+    """An iteration's second step (a Critic revision or a second Search proposal): the role asked (``None``: none),
+    its status, its candidate (``None``: no usable reply), whether it equals the first, and whether its record lists
+    its own episodes (not for critic_only's revision, which is the entry itself)."""
 
     role: Role | None = None
     status: RevisionStatus = "none"
@@ -143,25 +127,12 @@ class DiscardedAttempt:
     reason: str
     episodes: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "reason": self.reason, "episodes": self.episodes}
-
 
 @dataclass
 class HistoryEntry:
-    """
-    One entry of the history: the kept candidate of a warm-up draw or of an iteration.
-
-    :param iteration: The iteration it belongs to (0: the warm-up); a given vector's: the iterations completed before.
-    :param kept: The kept candidate, evaluated.
-    :param shown: What later prompts show of its episodes (``rollout_excerpt``, ``first_episode``; some variants).
-    :param search: The iteration's first candidate (``None`` for the warm-up and critic_only).
-    :param revision: The iteration's second step (``None`` for the warm-up).
-    :param diagnostics: The Critic revision's diagnostics (:func:`~sb3_r2po.diagnostics.diagnose_revision`).
-    :param discarded: The attempts of this iteration an unusable reply discarded.
-    :param episodes: Episodes run when it was committed.
-    :param timesteps: Environment steps run when it was committed.
-    """
+    """One history entry: the kept candidate of a warm-up draw (iteration 0), a given vector or an iteration, with
+    what later prompts show of its episodes, the iteration's first candidate and second step (``None`` for the
+    warm-up), the diagnostics, the discarded attempts, and the episodes and steps run when it was committed."""
 
     iteration: int
     kept: Candidate
@@ -198,7 +169,69 @@ class HistoryEntry:
             if self.diagnostics is not None:
                 record["diagnostics"] = self.diagnostics
             if self.discarded:
-                record["discarded_attempts"] = [attempt.to_dict() for attempt in self.discarded]
+                record["discarded_attempts"] = [dataclasses.asdict(attempt) for attempt in self.discarded]
         record["episodes"] = self.episodes
         record["timesteps"] = self.timesteps
         return record
+
+
+def best_record(history: list[Record]) -> Record | None:
+    """The record of the highest mean among non-warm-up records (before any: among the warm-up's); ``None`` if empty."""
+    evaluated = [r for r in history if r["kind"] != "warmup"] or history
+    return max(evaluated, key=lambda r: r["mean_return"]) if evaluated else None
+
+
+def find(history: list[Record], params: np.ndarray) -> Record | None:
+    """The record holding ``params``, if any."""
+    return next((r for r in history if np.array_equal(np.asarray(r["params"]), params)), None)
+
+
+def shown_history(history: list[Record], best_k: int | None, recent: int | None, slack: int = 0) -> list[Record]:
+    """
+    The history as prompts show it: all of it, or the best ``best_k`` plus the ``recent`` latest (in history order).
+    With ``slack`` > 0 the shown entries grow by appending (a prefix cache reuses them) until there would be more than
+    ``best_k + recent + slack``; then they are cut back to the best ``best_k`` plus the ``recent`` latest.
+    """
+    if best_k is None and recent is None:
+        return history
+    n, best_k, recent = len(history), best_k or 0, recent or 0
+    ranked = sorted(range(n), key=lambda i: (-history[i]["mean_return"], i))
+
+    def window(end: int) -> list[int]:  # the best best_k and the recent latest of history[:end], in history order
+        best = [i for i in ranked if i < end][:best_k]
+        return sorted(set(range(max(0, end - recent), end)).union(best))
+
+    if slack == 0:
+        return [history[i] for i in window(n)]
+    limit, cut = best_k + recent + slack, 0
+    kept: list[int] = []
+    while len(kept) + n - cut > limit:  # the window is cut back at the entry that would exceed the limit
+        cut += limit - len(kept) + 1
+        kept = window(cut)
+    return [history[i] for i in kept] + history[cut:]
+
+
+def duplicate_error(history: list[Record], params: np.ndarray) -> str | None:
+    """Why a reply repeating a history vector is unusable (with ``reject_duplicates``); ``None`` for a new vector."""
+    if (record := find(history, params)) is None:
+        return None
+    return (
+        f"this vector was already evaluated (iteration {record['iteration']}, mean return "
+        f"{record['mean_return']:.4g}); propose a vector that is not in the history"
+    )
+
+
+def perturb_best(history: list[Record], space: ParameterSpace, step_size: float, rng: np.random.Generator) -> np.ndarray:
+    """A Gaussian perturbation of the best candidate at ``step_size`` that is not in the history (the fallback)."""
+    best = best_record(history)
+    for _ in range(100):
+        params = space.sample(rng) if best is None else space.perturb(np.asarray(best["params"]), step_size, rng)
+        if find(history, params) is None:
+            return params
+    return space.sample(rng)
+
+
+def reached(history: list[Record], target: float, n_episodes: int) -> bool:
+    """Whether a record of at least ``n_episodes`` episodes reached ``target`` in each (to the success tolerance)."""
+    floor = target - success_tolerance(target)
+    return any(r["n_episodes"] >= n_episodes and r["min_return"] >= floor for r in history)

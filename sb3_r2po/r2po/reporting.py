@@ -1,15 +1,13 @@
-"""What a run reports: a progress line per iteration (``verbose >= 1``), a line per LLM call (``verbose >= 2``,
-:func:`call_line`) and the metrics of SB3's logger.
-
-The metric names are documented on the Metrics page of the documentation.
-"""
+"""What a run reports: a line per iteration (``verbose >= 1``) and per LLM call (``verbose >= 2``), the metrics of
+SB3's logger (the Metrics page of the documentation), the progress bar and the warning of a learn() too short."""
 
 from __future__ import annotations
 
 import sys
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, ProgressBarCallback
@@ -19,61 +17,52 @@ from stable_baselines3.common.utils import safe_mean
 
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.llm.asking import LLMCall
-from sb3_r2po.r2po.history import best_record
-
-if TYPE_CHECKING:
-    from sb3_r2po.r2po.r2po import R2PO
+from sb3_r2po.r2po.arguments import R2POSettings
+from sb3_r2po.r2po.records import Clock, best_record
 
 TEXT_ONLY = ("stdout", "log", "json", "csv")
 """Logger formats that must not receive prompts, replies or histograms (TensorBoard only)."""
 
 
 class Progress:
-    """
-    Prints one line per iteration, and one when the warm-up is complete (``verbose >= 1``).
+    """Prints a line per history entry of a ``learn()`` (the warm-up: one when complete), for ``verbose >= 1``; the
+    line counts the LLM calls (``stats``: ``llm_stats``) since the last one."""
 
-    :param model: The model.
-    """
+    def __init__(self, settings: R2POSettings, history: list[dict[str, Any]], stats: dict[str, float]) -> None:
+        self.settings, self.history, self.stats = settings, history, stats
+        self._llm = (int(stats["calls"]), float(stats["seconds"]))  # LLM calls and seconds at the last line
 
-    def __init__(self, model: R2PO) -> None:
-        self.model = model
-        self._llm = (0, 0.0)  # LLM calls and seconds at the last line
-
-    def start(self) -> None:
-        """Count LLM calls from here (a ``learn()`` call starts)."""
-        self._llm = (int(self.model.llm_stats["calls"]), float(self.model.llm_stats["seconds"]))
-
-    def entry(self, record: dict[str, Any]) -> None:
+    def entry(self, record: dict[str, Any], clock: Clock) -> None:
         """Report a history entry just committed."""
-        model = self.model
-        budget = f"/{model.max_episodes}" if model.max_episodes is not None else ""
-        best = best_record(model.history)
+        s, episodes_used = self.settings, clock.episodes_used
+        budget = f"/{s.max_episodes}" if s.max_episodes is not None else ""
+        best = best_record(self.history)
         assert best is not None
         if record["kind"] == "given":
             print(
                 f"R2PO given vector (set_parameters): mean return {record['mean_return']:.4g} over {record['n_episodes']} "
-                f"episodes | episodes {model.episodes_used}{budget} | best {best['mean_return']:.4g}",
+                f"episodes | episodes {episodes_used}{budget} | best {best['mean_return']:.4g}",
                 flush=True,
             )
             return
         if record["kind"] == "warmup":
-            done = sum(r["kind"] == "warmup" for r in model.history)
-            if done == model.warmup_episodes:
+            done = sum(r["kind"] == "warmup" for r in self.history)
+            if done == s.warmup_episodes:
                 print(
-                    f"R2PO warm-up: {done} random candidates, 1 episode each | episodes {model.episodes_used}{budget} | "
+                    f"R2PO warm-up: {done} random candidates, 1 episode each | episodes {episodes_used}{budget} | "
                     f"best return {best['mean_return']:.4g}",
                     flush=True,
                 )
             return
-        planned = model.max_iterations  # the plan, or fewer: this iteration, the full ones a cap pays for, a partial one
-        if model.max_episodes is not None:
-            per_iteration = model.variant_spec.candidates_per_iteration * model.n_eval_episodes
-            full, rest = divmod(model.episodes_left, per_iteration)
-            paid = model.iteration + int(full) + int(rest >= model.n_eval_episodes)
+        planned = s.max_iterations  # the plan, or fewer: this iteration, the full ones a cap pays for, a partial one
+        if s.max_episodes is not None:
+            per_iteration = s.variant_spec.candidates_per_iteration * s.n_eval_episodes
+            full, rest = divmod(clock.episodes_left, per_iteration)
+            paid = clock.iteration + int(full) + int(rest >= s.n_eval_episodes)
             planned = paid if planned is None else min(planned, paid)
         parts = [
-            f"R2PO iteration {model.iteration}" + (f"/{planned}" if planned else ""),
-            f"episodes {model.episodes_used}{budget}",
+            f"R2PO iteration {clock.iteration}" + (f"/{planned}" if planned else ""),
+            f"episodes {episodes_used}{budget}",
         ]
         search, revision = record.get("search"), record["revision"]
         if search is not None:
@@ -83,23 +72,15 @@ class Progress:
             unchanged = " (unchanged)" if revision.get("unchanged") else ""
             parts.append(f"{revision['role']}{result}{unchanged} {revision['status']}")
         parts.append(f"best {best['mean_return']:.4g}")
-        calls, seconds = int(model.llm_stats["calls"]), float(model.llm_stats["seconds"])
+        calls, seconds = int(self.stats["calls"]), float(self.stats["seconds"])
         parts.append(f"LLM {calls - self._llm[0]} calls {seconds - self._llm[1]:.1f} s (total {calls} calls {seconds:.1f} s)")
         self._llm = (calls, seconds)
         print(" | ".join(parts), flush=True)
 
 
 def call_line(number: int, call: LLMCall, params: np.ndarray | None, space: ParameterSpace) -> str:
-    """
-    The ``verbose >= 2`` line of one LLM call: ``R2PO LLM call 7: critic | prompt 5230 chars (1304 tokens, 1024 cached)
-    | reply 412 chars (98 tokens) | 2.31 s | params: [0.5, -1.2, ...]``, or ``| unusable: <reason>`` in place of the
-    vector; token counts only where the backend reports them.
-
-    :param number: The call's number in the model's calls (``llm_stats["calls"]`` once it is counted).
-    :param call: The call.
-    :param params: The vector its reply gave (``None``: the reply was unusable, ``call.error`` says why).
-    :param space: The parameter space, to write the vector.
-    """
+    """The ``verbose >= 2`` line of call ``number``: ``R2PO LLM call 7: critic | prompt 5230 chars (1304 tokens, 1024
+    cached) | reply 412 chars (98 tokens) | 2.31 s | [0.5, -1.2]`` (``params``), or ``| unusable: <reason>``."""
 
     def size(chars: int, tokens: int | None, cached: int | None = None) -> str:
         counted = [] if tokens is None else [f"{tokens} tokens"] + ([] if cached is None else [f"{cached} cached"])
@@ -112,42 +93,44 @@ def call_line(number: int, call: LLMCall, params: np.ndarray | None, space: Para
 
 
 def record_metrics(
-    logger: Logger, model: R2PO, start_time: float, timesteps_at_start: int, exchanges: dict[str, tuple[str, str]]
+    logger: Logger,
+    history: list[dict[str, Any]],
+    stats: dict[str, float],
+    clock: Clock,
+    steps: tuple[int, int, float],
+    buffers: tuple[Any, Any],
+    exchanges: dict[str, tuple[str, str]],
 ) -> None:
-    """
-    Record the run's metrics in ``logger`` (the caller dumps them).
-
-    :param start_time: ``time.time_ns()`` when ``learn()`` started.
-    :param timesteps_at_start: ``num_timesteps`` when ``learn()`` started.
-    :param exchanges: The last prompt and reply of each role (TensorBoard only).
-    """
+    """Record the run's metrics in ``logger`` (the caller dumps them); ``steps``: ``num_timesteps`` now and when
+    ``learn()`` started, and ``time.time_ns()`` then; ``buffers``: SB3's episode and success buffers; ``exchanges``:
+    the last prompt and reply of each role (TensorBoard only)."""
+    num_timesteps, timesteps_at_start, start_time = steps
     time_elapsed = max((time.time_ns() - start_time) / 1e9, sys.float_info.epsilon)
-    if model.ep_info_buffer:
-        logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in model.ep_info_buffer]))
-        logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in model.ep_info_buffer]))
-    if model.ep_success_buffer:  # envs that report info["is_success"] at episode end
-        logger.record("rollout/success_rate", safe_mean(list(model.ep_success_buffer)))
-    logger.record("time/episodes", model.episodes_used)
-    logger.record("time/fps", int((model.num_timesteps - timesteps_at_start) / time_elapsed))
+    infos, successes = buffers
+    if infos:
+        logger.record("rollout/ep_rew_mean", safe_mean([ep["r"] for ep in infos]))
+        logger.record("rollout/ep_len_mean", safe_mean([ep["l"] for ep in infos]))
+    if successes:  # envs that report info["is_success"] at episode end
+        logger.record("rollout/success_rate", safe_mean(list(successes)))
+    logger.record("time/episodes", clock.episodes_used)
+    logger.record("time/fps", int((num_timesteps - timesteps_at_start) / time_elapsed))
     logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
-    logger.record("time/total_timesteps", model.num_timesteps)
-    last = model.history[-1] if model.history else None
+    logger.record("time/total_timesteps", num_timesteps)
+    last = history[-1] if history else None
     if last is not None and "revision" in last:  # an iteration's entry (not the warm-up's, nor a given vector's)
         _record_iteration(logger, last)
-    best = best_record(model.history)
+    best = best_record(history)
     if best is not None:
         logger.record("r2po/best_return", best["mean_return"])
         logger.record("r2po/theta", np.asarray(best["params"]), exclude=TEXT_ONLY)
-    logger.record("r2po/iteration", model.iteration)
-    for key in ("calls", "parse_failures", "fallbacks"):
-        logger.record(f"llm/{key}", int(model.llm_stats[key]))
-    for key in ("discarded_attempts", "discarded_episodes"):  # attempts discarded for an unusable reply, and their episodes
-        logger.record(f"llm/{key}", int(model.llm_stats.get(key, 0)))
-    logger.record("llm/seconds", float(model.llm_stats["seconds"]))
-    if model.llm_stats["prompt_tokens"] or model.llm_stats["completion_tokens"]:
-        logger.record("llm/prompt_tokens", int(model.llm_stats["prompt_tokens"]))
-        logger.record("llm/prompt_tokens_cached", int(model.llm_stats.get("prompt_tokens_cached", 0)))
-        logger.record("llm/completion_tokens", int(model.llm_stats["completion_tokens"]))
+    logger.record("r2po/iteration", clock.iteration)
+    for key in ("calls", "parse_failures", "fallbacks", "discarded_attempts", "discarded_episodes"):  # the last two: rerun
+        logger.record(f"llm/{key}", int(stats.get(key, 0)))
+    logger.record("llm/seconds", float(stats["seconds"]))
+    if stats["prompt_tokens"] or stats["completion_tokens"]:
+        logger.record("llm/prompt_tokens", int(stats["prompt_tokens"]))
+        logger.record("llm/prompt_tokens_cached", int(stats.get("prompt_tokens_cached", 0)))
+        logger.record("llm/completion_tokens", int(stats["completion_tokens"]))
     for role, (prompt, reply) in exchanges.items():
         logger.record(f"llm_text/{role}_prompt", prompt, exclude=TEXT_ONLY)
         logger.record(f"llm_text/{role}_reply", reply, exclude=TEXT_ONLY)
@@ -166,46 +149,44 @@ def _record_iteration(logger: Logger, last: dict[str, Any]) -> None:
         logger.record(f"diagnostics/{key}", float(value))
 
 
-def planned_episodes(model: R2PO) -> int | None:
-    """
-    The episodes the rest of the run may take by its episode budget (``max_episodes``) and its plan (the remaining
-    warm-up, then ``max_iterations`` iterations of K episodes per candidate, discarded attempts not foreseen), the
-    smaller of the two; ``None`` when neither is set.
-    """
-    bounds = [] if model.max_episodes is None else [int(model.episodes_left)]
-    if model.max_iterations is not None:
-        warmup = max(0, model.warmup_episodes - sum(r["kind"] == "warmup" for r in model.history))
-        iterations = max(0, model.max_iterations - model.iteration)
-        bounds.append(warmup + iterations * model.variant_spec.candidates_per_iteration * model.n_eval_episodes)
+def planned_episodes(settings: R2POSettings, history: list[dict[str, Any]], clock: Clock) -> int | None:
+    """The episodes the rest of the run may take: the smaller of what ``max_episodes`` leaves and the plan (the rest of
+    the warm-up, then ``max_iterations`` iterations of K episodes per candidate); ``None`` when neither is set."""
+    s = settings
+    bounds = [] if s.max_episodes is None else [int(clock.episodes_left)]
+    if s.max_iterations is not None:
+        warmup = max(0, s.warmup_episodes - sum(r["kind"] == "warmup" for r in history))
+        iterations = max(0, s.max_iterations - clock.iteration)
+        bounds.append(warmup + iterations * s.variant_spec.candidates_per_iteration * s.n_eval_episodes)
     return max(0, min(bounds)) if bounds else None
 
 
 class BudgetProgressBar(ProgressBarCallback):
-    """
-    ``learn(..., progress_bar=True)``'s bar in the unit that binds. Without ``max_episodes`` and ``max_iterations`` it
-    is SB3's (steps against ``total_timesteps``). With either, it counts the episodes of this ``learn()`` against
-    :func:`planned_episodes`; steps move it too when ``total_timesteps`` would end training sooner (the same fraction
-    of its episodes), and it is full when training ends (the budget cannot pay for another evaluation).
-    """
+    """``learn(..., progress_bar=True)``'s bar: SB3's (steps) without ``max_episodes`` and ``max_iterations``; with
+    either, this ``learn()``'s episodes against ``plan()``'s planned episodes (:func:`planned_episodes`; steps move it
+    too when ``total_timesteps`` binds first), full when training ends."""
+
+    def __init__(self, plan: Callable[[], tuple[int | None, Clock]]) -> None:
+        super().__init__()
+        self.plan = plan
 
     def _on_training_start(self) -> None:
-        model = cast("R2PO", self.model)
-        self._episodes = planned_episodes(model)
+        self._episodes, clock = self.plan()
         if self._episodes is None:
             super()._on_training_start()
             return
         from tqdm.rich import tqdm  # SB3's progress bar (its "extra": tqdm and rich)
 
-        self._start = (model.episodes_used, model.num_timesteps, int(self.locals["total_timesteps"]))
+        self._start = (clock.episodes_used, self.model.num_timesteps, int(self.locals["total_timesteps"]))
         self.pbar = tqdm(total=self._episodes, unit="episodes")
 
     def _on_step(self) -> bool:
         if self._episodes is None:
             return super()._on_step()
-        model = cast("R2PO", self.model)
         episodes, steps, total = self._start
-        by_steps = (model.num_timesteps - steps) / max(total - steps, 1) * self._episodes
-        self.pbar.update(min(self._episodes, max(model.episodes_used - episodes, int(by_steps))) - self.pbar.n)
+        by_steps = (self.model.num_timesteps - steps) / max(total - steps, 1) * self._episodes
+        used = self.plan()[1].episodes_used
+        self.pbar.update(min(self._episodes, max(used - episodes, int(by_steps))) - self.pbar.n)
         return True
 
     def _on_training_end(self) -> None:
@@ -214,35 +195,34 @@ class BudgetProgressBar(ProgressBarCallback):
         super()._on_training_end()
 
 
-def with_progress_bar(callback: MaybeCallback, progress_bar: bool) -> MaybeCallback:
+def with_progress_bar(
+    callback: MaybeCallback, progress_bar: bool, plan: Callable[[], tuple[int | None, Clock]]
+) -> MaybeCallback:
     """``callback`` with :class:`BudgetProgressBar` added when ``progress_bar`` (R2PO's stand-in for SB3's bar)."""
     if not progress_bar:
         return callback
     given = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
-    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in given] + [BudgetProgressBar()]
+    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in given] + [BudgetProgressBar(plan)]
 
 
-def warn_before_first_iteration(model: R2PO) -> None:
-    """
-    At the end of a ``learn()``, before the run's first LLM iteration is complete: one ``UserWarning`` with the
-    warm-up's episodes and steps so far and about how many more steps the first iteration needs (the rest of the
-    warm-up, then K x the mean warm-up episode length x the candidates per iteration), and when ``max_episodes`` is
-    too small for it, that too. Nothing once an iteration is complete.
-    """
-    if model.iteration > 0:
+def warn_before_first_iteration(settings: R2POSettings, history: list[dict[str, Any]], clock: Clock) -> None:
+    """Before the run's first iteration is complete, warn at the end of ``learn()`` with the warm-up so far and about
+    the steps the first iteration needs (and whether ``max_episodes`` is too small for it)."""
+    s = settings
+    if clock.iteration > 0:
         return
-    warmup = [r for r in model.history if r["kind"] == "warmup"]
+    warmup = [r for r in history if r["kind"] == "warmup"]
     steps = int(sum(r["mean_length"] * r["n_episodes"] for r in warmup))
-    length = steps / len(warmup) if warmup else float(model.episode_cap)
-    rest = max(0, model.warmup_episodes - len(warmup))
-    episodes = model.variant_spec.candidates_per_iteration * model.n_eval_episodes
+    length = steps / len(warmup) if warmup else float(s.episode_cap)
+    rest = max(0, s.warmup_episodes - len(warmup))
+    episodes = s.variant_spec.candidates_per_iteration * s.n_eval_episodes
     first = f"{rest} warm-up episodes, then " if rest else ""
     text = (
-        f"R2PO: learn() ended before the first LLM iteration: the warm-up ran {len(warmup)} of {model.warmup_episodes} "
+        f"R2PO: learn() ended before the first LLM iteration: the warm-up ran {len(warmup)} of {s.warmup_episodes} "
         f"episodes ({steps} steps); the first iteration needs about {round((rest + episodes) * length)} more steps "
         f"({first}{episodes} episodes of about {length:.0f} steps{'' if warmup else ', the episode cap'}). Give learn() "
         "more total_timesteps (a later learn(..., reset_num_timesteps=False) continues this run)"
     )
-    if model.episodes_left < rest + model.n_eval_episodes:
-        text += f"; max_episodes={model.max_episodes} leaves {int(model.episodes_left)} episodes, too few"
+    if clock.episodes_left < rest + s.n_eval_episodes:
+        text += f"; max_episodes={s.max_episodes} leaves {int(clock.episodes_left)} episodes, too few"
     warnings.warn(text + ".", UserWarning, stacklevel=3)

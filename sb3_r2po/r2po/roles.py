@@ -1,42 +1,49 @@
-"""The LLM's two roles in R2PO: the Search proposes a vector from the history, the Critic revises one from its evidence.
+"""The LLM's two roles, and which of them an iteration asks: the Search proposes a vector from the history, the
+Critic revises one from its evidence.
 
-:class:`LLMRoles` owns the backend (created at the first ``learn()``), the prompt builder, the retry policy and the
-accounting of every call in ``R2PO.llm_stats``. Replies are parsed (:mod:`sb3_r2po.common.parsing`), never executed.
+:class:`LLMRoles` asks the backend (made once by :func:`make_llm`), re-asks or reruns after an unusable reply and counts
+every call in ``llm_stats``. Replies are parsed (:mod:`sb3_r2po.common.parsing`), never executed. ``R2PO._iterate``
+runs every variant through one loop; a search pattern (one per :data:`~sb3_r2po.variants.SearchMode`) supplies its LLM
+steps, the proposal (step 1) and the challenger (step 4): ``one``: a Search proposal, then the Critic's revision of it
+(none without a Critic); ``two_independent``: two Search proposals asked as one batch; ``two_sequential``: a second
+Search proposal that sees the first's return; ``none``: the Critic's revision of the last history entry, always kept.
+A Critic revision's salience diagnostics (:func:`diagnose_revision`) are computed here too.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from sb3_r2po.common import finite
 from sb3_r2po.common.evidence import EvidencePackage
+from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.parsing import Reading
+from sb3_r2po.common.rollouts import RolloutResult
 from sb3_r2po.llm.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.llm.base import ChatBackend, ChecksResources, Constrainable, Message, Preparable, log_progress
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
-from sb3_r2po.r2po.history import duplicate_error, perturb_best
+from sb3_r2po.r2po.arguments import R2POSettings
+from sb3_r2po.r2po.policies import CompactPolicy
 from sb3_r2po.r2po.prompting import PromptView, Shown
-from sb3_r2po.r2po.records import Candidate, DiscardedAttempt, Role
+from sb3_r2po.r2po.records import Candidate, Clock, DiscardedAttempt, Revision, Role, duplicate_error, perturb_best
 from sb3_r2po.r2po.reporting import call_line
-from sb3_r2po.r2po.run_state import RunState
-
-if TYPE_CHECKING:
-    from sb3_r2po.r2po.r2po import R2PO
+from sb3_r2po.variants import SearchMode, Variant
 
 Check = Callable[[np.ndarray], "str | None"]
 """Extra validation of a parsed vector: an error to state in a re-ask, or ``None``."""
 
 LLM_STATS = ("calls", "parse_failures", "fallbacks", "seconds", "prompt_tokens", "completion_tokens", "prompt_tokens_cached")
-"""The keys of ``R2PO.llm_stats`` (``discarded_attempts`` and ``discarded_episodes`` are added at the first discarded
-attempt).
-``prompt_tokens_cached``: of ``prompt_tokens``, those the backend reported it did not have to process (a prefix
-cache); absent from the ``llm_stats`` of models saved before it was counted, which count it from their next call."""
+"""The keys of ``R2PO.llm_stats`` (``discarded_attempts`` and ``discarded_episodes`` appear at the first discarded
+attempt; ``prompt_tokens_cached`` is absent from older models)."""
 
 
 class UnusableReply(Exception):
@@ -53,73 +60,67 @@ def new_llm_stats() -> dict[str, float]:
     return {key: 0.0 if key == "seconds" else 0 for key in LLM_STATS}
 
 
+def make_llm(llm: Any, confirmed: bool, space: ParameterSpace, verbose: int) -> ChatBackend:
+    """The backend of an ``llm`` spec, prepared (loaded) and constrained to ``space`` where it can be; ``confirmed``:
+    whether a loaded ``llm`` string that imports a module may be used."""
+    if llm is None:
+        raise ValueError(
+            "This model has no llm: it was saved with an llm object, which is never stored. "
+            "Pass one again, e.g. R2PO.load(path, env=env, llm=...), or set model.llm before learn()."
+        )
+    if not confirmed:
+        raise ValueError(
+            f"This model was loaded with llm={llm!r}, which imports a module named in the saved file. "
+            "Load only files you trust; to use it, pass llm=... to R2PO.load() or call model.set_llm(model.llm)."
+        )
+    if verbose >= 1:
+        print(f"R2PO: preparing the LLM {llm if isinstance(llm, str) else type(llm).__name__}", flush=True)
+    start = time.perf_counter()
+    backend = make_backend(llm)
+    if isinstance(backend, ChecksResources):  # fail before any download or load when the model cannot fit
+        backend.check_resources()
+    if isinstance(backend, Preparable):  # load it now (with its progress logged) rather than in the first call
+        with log_progress(verbose >= 1):
+            backend.prepare()
+        if verbose >= 1:
+            print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s", flush=True)
+    if isinstance(backend, Constrainable):  # constrained decoding (e.g. a grammar) from the parameter space
+        backend.constrain(space)
+    return backend
+
+
 class LLMRoles:
-    """
-    The Search and Critic roles of one model.
+    """The Search and Critic roles of one ``learn()``: they read ``settings``, ``history`` (at every call) and the
+    policy's parameter space, ask ``backend``, count every call in ``stats`` (``llm_stats``) and read the run's
+    iteration and episode counts from ``clock``."""
 
-    :param model: The model; its public settings (``llm``, ``temperature``, ``reply_style``, the retry options) and its
-        ``history`` are read at every call, and every call is counted in its ``llm_stats``.
-    """
-
-    def __init__(self, model: R2PO) -> None:
-        self.model = model
-        self.view = PromptView(model)
-        self.backend: ChatBackend | None = None
-        self.prompts: PromptBuilder | None = None
-        self.last_exchanges: dict[str, tuple[str, str]] = {}
-        """The last prompt and reply of each role (logged to TensorBoard)."""
-
-    def connect(self, run: RunState) -> None:
-        """Create the backend (first ``learn()`` only: loading a model takes long) and the prompt builder."""
-        model = self.model
-        if self.backend is None:
-            if model.llm is None:
-                raise ValueError(
-                    "This model has no llm: it was saved with an llm object, which is never stored. "
-                    "Pass one again, e.g. R2PO.load(path, env=env, llm=...), or set model.llm before learn()."
-                )
-            if not model.llm_confirmed:
-                raise ValueError(
-                    f"This model was loaded with llm={model.llm!r}, which imports a module named in the saved file. "
-                    "Load only files you trust; to use it, pass llm=... to R2PO.load() or call model.set_llm(model.llm)."
-                )
-            if model.verbose >= 1:
-                name = model.llm if isinstance(model.llm, str) else type(model.llm).__name__
-                print(f"R2PO: preparing the LLM {name}", flush=True)
-            start = time.perf_counter()
-            backend = make_backend(model.llm)
-            if isinstance(backend, ChecksResources):  # fail before any download or load when the model cannot fit
-                backend.check_resources()
-            if isinstance(backend, Preparable):  # load it now (with its progress logged) rather than in the first call
-                with log_progress(model.verbose >= 1):
-                    backend.prepare()
-                if model.verbose >= 1:
-                    print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s", flush=True)
-            if isinstance(backend, Constrainable):  # constrained decoding (e.g. a grammar) from the parameter space
-                backend.constrain(model.policy.parameter_space)
-            self.backend = run.open(
-                backend, model.checkpoint_dir, model.history
-            )  # with a checkpoint_dir: a transcript of every call
-        if self.prompts is None:
-            self.prompts = PromptBuilder(model.prompt_template_dir, model.reply_style)
+    def __init__(
+        self,
+        settings: R2POSettings,
+        history: list[dict[str, Any]],
+        policy: CompactPolicy,
+        stats: dict[str, float],
+        backend: ChatBackend,
+        clock: Callable[[], Clock],
+        verbose: int,
+    ) -> None:
+        self.settings, self.history, self.space, self.stats = settings, history, policy.parameter_space, stats
+        self.backend, self.clock, self.verbose = backend, clock, verbose
+        self.view = PromptView(settings, history, policy)
+        self.prompts = PromptBuilder(settings.prompt_template_dir, settings.reply_style)
+        self.last_exchanges: dict[str, tuple[str, str]] = {}  # the last prompt and reply of each role (TensorBoard)
 
     @property
     def reading(self) -> Reading:
         """How replies are read (``reply_reading``): the variant's reading for the policy's kind of parameters."""
-        model = self.model
-        if model.reply_reading == "last_vector":
+        if self.settings.reply_reading == "last_vector":
             return "last_vector"
-        linear, tabular = model.variant_spec.reading
-        return tabular if model.policy.parameter_space.values is not None else linear
-
-    @property
-    def reasks(self) -> int:
-        """Re-asks after an unusable reply: ``max_llm_retries`` with ``on_unusable_reply="reask"``, none otherwise."""
-        return self.model.max_llm_retries if self.model.on_unusable_reply == "reask" else 0
+        linear, tabular = self.settings.variant_spec.reading
+        return tabular if self.space.values is not None else linear
 
     def check_usable(self, role: Role, answer: Answer) -> None:
         """With ``on_unusable_reply="rerun"`` (the reference), an answer without a vector discards the iteration."""
-        if answer.params is None and self.model.on_unusable_reply == "rerun":
+        if answer.params is None and self.settings.on_unusable_reply == "rerun":
             raise UnusableReply(role, answer.failures[-1] if answer.failures else "no reply")
 
     def first_candidate(self, role: Role, answer: Answer, rng: np.random.Generator) -> Candidate:
@@ -128,42 +129,34 @@ class LLMRoles:
         if answer.params is not None:
             return Candidate.answered(role, answer.params, answer)
         self.check_usable(role, answer)
-        model = self.model
-        model.llm_stats["fallbacks"] += 1
-        fallback = perturb_best(model.history, model.policy.parameter_space, model.step_size, rng)
+        self.stats["fallbacks"] += 1
+        fallback = perturb_best(self.history, self.space, self.settings.step_size, rng)
         return Candidate.answered("fallback", fallback, answer)
 
     def with_reruns(self, iterate: Callable[[list[DiscardedAttempt]], bool]) -> bool:
-        """
-        Run one iteration, ``iterate(discarded)``. With ``on_unusable_reply="rerun"`` an unusable reply (of either role)
-        discards the attempt, as the reference does: its episodes stay spent (and counted, in ``llm_stats``'s
-        ``discarded_episodes`` too) on top of the plan (``max_iterations`` counts completed iterations only; a
-        ``max_episodes`` cap counts them), nothing enters the history, and the iteration runs again from its first LLM
-        call, at most ``max_iteration_attempts`` times; then training stops with a warning. ``discarded`` lists the
-        attempts discarded so far (the entry records them).
-        """
-        model, discarded = self.model, list[DiscardedAttempt]()
-        for attempt in range(1, model.max_iteration_attempts + 1):
-            episodes = model.episodes_used
+        """Run ``iterate(discarded)``; with ``on_unusable_reply="rerun"`` an unusable reply discards the attempt (its
+        episodes stay spent, in ``llm_stats["discarded_episodes"]``) and the iteration runs again, at most
+        ``max_iteration_attempts`` times, as the reference does; then training stops with a warning."""
+        stats, attempts, discarded = self.stats, self.settings.max_iteration_attempts, list[DiscardedAttempt]()
+        for attempt in range(1, attempts + 1):
+            episodes = self.clock().episodes_used
             try:
                 return iterate(discarded)
             except UnusableReply as exc:
-                discarded.append(DiscardedAttempt(exc.role, exc.reason, model.episodes_used - episodes))
-                model.llm_stats["discarded_attempts"] = model.llm_stats.get("discarded_attempts", 0) + 1
-                spent = model.llm_stats.get("discarded_episodes", 0) + discarded[-1].episodes  # on top of the plan
-                model.llm_stats["discarded_episodes"] = spent
-                if model.verbose >= 1:
+                clock = self.clock()
+                discarded.append(DiscardedAttempt(exc.role, exc.reason, clock.episodes_used - episodes))
+                stats["discarded_attempts"] = stats.get("discarded_attempts", 0) + 1
+                stats["discarded_episodes"] = stats.get("discarded_episodes", 0) + discarded[-1].episodes
+                if self.verbose >= 1:
                     print(
-                        f"R2PO: iteration {model.iteration + 1}, attempt {attempt} of {model.max_iteration_attempts}: "
+                        f"R2PO: iteration {clock.iteration + 1}, attempt {attempt} of {attempts}: "
                         f"unusable {exc.role} reply ({exc.reason}); the iteration is discarded",
                         flush=True,
                     )
-                if (
-                    model.episodes_left < model.n_eval_episodes
-                ):  # (a callback's stop is never pending here: it skips every LLM step)
+                if clock.episodes_left < self.settings.n_eval_episodes:  # (a callback's stop skips every LLM step)
                     return False
         warnings.warn(
-            f"R2PO: {model.max_iteration_attempts} attempts of iteration {model.iteration + 1} ended in an unusable "
+            f"R2PO: {attempts} attempts of iteration {self.clock().iteration + 1} ended in an unusable "
             f"reply (last: {discarded[-1].role}: {discarded[-1].reason}); training stops, as the reference does. "
             "on_unusable_reply='reask' re-asks with the error stated and falls back instead.",
             RuntimeWarning,
@@ -178,48 +171,35 @@ class LLMRoles:
 
     def search_pair(self) -> tuple[Answer, Answer]:
         """Two independent Search proposals from the same history, asked as one batch (pure_search)."""
-        prompts, space = self._prompts(), self.model.policy.parameter_space
         messages = self._search_messages()  # the same for both
-        assert self.backend is not None
         first, second = ask_together(
             self.backend,
             [messages, messages],
-            space,
-            role="search",
-            retry_message=lambda reason: prompts.retry(reason, space),
+            self.space,
             checks=[
                 lambda settled: self.not_new(),
                 lambda settled: self.not_new(tuple(a.params for a in settled if a.params is not None)),
             ],
-            temperature=self.model.temperature,
-            max_retries=self.reasks,
-            reading=self.reading,
-            reject_cut_off=self.model.reject_cut_off_replies,
+            **self._asking("search"),
         )
         return self._account("search", first), self._account("search", second)
 
     def revise(
         self, theta: np.ndarray, mean_return: float, n_episodes: int, evidence: EvidencePackage, check: Check
     ) -> Answer:
-        """
-        The Critic revises ``theta`` (its mean return over ``n_episodes``) from its evidence package, with the
-        variant's template (critic_only's shows no candidate: its evidence is the latest candidate's episode).
-
-        :param check: :meth:`seen` (a revision may repeat ``theta``: it is not evaluated as a new vector) or
-            :meth:`not_new` (critic_only: an unchanged vector would be evaluated again).
-        """
-        prompts = self._prompts()
-        spec = self.model.variant_spec.critic
+        """The Critic revises ``theta`` (its mean return over ``n_episodes``) from ``evidence``; ``check``: :meth:`seen`
+        (a revision may repeat ``theta``) or :meth:`not_new` (critic_only: an unchanged vector would be evaluated)."""
+        spec = self.settings.variant_spec.critic
         assert spec is not None
         candidate = HistoryLine(self.view.format(theta), mean_return, n_episodes, values=self.view.values(theta))
-        messages = prompts.critic(self.view.context(critic=True), candidate, evidence, spec.prompt, spec.history)
-        return self._ask("critic", messages, check)
+        context = self.view.context(self.clock(), critic=True)
+        return self._ask("critic", self.prompts.critic(context, candidate, evidence, spec.prompt, spec.history), check)
 
     def not_new(self, also: tuple[np.ndarray, ...] = ()) -> Check:
         """With ``reject_duplicates``: a check refusing vectors of the history and ``also``; otherwise none."""
 
         def check(params: np.ndarray) -> str | None:
-            if self.model.reject_duplicates and any(np.array_equal(params, other) for other in also):
+            if self.settings.reject_duplicates and any(np.array_equal(params, other) for other in also):
                 return "this vector was already proposed in this iteration; propose a different one"
             return self.seen(params)
 
@@ -227,41 +207,34 @@ class LLMRoles:
 
     def seen(self, params: np.ndarray) -> str | None:
         """With ``reject_duplicates``: why ``params``, a history vector, is unusable; otherwise ``None``."""
-        return duplicate_error(self.model.history, params) if self.model.reject_duplicates else None
+        return duplicate_error(self.history, params) if self.settings.reject_duplicates else None
 
     def _search_messages(self, shown: Shown = ()) -> list[Message]:
-        spec = self.model.variant_spec
-        return self._prompts().search(self.view.context(shown), spec.search_prompt, spec.search_history)
+        spec = self.settings.variant_spec
+        return self.prompts.search(self.view.context(self.clock(), shown), spec.search_prompt, spec.search_history)
 
-    def _prompts(self) -> PromptBuilder:
-        assert self.prompts is not None, "connect() first"
-        return self.prompts
+    def _asking(self, role: str) -> dict[str, Any]:  # ask_for_params's arguments from the settings
+        return dict(
+            role=role,
+            retry_message=lambda reason: self.prompts.retry(reason, self.space),
+            temperature=self.settings.temperature,
+            max_retries=self.settings.reasks,
+            reading=self.reading,
+            reject_cut_off=self.settings.reject_cut_off_replies,
+        )
 
     def _ask(self, role: str, messages: list[Message], check: Check) -> Answer:
-        prompts, space = self._prompts(), self.model.policy.parameter_space
-        assert self.backend is not None
-        answer = ask_for_params(
-            self.backend,
-            messages,
-            space,
-            role=role,
-            retry_message=lambda reason: prompts.retry(reason, space),
-            check=check,
-            temperature=self.model.temperature,
-            max_retries=self.reasks,
-            reading=self.reading,
-            reject_cut_off=self.model.reject_cut_off_replies,
-        )
+        answer = ask_for_params(self.backend, messages, self.space, check=check, **self._asking(role))
         return self._account(role, answer)
 
     def _account(self, role: str, answer: Answer) -> Answer:
         """Count an answer's calls in ``llm_stats`` and keep the last exchange for the logs; with ``verbose >= 2`` print
         a line per call (:func:`~sb3_r2po.r2po.reporting.call_line`)."""
-        stats, verbose = self.model.llm_stats, self.model.verbose
+        stats, verbose = self.stats, self.verbose
         for call in answer.calls:
             if verbose >= 2:  # only a reply without error gave the answer's vector (the last call)
                 usable = answer.params if call.error is None else None
-                print(call_line(int(stats["calls"]) + 1, call, usable, self.model.policy.parameter_space), flush=True)
+                print(call_line(int(stats["calls"]) + 1, call, usable, self.space), flush=True)
             stats["calls"] += 1
             stats["parse_failures"] += int(call.error is not None)
             stats["seconds"] += call.seconds
@@ -274,3 +247,192 @@ class LLMRoles:
         if answer.notes and verbose >= 1:
             print(f"R2PO: {role} reply adjusted: " + "; ".join(answer.notes), file=sys.stderr)
         return answer
+
+
+FIXATION_PATTERN = re.compile(
+    r"\bworst\b"
+    r"|\blowest[- ](?:return(?:s|ing)?|scor(?:e|ing))\b"
+    r"|\b(?:episode|rollout|trajectory|run)s? with the (?:lowest|smallest|minimum|worst) (?:return|score)\b",
+    re.I,
+)
+"""References to the worst (lowest-return) episode in a Critic reply. Generic failure words are not matched: R2PO's
+prompt asks the Critic to tell systematic from occasional failures."""
+
+
+def points_at_worst(text: str) -> bool:
+    """Whether a Critic reply refers to the worst episode (:data:`FIXATION_PATTERN`)."""
+    return bool(FIXATION_PATTERN.search(text or ""))
+
+
+def edit_size(before: Sequence[float] | np.ndarray, after: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """Number of changed parameters, largest absolute change and L1 norm of the change."""
+    delta = np.abs(np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64))
+    changed = delta > 1e-12
+    return {"n_changed": int(changed.sum()), "max_change": float(delta.max(initial=0.0)), "l1": float(delta.sum())}
+
+
+def diagnose_revision(
+    before: Sequence[float] | np.ndarray,
+    after: Sequence[float] | np.ndarray,
+    before_return: float,
+    after_return: float | None,
+    reply: str,
+    accepted: bool,
+    above_tau_c: bool,
+) -> dict[str, Any]:
+    """A revision's ``record["diagnostics"]`` (logged as ``diagnostics/...``): ``accepted`` (committed), ``regression``
+    (an evaluated revision's mean return below the candidate's), the edit's size (:func:`edit_size`),
+    ``worst_fixation`` (:func:`points_at_worst`, a keyword proxy) and ``above_tau_c`` (the candidate met ``tau_c``)."""
+    return {
+        "accepted": bool(accepted),
+        "regression": bool(after_return is not None and after_return < before_return),
+        **edit_size(before, after),
+        "worst_fixation": points_at_worst(reply),
+        "above_tau_c": bool(above_tau_c),
+    }
+
+
+@dataclass(frozen=True)
+class Start:
+    """What an iteration starts from: the episodes the budget pays for, K, the last entry's episodes when still in
+    memory (critic_only's evidence) and ``tau_c`` (for the diagnostics)."""
+
+    episodes_left: float
+    n_eval_episodes: int
+    last_result: RolloutResult | None
+    revision_threshold: float | None
+
+    def above_tau_c(self, mean_return: float) -> bool:
+        return self.revision_threshold is not None and mean_return >= self.revision_threshold
+
+
+class SearchPattern:
+    """One Search proposal, then its Critic revision when the variant has a Critic (``one``)."""
+
+    first_role: Role = "search"  # the role whose reply is the iteration's first candidate
+
+    def __init__(self, variant: Variant) -> None:
+        self.variant = variant
+
+    @property
+    def challenger(self) -> Role | None:
+        """The role asked for a second candidate (``None``: one candidate per iteration)."""
+        return None if self.variant.critic is None else "critic"
+
+    def propose(self, roles: LLMRoles, start: Start) -> Answer:
+        """Step 1: the first candidate's answer."""
+        return roles.search()
+
+    def challenge(self, roles: LLMRoles, first: Candidate) -> Answer:
+        """Steps 3-4: the evidence package of the evaluated first candidate, and the Critic's revision of it."""
+        assert first.result is not None
+        evidence = roles.view.evidence(first.result)
+        return roles.revise(first.params, first.mean_return, len(first.result.episodes), evidence, roles.seen)
+
+    def entry(self, first: Candidate, revision: Revision) -> tuple[Candidate | None, Revision]:
+        """The history entry's ``search`` and ``revision`` fields."""
+        return first, revision
+
+    def diagnose(self, first: Candidate, revision: Revision, start: Start, history: list[dict[str, Any]]) -> dict | None:
+        """The diagnostics of a Critic revision (:func:`diagnose_revision`); ``None`` without one."""
+        revised = revision.candidate
+        if revision.role != "critic" or revised is None or revised.reply is None:
+            return None
+        after = revised.mean_return if revised.result is not None else None
+        accepted = revision.status in ("kept", "declined")
+        above = start.above_tau_c(first.mean_return)
+        return diagnose_revision(first.params, revised.params, first.mean_return, after, revised.reply, accepted, above)
+
+
+class PairedSearch(SearchPattern):
+    """pure_search: two independent Search proposals from the same history, asked as one batch before any rollout (as
+    the reference asks both before it evaluates either, so that an unusable second proposal discards the iteration
+    before its first K episodes run, with ``on_unusable_reply="rerun"``); keep the best."""
+
+    def __init__(self, variant: Variant) -> None:
+        super().__init__(variant)
+        self._spare: Answer | None = None
+
+    @property
+    def challenger(self) -> Role | None:
+        return "search"
+
+    def propose(self, roles: LLMRoles, start: Start) -> Answer:
+        self._spare = None
+        if start.episodes_left < 2 * start.n_eval_episodes:  # the budget pays for one evaluation only
+            return roles.search()
+        first, self._spare = roles.search_pair()
+        if first.params is not None:  # an unusable first proposal is the iteration's first unusable reply
+            roles.check_usable("search", self._spare)  # "rerun": discarded before any rollout
+        return first
+
+    def challenge(self, roles: LLMRoles, first: Candidate) -> Answer:
+        """The pair's second proposal; asked again (never the first vector) when it repeats the first with
+        ``reject_duplicates``, or when the first candidate came from the fallback of a single proposal."""
+        spare, self._spare = self._spare, None
+        repeated = spare is not None and spare.params is not None and np.array_equal(spare.params, first.params)
+        if spare is not None and not (repeated and roles.settings.reject_duplicates):
+            return spare
+        return roles.search(also=(first.params,))
+
+
+class SecondPass(SearchPattern):
+    """actor_second_pass: a second Search proposal that sees the first one evaluated; keep the best."""
+
+    @property
+    def challenger(self) -> Role | None:
+        return "search"
+
+    def challenge(self, roles: LLMRoles, first: Candidate) -> Answer:
+        assert first.result is not None
+        return roles.search(shown=((first.params, first.result),), also=(first.params,))
+
+
+class CriticOnly(SearchPattern):
+    """critic_only: the Critic revises the last history entry from its representative episode; always kept."""
+
+    first_role: Role = "critic"
+
+    @property
+    def challenger(self) -> Role | None:
+        return None
+
+    def propose(self, roles: LLMRoles, start: Start) -> Answer:
+        history = roles.history
+        if not history:  # no warm-up: the reference asks with an empty history and no trace
+            size = roles.space.size
+            return roles.revise(np.zeros(size), 0.0, 0, roles.view.evidence(None), roles.not_new())
+        last = history[-1]
+        result = start.last_result if _holds(start.last_result, last) else None  # not saved: lost after a load
+        params, evidence = np.asarray(last["params"]), roles.view.evidence(result)
+        return roles.revise(params, last["mean_return"], last["n_episodes"], evidence, roles.not_new())
+
+    def entry(self, first: Candidate, revision: Revision) -> tuple[Candidate | None, Revision]:
+        return None, Revision("critic", "kept", first, own_episodes=False)
+
+    def diagnose(self, first: Candidate, revision: Revision, start: Start, history: list[dict[str, Any]]) -> dict | None:
+        if not history or first.reply is None:
+            return None
+        last = history[-1]
+        above = start.above_tau_c(last["mean_return"])
+        return diagnose_revision(
+            last["params"], first.params, last["mean_return"], first.mean_return, first.reply, True, above
+        )
+
+
+def pattern_for(variant: Variant) -> SearchPattern:
+    """The search pattern of ``variant`` (one per :data:`~sb3_r2po.variants.SearchMode`)."""
+    patterns: dict[SearchMode, type[SearchPattern]] = {
+        "one": SearchPattern,
+        "two_independent": PairedSearch,
+        "two_sequential": SecondPass,
+        "none": CriticOnly,
+    }
+    return patterns[variant.search](variant)
+
+
+def _holds(result: RolloutResult | None, record: dict[str, Any]) -> bool:
+    """Whether ``result`` holds the episodes of history ``record``."""
+    if result is None or len(result.episodes) != record["n_episodes"]:
+        return False
+    return bool(np.isclose(finite.mean(result.returns), record["mean_return"]))

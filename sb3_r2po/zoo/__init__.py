@@ -1,37 +1,19 @@
 """
 RL Zoo integration: ``python -m sb3_r2po.zoo train|enjoy|plot_train|plot_from_file|all_plots ...``.
 
-RL Baselines3 Zoo has no plug-in mechanism: its algorithms live in one fixed dict, ``rl_zoo3.utils.ALGOS``,
-which every zoo module imports by name (``from rl_zoo3.utils import ALGOS`` in ``train.py``,
-``exp_manager.py``, ``record_video.py``, ``record_training.py``; ``from rl_zoo3 import ALGOS`` in
-``enjoy.py``, ``push_to_hub.py``, ``load_from_hub.py``). They all share the *same* dict object, so adding a key
-to it in place registers an algorithm everywhere; :func:`register_r2po` does that (and also patches any
-zoo module that holds a different ``ALGOS`` object, in case a future zoo copies the dict).
-
-The entry point then:
-
-1. imports :mod:`sb3_r2po` (registers ``R2PO/Nim-v0``, ``R2PO/Pong-v0`` and ``R2PO/Maze3x3-v0``);
-2. for ``train`` without ``-conf``/``--conf-file``: ``--algo r2po`` reads our ``r2po.yml`` (:func:`config_dir`;
-   installed: ``sb3_r2po/zoo/configs/``), and any other algorithm reads our ``<algo>.yml`` when that file has an entry
-   for the ``--env`` id (our custom envs, FrozenLake-v1 and the ``-v5`` MuJoCo tasks, which the zoo's own files
-   lack); everything else keeps the zoo's own hyperparameter files. The options are read as the zoo's parser reads
-   them, abbreviations (``--alg r2po``) and ``--option=value`` included. An R2PO env entry's ``variants:`` mapping
-   gives each of the paper's baselines and ablations (``--hyperparams variant:"'props'"``) the reference's own
-   settings for that env (:mod:`sb3_r2po.zoo.settings`; the keys given with ``--hyperparams`` win);
-3. for ``plot_train``/``all_plots``: rewrites ``-e/--env`` ids to the zoo's folder names (``R2PO/Nim-v0`` ->
-   ``R2PO-Nim-v0``), which the zoo's plot scripts match as plain substrings;
-4. passes every argument to the zoo's script unchanged otherwise.
-
-For ``-optimize`` (RL Zoo's Optuna search), :func:`register_r2po` also adds our sampler
-(:mod:`sb3_r2po.zoo.sampler`) and makes the zoo's trial evaluation score an R2PO run when it ends
-(:mod:`sb3_r2po.zoo.optimize`): R2PO stops at its ``max_episodes`` budget, usually long before the first of the
-evaluations the zoo schedules every ``n_timesteps // n_evaluations`` steps.
-
-Nothing here imports ``rl_zoo3`` at import time; it is an optional dependency (``pip install sb3-r2po[zoo]``).
+The zoo has no plug-in mechanism: its algorithms live in one dict, ``rl_zoo3.utils.ALGOS``, that every zoo module
+imports by name, so :func:`register_r2po` adds R2PO to it in place (and to any module holding another ``ALGOS``),
+makes the zoo resolve an R2PO entry's ``variants:`` (:mod:`sb3_r2po.zoo.settings`) and prepares ``-optimize``
+(:data:`SEARCH_SPACE`, :mod:`sb3_r2po.zoo.optimize`). The entry point imports :mod:`sb3_r2po` (the custom
+envs); for ``train`` without ``-conf``/``--conf-file`` it adds our ``r2po.yml`` for ``--algo r2po``, and our
+``<algo>.yml`` for another algorithm when that file has an entry for the ``--env`` id (read as the zoo's parser reads
+them, abbreviations and ``--option=value`` included); for ``plot_train``/``all_plots`` it rewrites ``-e/--env`` ids to
+the zoo's folder names (``R2PO/Nim-v0`` -> ``R2PO-Nim-v0``). Nothing here imports ``rl_zoo3`` at import time.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -39,8 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ALGO_NAME = "r2po"
-"""The name of R2PO in the zoo's ``--algo`` choices."""
+ALGO_NAME = "r2po"  # R2PO's zoo --algo name
 
 SCRIPTS: dict[str, tuple[str, str]] = {
     "train": ("rl_zoo3.train", "train"),
@@ -49,24 +30,24 @@ SCRIPTS: dict[str, tuple[str, str]] = {
     "plot_from_file": ("rl_zoo3.plots.plot_from_file", "plot_from_file"),
     "all_plots": ("rl_zoo3.plots.all_plots", "all_plots"),
 }
-"""The zoo scripts this entry point runs (the same set as the zoo's own ``python -m rl_zoo3.cli``)."""
-
-PLOT_SCRIPTS = ("plot_train", "all_plots")
-"""Scripts whose ``-e/--env`` values are matched against log folder names (slashes replaced by dashes)."""
-
-CONFIG_DIR_ENV = "SB3_R2PO_ZOO_CONFIGS"
-"""Environment variable naming a directory of zoo hyperparameter files that replaces ours (:func:`config_dir`)."""
+PLOT_SCRIPTS = ("plot_train", "all_plots")  # their -e/--env values are matched against log folder names
+CONFIG_DIR_ENV = "SB3_R2PO_ZOO_CONFIGS"  # a directory of zoo hyperparameter files that replaces ours
+SEARCH_SPACE: dict[str, list[Any]] = {
+    "step_size": [0.1, 0.25, 0.5, 1.0, 2.0],
+    "n_eval_episodes": [5, 10, 20],
+    "temperature": [0.0, 0.3, 0.7, 1.0],
+    "max_trajectory_steps": [20, 40, 80, None],
+    "reply_style": ["indexed", "list"],
+}
+"""The R2PO hyperparameters ``-optimize`` samples (:func:`sample_r2po_params`) and their choices; the paper's values are
+among them. What is not sampled comes from ``r2po.yml`` and ``--hyperparams``."""
 
 _CONF_FLAGS = ("-conf", "--conf-file")
 
 
 def config_dir_candidates() -> list[Path]:
-    """
-    The directories searched for the hyperparameter files, in order: ``$SB3_R2PO_ZOO_CONFIGS`` when set, then
-    the ``zoo_configs`` directory next to the ``sb3_r2po`` package (a source checkout or an editable install: the repository
-    root is the parent of ``sb3_r2po/``), then ``sb3_r2po/zoo/configs/`` (an installed wheel that ships them as
-    package data).
-    """
+    """Where the hyperparameter files are looked for: ``$SB3_R2PO_ZOO_CONFIGS``, the checkout's ``zoo_configs``
+    (beside the package), then ``sb3_r2po/zoo/configs/`` (a wheel's package data)."""
     here = Path(__file__).resolve().parent
     candidates = [here.parent.parent / "zoo_configs", here / "configs"]
     override = os.environ.get(CONFIG_DIR_ENV)
@@ -76,10 +57,7 @@ def config_dir_candidates() -> list[Path]:
 
 
 def config_dir() -> Path:
-    """The directory of R2PO's zoo hyperparameter files (``r2po.yml``, ``ppo.yml``, ...).
-
-    :raises FileNotFoundError: when none of :func:`config_dir_candidates` exists.
-    """
+    """The first of :func:`config_dir_candidates` holding ``r2po.yml``; ``FileNotFoundError`` when none does."""
     candidates = config_dir_candidates()
     for candidate in candidates:
         if (candidate / f"{ALGO_NAME}.yml").is_file():
@@ -94,23 +72,29 @@ def config_file(algo: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def config_env_ids(algo: str) -> set[str]:
-    """The env ids with an explicit entry (``default`` excluded) in our hyperparameter file for ``algo``."""
-    path = config_file(algo)
-    if path is None:
-        return set()
+@functools.lru_cache(maxsize=64)
+def _read_entries(path: str, mtime_ns: int) -> dict[str, Any]:
     import yaml
 
     with open(path) as file:
-        entries = yaml.safe_load(file) or {}
-    return {str(key) for key in entries if key != "default"}
+        return yaml.safe_load(file) or {}
+
+
+def read_entries(path: str | Path) -> dict[str, Any]:
+    """A hyperparameter file's entries, read once per modification (not to be modified)."""
+    return _read_entries(str(path), Path(path).stat().st_mtime_ns)
+
+
+def config_env_ids(algo: str) -> set[str]:
+    """The env ids with an explicit entry (``default`` excluded) in our hyperparameter file for ``algo``."""
+    path = config_file(algo)
+    return set() if path is None else {str(key) for key in read_entries(path) if key != "default"}
 
 
 def register_r2po(name: str = ALGO_NAME) -> list[str]:
     """
-    Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules, make the
-    zoo apply the per-variant settings of an R2PO entry (:func:`sb3_r2po.zoo.settings.install_variant_settings`), and
-    prepare ``-optimize`` for it (:func:`_register_optimize`; both skipped when ``optuna`` is not installed).
+    Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules, with the
+    per-variant settings and ``-optimize`` (both skipped without ``optuna``).
 
     :param name: The algorithm name in the zoo.
     :return: The zoo modules whose ``ALGOS`` holds the entry (``rl_zoo3.utils`` first).
@@ -122,33 +106,28 @@ def register_r2po(name: str = ALGO_NAME) -> list[str]:
     _register_optimize(name)  # first: the zoo modules it imports are patched below
     _register_variant_settings()
     patched: list[str] = []
-    seen: set[int] = set()
     loaded = sorted((key, mod) for key, mod in list(sys.modules.items()) if key.startswith("rl_zoo3") and mod is not None)
-    modules = [("rl_zoo3.utils", rl_zoo3.utils), *loaded]
-    for mod_name, module in modules:
+    for mod_name, module in [("rl_zoo3.utils", rl_zoo3.utils), *loaded]:
         algos = getattr(module, "ALGOS", None)
-        if not isinstance(algos, dict):
-            continue
-        if id(algos) not in seen:
+        if isinstance(algos, dict):
             algos[name] = R2PO
-            seen.add(id(algos))
-        patched.append(mod_name)
+            patched.append(mod_name)
     return list(dict.fromkeys(patched))
 
 
+def sample_r2po_params(trial: Any, n_actions: int, n_envs: int, additional_args: dict[str, Any]) -> dict[str, Any]:
+    """R2PO constructor arguments for one Optuna ``trial`` (RL Zoo's sampler signature; the other arguments unused)."""
+    return {name: trial.suggest_categorical(name, choices) for name, choices in SEARCH_SPACE.items()}
+
+
 def _register_optimize(name: str) -> None:
-    """
-    Prepare the zoo's ``-optimize`` for R2PO: add :func:`sb3_r2po.zoo.sampler.sample_r2po_params` to its Optuna
-    samplers, and replace the trial evaluation callback of ``rl_zoo3.exp_manager`` with
-    :class:`sb3_r2po.zoo.optimize.FinalTrialEvalCallback`, which also evaluates an R2PO run when it ends.
-    """
+    """Add R2PO's Optuna sampler and make the zoo's trial callback also evaluate an R2PO run when it ends."""
     try:
         import rl_zoo3.exp_manager
         from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
     except ImportError:  # optuna missing: only -optimize needs it
         return
     from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
-    from sb3_r2po.zoo.sampler import sample_r2po_params
 
     HYPERPARAMS_SAMPLER[name] = sample_r2po_params
     if not issubclass(rl_zoo3.exp_manager.TrialEvalCallback, FinalTrialEvalCallback):
@@ -156,7 +135,6 @@ def _register_optimize(name: str) -> None:
 
 
 def _register_variant_settings() -> None:
-    """Make the zoo resolve the ``variants:`` of an R2PO entry (:mod:`sb3_r2po.zoo.settings`)."""
     try:
         import rl_zoo3.exp_manager  # noqa: F401  (needs optuna)
     except ImportError:  # only train needs the ExperimentManager, and it cannot run without it
@@ -167,7 +145,6 @@ def _register_variant_settings() -> None:
 
 
 def _is_r2po(algo: str) -> bool:
-    """Whether the zoo's ``--algo`` name is registered as R2PO (under any name)."""
     from rl_zoo3.utils import ALGOS
 
     from sb3_r2po import R2PO
@@ -177,12 +154,11 @@ def _is_r2po(algo: str) -> bool:
 
 
 def _matches(token: str, flags: Sequence[str], long_flag: str) -> bool:
-    """Whether ``token`` (without ``=value``) names the option: one of ``flags`` or a prefix of ``long_flag``."""
     return token in flags or (token.startswith("--") and len(token) >= 3 and long_flag.startswith(token))
 
 
 def _given(argv: Sequence[str], flags: Sequence[str], long_flag: str) -> bool:
-    """Whether an option is on the command line, counting ``--flag=value`` and argparse's long-option prefixes."""
+    """Whether an option is given (``--flag=value`` and argparse's long-option prefixes count)."""
     for token in argv:
         if token == "--":
             break
@@ -192,13 +168,7 @@ def _given(argv: Sequence[str], flags: Sequence[str], long_flag: str) -> bool:
 
 
 def _value(argv: Sequence[str], flags: Sequence[str], long_flag: str, default: str) -> str:
-    """
-    The value of a one-argument option as the zoo's parser reads it: ``--flag value`` or ``--flag=value``, any
-    long-option prefix argparse accepts (``--alg`` for ``--algo``), the last occurrence winning.
-
-    A prefix that the zoo's parser finds ambiguous (``--en``: ``--env`` or ``--env-kwargs``) is read as the option
-    too; the zoo then rejects the command line anyway.
-    """
+    """An option's value as the zoo's parser reads it (``--flag v``, ``--flag=v``, prefixes; the last one wins)."""
     value = default
     tokens = iter(argv)
     for token in tokens:
@@ -212,12 +182,8 @@ def _value(argv: Sequence[str], flags: Sequence[str], long_flag: str, default: s
 
 def resolve_train_args(argv: Sequence[str]) -> list[str]:
     """
-    Add ``--conf-file`` to the zoo's ``train`` arguments where R2PO ships the hyperparameters.
-
-    ``--algo r2po`` without a config file gets our ``r2po.yml`` (:func:`config_file`); another algorithm gets our
-    ``<algo>.yml`` when that file has an entry for the ``--env`` id. An explicit ``-conf``/
-    ``--conf-file`` is never overridden. ``--algo`` and ``--env`` are read as the zoo's parser reads them:
-    ``--algo=r2po`` and the abbreviations argparse accepts (``--alg r2po``) count, and the last occurrence wins.
+    Add ``--conf-file`` to the zoo's ``train`` arguments where we ship the hyperparameters (see the module docstring);
+    an explicit ``-conf``/``--conf-file`` is kept.
 
     :param argv: The ``train`` arguments (without the script name).
     :return: The arguments to pass to the zoo.
@@ -304,19 +270,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     func = load_script(script)
     sys.argv = [f"python -m sb3_r2po.zoo {script}", *args]  # argv[0] is argparse's prog name
     func()
-
-
-__all__ = [
-    "ALGO_NAME",
-    "CONFIG_DIR_ENV",
-    "SCRIPTS",
-    "config_dir",
-    "config_dir_candidates",
-    "config_env_ids",
-    "config_file",
-    "load_script",
-    "main",
-    "normalize_plot_env_args",
-    "register_r2po",
-    "resolve_train_args",
-]

@@ -1,68 +1,27 @@
 """
-The settings table: ``sb3_r2po/zoo/configs/r2po.yml``, R2PO's zoo hyperparameter file, each env entry with its
-``variants:`` mapping, read by the zoo, ``compare``, ``ablate`` and a plain ``R2PO(policy, env_id)``
-(:func:`reference_settings`).
-
-The paper's baselines and ablations (``variant=props``, ``rep_traj``, ...) do not run with R2PO's settings in the
-authors' reference code: each has its own config per env (``configs/<env>/<env>_<variant>.yaml`` of
-``HWUDLabAIRoboticsResearch/R2PO``), with its own warm-up, target, episode cap, no ``tau_c`` (only R2PO has a revision
-rule) and, for ``rep_traj``, ``always_critic`` and ``critic_only``, the number of recent history entries whose
-rollout excerpts the prompt shows. An env entry of ``r2po.yml`` holds R2PO's own settings, and its ``variants:``
-mapping holds, per variant, the keys whose values differ for that variant::
-
-    R2PO/Maze3x3-v0:
-      <<: *r2po-defaults
-      target_return: 0.9
-      ...
-      variants:
-        props: {tau_c: null, target_return: 1.0, env_kwargs: {max_episode_steps: 100}, ...}
-
-:func:`apply_variant` resolves an entry for one variant; every place that builds a variant from the file uses it:
-``python -m sb3_r2po.zoo train`` (through :func:`install_variant_settings`, which :func:`sb3_r2po.zoo.register_r2po`
-calls), ``python -m sb3_r2po.compare`` and ``python -m sb3_r2po.ablate`` (through
-:func:`sb3_r2po.compare.r2po_entry`), and ``R2PO.__init__`` (through :func:`reference_settings`, for the arguments
-of :data:`REFERENCE_KEYS` left at ``None``). Settings the user gives explicitly (``--hyperparams``, ``--env-kwargs``,
-the options of ``compare`` and ``ablate``, the constructor's arguments) win over the table's.
-
-To add an env: an entry (``<<: *r2po-defaults``, its keys, a ``variants:`` mapping for the variants that differ).
-
-Nothing here imports ``rl_zoo3`` at import time.
+The settings table ``sb3_r2po/zoo/configs/r2po.yml``, R2PO's zoo hyperparameter file, read by the zoo, ``compare``,
+``ablate`` and a plain ``R2PO(policy, env_id)`` (:func:`reference_settings`). An env entry holds R2PO's settings, its
+``variants:`` the keys whose values differ per variant in the authors' reference configs (``props: {tau_c: null,
+...}``), its ``policies:`` those per policy alias; :func:`apply_variant` resolves an entry for one variant wherever
+a variant is built from the file, and settings the user gives win. Nothing here imports ``rl_zoo3`` at import time.
 """
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-VARIANTS_KEY = "variants"
-"""The key of an env entry holding its per-variant overrides, ``{variant: {key: value}}``; never passed to R2PO."""
+from sb3_r2po.zoo import read_entries
 
-HISTORY_EXCERPTS_KEY = "history_excerpts"
-"""
-The number N of most recent history entries whose rollout excerpts the reference's ``rep_traj``, ``always_critic``
-and ``critic_only`` prompts show (the reference's ``traj_history_last_n``; R2PO's ``history_excerpts``).
-"""
-
-POLICIES_KEY = "policies"
-"""
-The key of an env entry holding settings that differ for a policy class (by its short alias, ``ProjectedMlp``), over
-the entry's and its variant's: ``{policy: {key: value, ..., variants: {variant: {key: value}}}}``; never passed to R2PO
-(the reference's Swimmer configs of its nonlinear policies).
-"""
-
-MERGED_KEYS = ("env_kwargs",)
-"""Keys whose mapping values are merged with the entry's (a variant's episode cap keeps FrozenLake's ``is_slippery``)."""
-
+VARIANTS_KEY = "variants"  # an env entry's per-variant overrides, {variant: {key: value}}
+HISTORY_EXCERPTS_KEY = "history_excerpts"  # the reference's traj_history_last_n
+POLICIES_KEY = "policies"  # an env entry's settings per policy alias: {policy: {key: value, ..., variants: {...}}}
+MERGED_KEYS = ("env_kwargs",)  # merged with the entry's (a variant's episode cap keeps FrozenLake's is_slippery)
 DEFAULT_VARIANT = "r2po"
-"""The variant of an entry that sets none (R2PO's default)."""
 
-SETTINGS_FILE = Path(__file__).resolve().parent / "configs" / "r2po.yml"
-"""The settings table: R2PO's zoo hyperparameter file as the package ships it (``sb3_r2po/zoo/configs/r2po.yml``; in
-a source checkout a link to the repository's own copy). ``R2PO(...)`` reads it (:func:`reference_settings`) whatever
-``$SB3_R2PO_ZOO_CONFIGS`` says; the zoo, ``compare`` and ``ablate`` read the same file unless that variable replaces it."""
+SETTINGS_FILE = Path(__file__).resolve().parent / "configs" / "r2po.yml"  # R2PO(...) reads it whatever the env var says
 
 WITHOUT_TABLE: dict[str, Any] = {
     "target_return": None,
@@ -73,25 +32,14 @@ WITHOUT_TABLE: dict[str, Any] = {
     "history_excerpts": None,
     "max_iterations": None,
 }
-"""
-The constructor arguments a plain ``R2PO(...)`` takes from the table for an env it lists (:func:`reference_settings`)
-when they are not given (the reference's ``optimum``, ``critic_llm_conservative_threshold``, ``warmup_episodes``,
-``search_step_size``, ``max_traj_length``, ``traj_history_last_n`` and ``num_episodes``, its completed iterations),
-with R2PO's value for an env the table lacks; ``None``: derived where it is used (the target from the env's
-``reward_threshold``, ``tau_c`` from the target, the excerpts from the policy's kind), or no planned iteration count.
-"""
+"""The constructor arguments a plain ``R2PO(...)`` takes from the table when not given, with R2PO's value for an env
+the table lacks (``None``: derived where it is used, or no planned iteration count)."""
 
 REFERENCE_KEYS = tuple(WITHOUT_TABLE)
-"""The names of :data:`WITHOUT_TABLE`."""
 
 
 def variant_overrides(entry: Mapping[str, Any], variant: str) -> dict[str, Any]:
-    """
-    The settings the entry's ``variants:`` mapping gives ``variant`` (empty when it gives none, as for ``r2po``).
-
-    :raises ValueError: when ``variants:`` is not a mapping of variant names (:data:`sb3_r2po.variants.VARIANTS`) to
-        mappings.
-    """
+    """The settings the entry's ``variants:`` gives ``variant`` (``ValueError`` for a malformed mapping)."""
     from sb3_r2po.variants import VARIANTS
 
     table = entry.get(VARIANTS_KEY) or {}
@@ -107,12 +55,7 @@ def variant_overrides(entry: Mapping[str, Any], variant: str) -> dict[str, Any]:
 
 
 def policy_overrides(entry: Mapping[str, Any], variant: str, policy: str | None) -> dict[str, Any]:
-    """
-    The settings the entry's ``policies:`` mapping gives ``policy`` and ``variant``: the policy's own keys, then its
-    ``variants:`` entry for ``variant`` (empty for a policy it does not name).
-
-    :raises ValueError: when ``policies:`` or a policy's settings are not mappings.
-    """
+    """The entry's ``policies:`` settings of ``policy``, then its ``variants:`` for ``variant`` (``ValueError``: malformed)."""
     table = entry.get(POLICIES_KEY) or {}
     if not isinstance(table, Mapping):
         raise ValueError(f"'{POLICIES_KEY}' must map policy names to settings, got {table!r}")
@@ -127,15 +70,14 @@ def apply_variant(
     entry: Mapping[str, Any], variant: str | None = None, explicit: Iterable[str] = (), policy: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """
-    An env entry of ``r2po.yml`` resolved for one variant (and policy).
+    An env entry of ``r2po.yml`` (not modified) resolved for one variant and policy.
 
-    :param entry: The env entry (with or without ``variants:`` and ``policies:`` mappings); not modified.
+    :param entry: The env entry.
     :param variant: The variant; ``None``: the entry's ``variant`` (``r2po`` when it sets none).
     :param explicit: Keys the user set explicitly: the variant's and the policy's values for them are not applied.
     :param policy: The policy's short alias (``ProjectedMlp``); ``None``: the entry's ``policy``.
-    :return: ``(settings, applied)``: the entry without ``variants:`` and ``policies:``, with the variant's settings,
-        then the policy's (:func:`policy_overrides`), applied (mappings of :data:`MERGED_KEYS` merged into the entry's),
-        and the settings that were applied.
+    :return: ``(settings, applied)``: the entry without ``variants:`` and ``policies:``, the variant's and then the
+        policy's settings applied (mappings of :data:`MERGED_KEYS` merged into the entry's); the settings applied.
     """
     explicit = set(explicit)
     settings = {key: value for key, value in entry.items() if key not in (VARIANTS_KEY, POLICIES_KEY)}
@@ -153,24 +95,18 @@ def apply_variant(
     return settings, applied
 
 
-@functools.cache
 def _table() -> dict[str, Any]:
-    """The parsed :data:`SETTINGS_FILE` (read once per process)."""
-    import yaml
-
-    with open(SETTINGS_FILE) as file:
-        return dict(yaml.safe_load(file) or {})
+    return read_entries(SETTINGS_FILE)
 
 
 def reference_env_ids() -> list[str]:
-    """The env ids the table has an entry for (the reference's envs; ``default`` excluded)."""
+    """The env ids the table has an entry for (``default`` excluded)."""
     return [str(env_id) for env_id in _table() if env_id != "default"]
 
 
 def reference_settings(env_id: str | None, variant: str, policy: str | None = None) -> dict[str, Any] | None:
     """
-    The reference's settings of ``variant`` on ``env_id``, read from the table (:data:`SETTINGS_FILE`), resolved for
-    the variant as the zoo resolves them (:func:`apply_variant`).
+    The reference's settings of ``variant`` on ``env_id`` from :data:`SETTINGS_FILE` (:func:`apply_variant`).
 
     :param env_id: The env id; ``None`` (an env without a spec) gives ``None``.
     :param variant: The variant; one the table does not name gets the env entry's own (R2PO's) settings.
@@ -189,11 +125,7 @@ def reference_settings(env_id: str | None, variant: str, policy: str | None = No
 
 
 def reference_env(env_id: str, variant: str) -> Any:
-    """
-    The env of ``env_id`` made with the table's ``env_kwargs`` for it and ``variant`` (the Maze's 100-step cap of six
-    variants), as SB3 makes an env from an id (``render_mode="rgb_array"`` where the env takes it); ``env_id`` itself
-    when the table gives none.
-    """
+    """``env_id`` made with the table's ``env_kwargs`` for ``variant`` as SB3 makes an env; ``env_id`` when it has none."""
     env_kwargs = (reference_settings(env_id, variant) or {}).get("env_kwargs")
     if not env_kwargs:
         return env_id
@@ -206,23 +138,14 @@ def reference_env(env_id: str, variant: str) -> Any:
 
 
 def default_history_excerpts(env_id: str | None, variant: str, tabular: bool) -> int:
-    """
-    The number of excerpted history entries when ``history_excerpts`` is ``None`` (a model saved before the table
-    gave it, or an env the table lacks): the table's value for ``env_id``, else 100 on a tabular task and 5 otherwise.
-    """
+    """``history_excerpts`` when it is ``None``: the table's for ``env_id``, else 100 on a tabular task and 5."""
     excerpts = (reference_settings(env_id, variant) or {}).get(HISTORY_EXCERPTS_KEY)
     return int(excerpts) if excerpts is not None else (100 if tabular else 5)
 
 
 def install_variant_settings(is_r2po: Callable[[str], bool]) -> None:
-    """
-    Make RL Zoo's ``ExperimentManager`` resolve an R2PO entry's ``variants:`` (:func:`apply_variant`) after it has
-    read the hyperparameters: the variant is the ``variant`` of the merged hyperparameters (the file's or
-    ``--hyperparams variant:'props'``); the keys of ``--hyperparams`` (the manager's ``hyperparams``) and, when given,
-    ``--env-kwargs`` (the manager's ``env_kwargs``) keep the user's values. Idempotent; other algorithms are untouched.
-
-    :param is_r2po: Whether a zoo ``--algo`` name is registered as R2PO.
-    """
+    """Make RL Zoo's ``ExperimentManager`` resolve an R2PO entry (:func:`apply_variant`) after reading the
+    hyperparameters; ``--hyperparams`` keys and ``--env-kwargs`` keep the user's values. Idempotent."""
     import rl_zoo3.exp_manager
 
     manager_class = rl_zoo3.exp_manager.ExperimentManager
@@ -252,23 +175,3 @@ def install_variant_settings(is_r2po: Callable[[str], bool]) -> None:
     # the mark that makes this idempotent: an attribute of our own wrapper, read above on whatever the zoo's method is
     read_hyperparameters.sb3_r2po_variants = True  # type: ignore[attr-defined]
     manager_class.read_hyperparameters = read_hyperparameters  # type: ignore[method-assign]
-
-
-__all__ = [
-    "DEFAULT_VARIANT",
-    "HISTORY_EXCERPTS_KEY",
-    "MERGED_KEYS",
-    "POLICIES_KEY",
-    "REFERENCE_KEYS",
-    "SETTINGS_FILE",
-    "VARIANTS_KEY",
-    "WITHOUT_TABLE",
-    "apply_variant",
-    "default_history_excerpts",
-    "install_variant_settings",
-    "policy_overrides",
-    "reference_env",
-    "reference_env_ids",
-    "reference_settings",
-    "variant_overrides",
-]
