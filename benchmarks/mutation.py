@@ -28,7 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES: dict[str, tuple[str, list[str]]] = {
     "records": (
         "sb3_r2po/r2po/records.py",
-        ["tests/test_mutation_gaps.py", "tests/test_run.py", "tests/test_prompts.py", "tests/test_save_load.py"],
+        [
+            "tests/test_mutation_gaps.py",
+            "tests/test_run.py",
+            "tests/test_prompts.py",
+            "tests/test_prefix_reuse.py",
+            "tests/test_save_load.py",
+        ],
     ),
     "evidence": (
         "sb3_r2po/common/evidence.py",
@@ -39,9 +45,15 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             "tests/test_prompts.py",
         ],
     ),
-    "parsing": ("sb3_r2po/common/parsing.py", ["tests/test_mutation_parsing.py", "tests/test_parsing.py"]),
+    "parsing": (
+        "sb3_r2po/common/parsing.py",
+        ["tests/test_mutation_parsing.py", "tests/test_parsing.py", "tests/test_llm_harmony.py"],
+    ),
     "run_state": ("sb3_r2po/r2po/run_state.py", ["tests/test_resume.py", "tests/test_honest_runs.py"]),
-    "reporting": ("sb3_r2po/r2po/reporting.py", ["tests/test_logging.py"]),
+    "reporting": (
+        "sb3_r2po/r2po/reporting.py",
+        ["tests/test_logging.py", "tests/test_honest_runs.py", "tests/test_callbacks.py", "tests/test_quickstart.py"],
+    ),
 }
 """Module name -> (its source file, the test files that claim to guard it)."""
 

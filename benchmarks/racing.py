@@ -3,7 +3,7 @@
     python benchmarks/racing.py [--llm example] [--seeds 0 1 2] [--chunk 5] [--z 1.645]
 
 For each env, one run per seed WITHOUT racing records every evaluated challenger's K returns. The racing rule
-(:func:`sb3_r2po.common.racing.race`) is replayed on those returns against the incumbent's mean: the episodes
+(:func:`sb3_r2po.common.rollouts.race`) is replayed on those returns against the incumbent's mean: the episodes
 it would have saved, and the iterations where it would have stopped a challenger that the full K episodes
 kept (a changed decision). Then one run per seed WITH racing at the same episode budget reports how many
 iterations the saved episodes bought.
@@ -16,7 +16,7 @@ import sys
 import time
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.racing import race
+from sb3_r2po.common.rollouts import race
 
 SETTINGS = {
     "CartPole-v1": dict(policy="MlpLinear", target_return=500, tau_c=480),

@@ -93,8 +93,7 @@ def run_spec_of(env_id: str, variant: str, seed: int, llm: str, overrides: dict[
     """One ablation run's spec: the budget is ``overrides``' ``max_episodes``, else the variant's; the rest its settings."""
     settings = dict(overrides or {})
     budget = settings.pop("max_episodes", None)
-    if budget is None:
-        budget = run_settings(env_id, variant)["max_episodes"]
+    budget = run_settings(env_id, variant)["max_episodes"] if budget is None else budget
     return RunSpec(env_id, variant, seed, int(budget), llm, tuple(settings.items()))
 
 
@@ -133,13 +132,8 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
 
 
 def resolve_llm(llm: str, record: str | None = None) -> ChatBackend:
-    """
-    The one backend that answers every run of an ablation in turn, so a ``replay:FILE`` recorded by a shared
-    :class:`~sb3_r2po.llm.recording.RecordingBackend` (``record``) replays exactly. Built lazily.
-
-    :param llm: The ``llm`` string.
-    :param record: A JSONL file to record every call to, or ``None``.
-    """
+    """The one backend of ``llm`` that answers every run in turn, recording every call to the JSONL file ``record``
+    (when given), so a ``replay:FILE`` of it replays exactly. Built lazily."""
     backend = make_backend(llm)
     if record:
         from sb3_r2po.llm.recording import RecordingBackend

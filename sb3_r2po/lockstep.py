@@ -66,11 +66,9 @@ def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[An
 def _run_threads(
     threads: Sequence[threading.Thread], finished: Sequence[threading.Event], stop: threading.Event, ready: threading.Barrier
 ) -> None:
-    """
-    Start ``threads``; wait for their ``finished`` events. An exception meanwhile (Ctrl-C) sets ``stop`` and breaks
-    ``ready``, waits for every running thread, then propagates. Events, never ``Thread.join()``: a KeyboardInterrupt
-    inside ``join()`` marks a running thread stopped (CPython issue 90882).
-    """
+    """Start ``threads``; wait for their ``finished`` events (never ``Thread.join()``: a KeyboardInterrupt inside it
+    marks a running thread stopped, CPython issue 90882). An exception meanwhile (Ctrl-C) sets ``stop``, breaks
+    ``ready`` and waits for every running thread."""
     try:
         for thread in threads:
             thread.start()

@@ -430,7 +430,7 @@ def test_maze_spaces():
 
 
 def test_maze_shortest_path():
-    assert Maze3x3Env.shortest_path_length() == 4  # S, S, E, E: the Manhattan distance
+    assert _bfs_over_env() == [1, 1, 2, 2]  # S, S, E, E: the Manhattan distance
 
 
 def _bfs_over_env() -> list[int]:

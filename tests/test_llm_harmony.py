@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sb3_r2po.common.replies import final_channel, final_is_truncated, has_final_channel, is_harmony
+from sb3_r2po.common.parsing import final_channel, final_is_truncated, is_harmony
 from sb3_r2po.llm.harmony import analysis_only, without_answer
 
 ANSWER = "params[0]: 1.0, params[1]: -2.5"
@@ -18,7 +18,7 @@ def test_raw_final_channel() -> None:
         f"<|start|>assistant<|channel|>final<|message|>{ANSWER}<|return|>"
     )
     assert final_channel(raw) == ANSWER
-    assert is_harmony(raw) and has_final_channel(raw) and not final_is_truncated(raw)
+    assert is_harmony(raw) and final_channel(raw) is not None and not final_is_truncated(raw)
 
 
 def test_raw_final_variants() -> None:
@@ -46,7 +46,7 @@ def test_no_final_channel_is_none() -> None:
     assert final_channel("<|channel|>analysis<|message|>We ran out of tok") is None
     assert final_channel("analysisWe ran out of tok") is None
     assert final_channel(analysis_only("reasoning only")) is None
-    assert not has_final_channel("<|channel|>analysis<|message|>x<|end|>")
+    assert final_channel("<|channel|>analysis<|message|>x<|end|>") is None
 
 
 def test_truncated_final_channel() -> None:

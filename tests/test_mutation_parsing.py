@@ -1,15 +1,26 @@
 """The parse rules and reasons that mutation testing of ``sb3_r2po/common/parsing.py`` (docs/mutation.md) found
 unguarded by ``tests/test_parsing.py``: the reasons an unusable reply gets (the LLM reads them in a re-ask, the
 history keeps them) as exact texts, the rules of the module docstring that no test pinned (the default reading, cut-off
-replies, the index spelling, commentary after a complete vector, words in a value's place, quoting), and the bounds
-on a reason's length."""
+replies, the index spelling, commentary after a complete vector, words in a value's place, quoting), the bounds
+on a reason's length, and the harmony helpers merged into the module (the final channel, a cut-off reply's lines)."""
 
 from __future__ import annotations
 
 import pytest
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import MAX_REASON_CHARS, bound_reason, parse_params, quote, to_number
+from sb3_r2po.common.parsing import (
+    MAX_REASON_CHARS,
+    as_cut_off,
+    before_final,
+    bound_reason,
+    complete_answer,
+    cut_off_lines,
+    final_channel,
+    parse_params,
+    quote,
+    to_number,
+)
 
 SPACE = ParameterSpace(3, low=-6, high=6, decimals=1)
 INDICES = "the indices must be params[0], params[1], ... (decimal digits) in order without gaps or repeats, got "
@@ -148,3 +159,36 @@ def test_quoted_values_must_be_closed_by_their_mirror() -> None:
             to_number(token)
     with pytest.raises(ValueError, match="is not a number"):
         to_number('".')  # the period after a quote is dropped: nothing is left open
+
+
+def test_the_final_channel_and_what_comes_before_it() -> None:
+    """gpt-oss's harmony output: the last final channel without the special tokens and whitespace that end it; the
+    complete lines of a cut-off final channel (none before its ``<|message|>`` or without a final channel); what
+    comes before the first final channel."""
+    assert final_channel("analysisthinkingassistantfinalparams: [1, 2, 3] <|return|> \n<|end|>\n") == "params: [1, 2, 3]"
+    assert final_channel("analysisXassistantfinalfirstassistantfinalparams: [1, 2, 3]") == "params: [1, 2, 3]"
+    assert final_channel("assistantfinal<|return|>") == ""
+    analysis = "<|channel|>analysis<|message|>think<|end|><|start|>assistant"
+    assert cut_off_lines(analysis + "<|channel|>final<|message|>params: [1, 2, 3]\nparams: [4,") == "params: [1, 2, 3]"
+    assert cut_off_lines("<|channel|>analysis<|message|>think\nmore") == ""
+    assert cut_off_lines("<|channel|>final\nx") == ""
+    assert cut_off_lines("<|channel|>final<|message|>a <|message|> b\nc") == "a <|message|> b"  # the channel's text
+    assert before_final(analysis + "<|channel|>final<|message|>params: [1, 2, 3]") == analysis
+    assert before_final("<|channel|>analysis<|message|>think<|end|>") == "<|channel|>analysis<|message|>think<|end|>"
+    assert before_final("analysisXassistantfinalAassistantfinalB") == "analysisX"
+    assert before_final("plain text") == "plain text"
+
+
+def test_a_cut_off_output_as_raw_harmony_and_the_complete_answer() -> None:
+    """``as_cut_off``: a final channel left open, what came before it (not blank) kept as analysis, output without a
+    final channel unchanged; ``complete_answer``: the final channel, ``None`` without one or when it was cut off."""
+    cut = "<|channel|>final<|message|>params: [1, 2"
+    assert as_cut_off(cut) == cut and complete_answer(cut) is None
+    assert as_cut_off("analysisthinkassistantfinalparams: [1, 2") == (
+        "<|channel|>analysis<|message|>analysisthink<|end|><|start|>assistant" + cut
+    )
+    assert as_cut_off("params: [1, 2") == cut and as_cut_off("  assistantfinalparams: [1, 2") == cut
+    assert as_cut_off("<|channel|>final<|message|>x<|return|>") == "<|channel|>final<|message|>x"
+    for no_final in ("analysisthinking", "<|channel|>analysis<|message|>a<|end|>"):
+        assert as_cut_off(no_final) == no_final and complete_answer(no_final) is None
+    assert complete_answer("<|channel|>final<|message|>x<|return|>") == "x" and complete_answer("params: [1]") == "params: [1]"

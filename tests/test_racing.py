@@ -3,8 +3,7 @@ import pytest
 from helpers import UNTIL_BUDGET, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.racing import race, run_race, should_stop, upper_bound
-from sb3_r2po.common.rollouts import Episode, RolloutResult
+from sb3_r2po.common.rollouts import Episode, RolloutResult, race, run_race, should_stop, upper_bound
 
 GOOD = vector(0, 0, 0, 0, 0, 1, 0, 1, 0, 0)  # long CartPole episodes
 BAD = vector(0, 0, 0, 0, 1, 0, 1, 0, 0, 0)  # pushes the wrong way: about 9 steps

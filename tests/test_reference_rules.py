@@ -16,8 +16,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_r2po import R2PO
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import parse_params
-from sb3_r2po.common.replies import as_cut_off, before_final, cut_off_lines, final_channel, final_is_truncated
+from sb3_r2po.common.parsing import as_cut_off, before_final, cut_off_lines, final_channel, final_is_truncated, parse_params
 from sb3_r2po.variants import VARIANTS
 
 ABLATIONS = ("pure_search", "actor_second_pass", "critic_only", "rep_traj", "always_critic", "three_traj")

@@ -3,9 +3,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import sb3_r2po.envs  # noqa: F401  (registers the custom envs and the descriptions)
-from sb3_r2po.envs.descriptions import DESCRIPTIONS
-from sb3_r2po.prompts.tasks import TASK_DESCRIPTIONS, TaskDescription, describe_task, generic_task_description
+import sb3_r2po.envs  # noqa: F401  (registers the custom envs)
+from sb3_r2po.prompts.tasks import DESCRIPTIONS, TASK_DESCRIPTIONS, TaskDescription, describe_task, generic_task_description
 
 ENV_IDS = [
     "CartPole-v1",

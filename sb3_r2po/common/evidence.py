@@ -38,8 +38,7 @@ class EpisodeStatistics:
 
 
 def success_tolerance(target: float) -> float:
-    """Returns within this distance below the target count as reaching it: the reference's ``np.isclose(r, target,
-    atol=max(1e-6, 1e-3 * max(1, |target|)))`` or ``r > target`` (CartPole's 500: 499.495 and above)."""
+    """How far below ``target`` a return still reaches it, as the reference's ``np.isclose`` (500: 499.495 and above)."""
     return max(1e-6, 1e-3 * max(1.0, abs(target))) + 1e-5 * abs(target)
 
 
@@ -94,10 +93,9 @@ def mean_closest_index(returns: Sequence[float]) -> int:
 
 
 LARGEST_INTEGER_PRINTED = 1e15
-"""Magnitude from which :func:`sig` keeps the exponent form (an integer that long would only add digits)."""
+"""Magnitude from which :func:`sig` keeps the exponent form."""
 
-_G_FORMATS = tuple(f".{n}g" for n in range(18))
-"""The format specifications of :func:`sig` by number of figures (built once: it is called for every number shown)."""
+_G_FORMATS = tuple(f".{n}g" for n in range(18))  # built once: sig runs for every number shown
 
 
 def sig(x: float, digits: int = 3) -> str:
@@ -136,8 +134,7 @@ def _vector(row: np.ndarray, digits: int) -> str:
 
 
 def _shown(n: int, max_steps: int | None) -> list[range]:
-    """The steps shown of an episode of ``n`` steps: all, or the first ``max_steps / 2`` (at least 1) and the rest of
-    ``max_steps`` from the end."""
+    """The steps shown of ``n``: all, or the first ``max_steps / 2`` (at least 1) and the rest from the end."""
     if max_steps is None or n <= max_steps:
         return [range(n)]
     head = max(1, max_steps // 2)
@@ -158,8 +155,7 @@ class RenderedTrajectory:
     """
     A trajectory as prompt lines.
 
-    :param lines: One line per shown step (``t: s -> a``, plus ``r`` when rewards vary), then a marker for
-        omitted steps if any, then the end line with the final observation.
+    :param lines: The lines (see :func:`render_trajectory` and :func:`reference_trajectory`).
     :param omitted: Number of steps left out (0 when the whole episode is shown).
     :param length: The episode's number of steps (0: not recorded).
     """
@@ -173,14 +169,10 @@ def render_trajectory(
     episode: Episode, max_steps: int | None = 40, digits: int = 3, fold: bool = True, rewards: bool = True
 ) -> RenderedTrajectory:
     """
-    An episode as one line per step ``t: s -> a`` (rewards only when they vary), head and tail around a marker when
-    it is longer than ``max_steps``, then an end line with how it ended and the final observation.
-
-    :param episode: The episode.
-    :param max_steps: Most steps shown (half from the start, half from the end); ``None`` shows all.
-    :param digits: Significant figures.
-    :param fold: Write a run of exactly equal consecutive steps once, ``t=3..7 (5 identical steps): ...``.
-    :param rewards: Show the rewards (per step, or one line when every step has the same reward).
+    An episode as one line per step ``t: s -> a`` (``, r=...`` when rewards vary, else one reward line first), head and
+    tail around a marker when it is longer than ``max_steps`` (``None``: all), then how it ended and the final
+    observation; ``digits`` significant figures. ``fold`` writes a run of equal steps once (``t=3..7 (5 identical
+    steps): ...``); ``rewards=False`` shows no rewards.
     """
     n = episode.length
     observations, actions = _rows(episode.observations), _rows(episode.actions)
@@ -221,22 +213,18 @@ def render_trajectory(
 
 
 def render_excerpt(episode: Episode, max_steps: int = 8, digits: int = 3) -> str:
-    """A history entry's rollout excerpt on one line: the first and last ``max_steps / 2`` steps joined by ``" | "``, then
-    how the episode ended."""
+    """A history entry's rollout excerpt: :func:`render_trajectory`'s lines joined by ``" | "``, without rewards."""
     return " | ".join(render_trajectory(episode, max_steps, digits, fold=False, rewards=False).lines)
 
 
 TraceStyle = Literal["chain", "ends", "steps"]
-"""How the reference writes a Critic's trajectory: ``chain``, one line ``s->a->s' | ... | s->a->[TERMINATED]`` (its
-r2po); ``ends``, the same with the first and last 25 steps of a longer episode and each part's last step marked
-``[GOAL]`` (positive reward) or ``[END]`` (its three_traj); ``steps``, one line per step with its reward (its rep_traj,
-always_critic and critic_only)."""
+"""The reference's Critic trajectories: ``chain``, ``s->a->s' | ... | s->a->[TERMINATED]`` (r2po); ``ends``, the same
+with 25 first and 25 last steps, each part's last step ``[GOAL]`` or ``[END]`` (three_traj); ``steps``, a line per step
+with its reward (rep_traj, always_critic, critic_only)."""
 
 ValueStyle = Literal["int", "list", "wrapped", "nested"]
-"""How the reference writes an observation or an action (its ``_format_value`` of what its agents store): ``int`` a
-state index or a tabular action (``5``); ``list`` a vector (``[0.0123, -1.5]``, 3 significant figures); ``wrapped``
-a discrete action of a linear policy (``[1]``); ``nested`` a continuous action (``[[0.123...]]``, every digit: the
-reference stores it with a leading batch axis, which its formatter prints with Python's ``str``)."""
+"""The reference's ``_format_value``: ``int`` a state or tabular action (``5``); ``list`` a vector (``[0.0123, -1.5]``);
+``wrapped`` a linear policy's discrete action (``[1]``); ``nested`` a continuous action (``[[0.123...]]``, every digit)."""
 
 
 @dataclass(frozen=True)
@@ -258,14 +246,12 @@ class ReferenceTrace:
 
 
 def reference_number(x: float, digits: int = 3) -> str:
-    """A number as the reference's ``_format_number`` writes a float: 3 significant figures (``9``, ``-0.0123``,
-    ``1.23e+03``); ``digits`` other than 3 is ours (``trajectory_digits``)."""
+    """A float as the reference's ``_format_number`` writes it: 3 significant figures (``digits``: ours)."""
     return format(float(x), _G_FORMATS[digits] if digits < len(_G_FORMATS) else f".{digits}g")
 
 
 def reference_value(row: np.ndarray, style: ValueStyle, digits: int = 3) -> str:
-    """An observation or action (a row of :func:`_rows`) as the reference writes it (:data:`ValueStyle`; ``digits``
-    other than 3, ours, applies to continuous actions too); a non-finite entry is written ``non-finite``."""
+    """An observation or action row as the reference writes it (:data:`ValueStyle`); a non-finite entry: ``non-finite``."""
     values = row.tolist()
     if not all(math.isfinite(v) for v in values):
         texts = [reference_number(v, digits) if math.isfinite(v) else "non-finite" for v in values]
@@ -281,7 +267,6 @@ def reference_value(row: np.ndarray, style: ValueStyle, digits: int = 3) -> str:
 
 
 def _reference_steps(episode: Episode, fmt: ReferenceTrace, digits: int = 3) -> list[tuple[str, str, float]]:
-    """Each step's observation and action texts and its reward."""
     observations, actions = _rows(episode.observations), _rows(episode.actions)
     return [
         (
@@ -294,8 +279,7 @@ def _reference_steps(episode: Episode, fmt: ReferenceTrace, digits: int = 3) -> 
 
 
 def _chain(steps: list[tuple[str, str, float]], last: str | None) -> list[str]:
-    """``s->a->s'`` per step; the last step's next state is replaced by ``last`` (``None``: ``[GOAL]`` when its
-    reward is positive, else ``[END]``)."""
+    """``s->a->s'`` per step, the last ``s'`` being ``last`` (``None``: ``[GOAL]`` if its reward is > 0, else ``[END]``)."""
     texts = [f"{s}->{a}->{steps[t + 1][0]}" for t, (s, a, _) in enumerate(steps[:-1])]
     if steps:
         s, a, r = steps[-1]
@@ -304,8 +288,7 @@ def _chain(steps: list[tuple[str, str, float]], last: str | None) -> list[str]:
 
 
 def reference_marker(episode: Episode, cap: int) -> str:
-    """How the reference ends an episode's trace: ``[ROLLOUT_CAP]`` at the step cap, else ``[TERMINATED]``; ours, an
-    episode cut where the env returned a non-finite value (the reference has no such case): ``[NON_FINITE]``."""
+    """``[ROLLOUT_CAP]`` at the step cap, else ``[TERMINATED]`` (the reference's); ``[NON_FINITE]`` (ours)."""
     if episode.end == "non-finite":
         return "[NON_FINITE]"
     return "[ROLLOUT_CAP]" if episode.length >= cap or episode.end == "capped" else "[TERMINATED]"
@@ -314,7 +297,6 @@ def reference_marker(episode: Episode, cap: int) -> str:
 def _reference_part(
     episode: Episode, steps: list[tuple[str, str, float]], part: range, trace: TraceStyle, marker: str, digits: int, fold: bool
 ) -> list[str]:
-    """The texts of the steps in ``part`` (``chain`` or ``steps``), a run of identical steps once with ``fold``."""
     texts, t = [], part.start
     while t < part.stop:
         u = t  # the run of steps identical to step t: t..u
@@ -335,9 +317,8 @@ def _reference_part(
 def reference_trajectory(
     episode: Episode, fmt: ReferenceTrace, max_steps: int | None = None, digits: int = 3, fold: bool = False
 ) -> RenderedTrajectory:
-    """An episode as the reference's Critics write it (:data:`TraceStyle`; ``ends`` keeps 25 first and 25 last steps).
-    Ours, for ``chain`` and ``steps``: ``max_steps`` keeps head and tail, ``digits`` the figures, ``fold`` writes a run
-    of identical steps once."""
+    """An episode as the reference's Critics write it (:data:`TraceStyle`); ours, for ``chain`` and ``steps``:
+    ``max_steps`` keeps head and tail, ``digits`` the figures, ``fold`` writes a run of identical steps once."""
     steps = _reference_steps(episode, fmt, digits)
     n = len(steps)
     if not steps:
@@ -360,8 +341,7 @@ def reference_trajectory(
 
 def reference_excerpt(episode: Episode, fmt: ReferenceTrace, max_steps: int = 8, digits: int = 3) -> str:
     """A history entry's ``rollout_excerpt`` as the reference writes it: the first and last ``max_steps / 2`` steps
-    as ``s->a->s'`` joined by ``" | "`` around ``... n omitted steps ...``, the last ending ``[TERMINATED]`` or
-    ``[ROLLOUT_CAP]`` (``digits``: significant figures, 3 in the reference)."""
+    as ``s->a->s'`` joined by ``" | "`` around ``... n omitted steps ...``, ending with :func:`reference_marker`."""
     steps = _reference_steps(episode, fmt, digits)
     if not steps:
         return "No trajectory available."
@@ -375,8 +355,7 @@ def reference_excerpt(episode: Episode, fmt: ReferenceTrace, max_steps: int = 8,
 
 
 def reference_table(episode: Episode, fmt: ReferenceTrace) -> tuple[str, ...]:
-    """An episode as the reference's ProPS+ tabular history writes it: ``State | Action | Reward``, then
-    ``s | a | r`` per step (the reward as Python prints a float: ``0.0``)."""
+    """An episode as the reference's ProPS+ tabular history writes it: ``State | Action | Reward``, then ``s | a | r``."""
     return ("State | Action | Reward", *(f"{s} | {a} | {r}" for s, a, r in _reference_steps(episode, fmt)))
 
 
@@ -429,8 +408,8 @@ def build_evidence(
     reference: ReferenceTrace | None = None,
 ) -> EvidencePackage:
     """
-    The evidence package of a candidate. R2PO's defaults: statistics, the median trajectory and (when
-    ``tau_c`` is set) the revision rule; the ablation variants switch parts off or show other trajectories.
+    The evidence package of a candidate: by default statistics, the median trajectory and (with ``tau_c``) the revision
+    rule; the ablation variants switch parts off or show other trajectories.
 
     :param episodes: The K episodes of the candidate.
     :param target: The target return (defines success); may be ``None``.
@@ -441,10 +420,8 @@ def build_evidence(
     :param statistics: Whether to include the aggregate statistics.
     :param trajectories: Which trajectories to show, by name (see :data:`SELECTORS`).
     :param rule: Whether to include the revision rule (needs ``tau_c``).
-    :param step_rewards: Whether rendered trajectories show the rewards (see :func:`render_trajectory`).
-    :param reference: Write the trajectories in the reference's format (:func:`reference_trajectory`, which shows
-        each step's reward where the reference does: ``step_rewards`` does not apply); ``None``: ours
-        (:func:`render_trajectory`).
+    :param step_rewards: Whether :func:`render_trajectory` shows the rewards.
+    :param reference: Write the trajectories in the reference's format (:func:`reference_trajectory`); ``None``: ours.
     """
     stats = summarize(episodes, target)
     returns = [ep.total_return for ep in episodes]

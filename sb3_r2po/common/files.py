@@ -1,11 +1,4 @@
-"""
-Crash-safe file writes: a reader (or a run resumed after a crash) sees the old file or the new one, never a torn one.
-
-- :func:`atomic_file` / :func:`atomic_write` replace a whole file (a temporary file renamed over it).
-- :func:`append_line` appends one line to a log (a JSONL transcript): a write that fails half-way (a full disk) is
-  cut back, and a last line a crash left without its newline (:func:`cut_partial_line`) is cut off first.
-- :func:`default_cache_dir` is the user cache directory (the embedded models' weights).
-"""
+"""Crash-safe file writes (a reader sees the old file or the new one, never a torn one), and the user cache directory."""
 
 from __future__ import annotations
 
@@ -17,7 +10,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 CACHE_ENV_VAR = "SB3_R2PO_CACHE"
-"""Environment variable overriding the cache directory (:func:`default_cache_dir`)."""
 
 
 def default_cache_dir() -> Path:
@@ -33,7 +25,7 @@ os.umask(_UMASK)  # the process's umask, read once at import: reading it means s
 
 
 def _fsync_directory(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (best effort: not every platform can open a directory)."""
+    """Make a rename in ``directory`` durable (best effort)."""
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
         try:
@@ -44,14 +36,8 @@ def _fsync_directory(directory: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[BinaryIO]:
-    """
-    Open a temporary file beside ``path`` for writing (binary); when the block ends without an exception it is
-    flushed, synced to disk, given the permissions of a file created normally (``0o666`` less the umask) and renamed
-    over ``path``; otherwise it is removed and ``path`` is untouched.
-
-    :param path: The file to write.
-    :param suffix: Suffix of the temporary file's name (``<name>.<random><suffix>``, in the same directory).
-    """
+    """A temporary binary file beside ``path`` (named ``<name>.<random><suffix>``), synced, given the permissions of a
+    file created normally and renamed over ``path`` when the block ends without an exception, else removed."""
     target = Path(path)
     fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=suffix, dir=target.parent)
     tmp = Path(tmp_name)
@@ -75,12 +61,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def cut_partial_line(path: str | os.PathLike[str]) -> bytes:
-    """
-    Cut off the last line of ``path`` when it lacks its newline (a crash or a full disk cut its write short).
-
-    :param path: The file (nothing happens when it does not exist).
-    :return: The bytes cut off (empty: the file was whole).
-    """
+    """Cut off the last line of ``path`` (if it exists) when it lacks its newline, and return the bytes cut off."""
     try:
         fh = open(path, "rb+")
     except FileNotFoundError:
@@ -101,22 +82,15 @@ def cut_partial_line(path: str | os.PathLike[str]) -> bytes:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until all of ``data`` is written (a write may write part of it, e.g. when the disk fills up)."""
+    """``os.write`` until all of ``data`` is written (a write may write part of it)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
 def append_line(path: str | os.PathLike[str], line: bytes) -> bytes:
-    """
-    Append ``line`` (which ends with a newline) to ``path`` and sync it to disk, after cutting off a half-written last
-    line (:func:`cut_partial_line`); a write that fails (a full disk, an interrupt) is cut back before its error is
-    raised, so the file never keeps a torn line.
-
-    :param path: The file (created when it does not exist).
-    :param line: The line, with its newline.
-    :return: The bytes of a half-written last line cut off before appending (empty, usually).
-    """
+    """Append ``line`` (ending with a newline) to ``path`` (created when missing) and sync it, after cutting off a
+    half-written last line (returned, usually empty); a write that fails is cut back before its error is raised."""
     if not line.endswith(b"\n"):
         raise ValueError("append_line needs a line that ends with a newline")
     cut = cut_partial_line(path)

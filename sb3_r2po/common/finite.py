@@ -13,8 +13,7 @@ import numpy as np
 
 
 def total(values: Sequence[float] | np.ndarray) -> float:
-    """The sum of ``values``: numpy's when it is finite, else the exact sum correctly rounded (``+-inf`` only when that
-    exceeds the float range, or a value is infinite; ``nan`` when a value is ``nan``)."""
+    """The sum of ``values``: numpy's when it is finite, else the exact sum correctly rounded."""
     x = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         plain = float(np.sum(x))
@@ -38,7 +37,6 @@ def std(values: Sequence[float] | np.ndarray) -> float:
 
 
 def _finite(statistic: Callable[[np.ndarray], Any], values: Sequence[float] | np.ndarray) -> float:
-    """``statistic(values)``, computed on the values scaled by their largest magnitude when the plain one overflows."""
     x = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         plain = float(statistic(x))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -20,7 +20,7 @@ class Projection:
     A proposal made legal by :meth:`ParameterSpace.project`.
 
     :param params: The projected parameter vector (float64).
-    :param notes: One human-readable line per value that was changed (clipped or rounded), for the logs.
+    :param notes: One line per value that was clipped or rounded, for the logs.
     """
 
     params: np.ndarray
@@ -90,14 +90,8 @@ class ParameterSpace:
         return self.values is not None
 
     def project(self, values: np.ndarray | list[float]) -> Projection:
-        """
-        Make a proposal legal: check the count and finiteness, then clip and round (a value rounded out of the bounds
-        moves to :meth:`grid_bounds`), or check membership in the value set.
-
-        :param values: The proposed vector.
-        :return: The legal vector and a note for every value that was changed.
-        :raises InvalidParameters: when the proposal cannot be made legal.
-        """
+        """Make a proposal legal: check the count and finiteness, then clip and round (a value rounded out of the bounds
+        moves to :meth:`grid_bounds`), or check membership in the value set (else :class:`InvalidParameters`)."""
         vec = np.asarray(values, dtype=np.float64).reshape(-1)
         if vec.size != self.size:
             raise InvalidParameters(f"expected exactly {self.size} values, got {vec.size}")
@@ -143,13 +137,7 @@ class ParameterSpace:
         return self.project(np.asarray(center, dtype=np.float64) + rng.normal(0.0, scale, size=self.size)).params
 
     def format(self, params: np.ndarray, style: ReplyStyle = "indexed") -> str:
-        """
-        Format a vector in a reply format the parser reads back exactly.
-
-        :param params: The vector.
-        :param style: ``"indexed"`` for ``params[0]: v, params[1]: v, ...``; ``"list"`` for ``params: [v, v, ...]``.
-        :raises ValueError: for any other style.
-        """
+        """``params`` in a reply format (:data:`ReplyStyle`) the parser reads back exactly."""
         if style not in REPLY_STYLES:
             raise ValueError(f"style must be one of {REPLY_STYLES}, got {style!r}")
         values = [self.format_value(v) for v in params]
@@ -165,14 +153,7 @@ class ParameterSpace:
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-serialisable description."""
-        return {
-            "size": self.size,
-            "low": self.low,
-            "high": self.high,
-            "decimals": self.decimals,
-            "values": self.values,
-            "init_std": self.init_std,
-        }
+        return asdict(self)
 
 
 def short_number(value: float) -> str:

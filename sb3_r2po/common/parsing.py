@@ -18,6 +18,13 @@ A reply without a final channel is rejected; a reply cut off at the token limit 
 reference does (``reject_cut_off=True``, ours, rejects it). :func:`parse_params` never raises; its reason is at most
 :data:`MAX_REASON_CHARS` characters and quotes at most :data:`MAX_QUOTED_CHARS` of the reply at a time (``repr``).
 Its time is linear in the reply's length.
+
+Where the answer is in a reply: the final channel of gpt-oss "harmony" output, raw or flattened. Raw output keeps the
+special tokens (``<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>ANSWER<|return|>``);
+flattened output (some servers skip them) reads ``analysis...assistantfinalANSWER``. Harmony output without a final
+channel is no answer (``None``); text that is not harmony output is its own answer. Flattened analysis is recognised by
+``analysis`` (or ``assistantanalysis``) at the start directly followed by the reasoning (not by whitespace or
+``:;,.!?-``, so a plain ``analysis: ...`` stays plain text).
 """
 
 from __future__ import annotations
@@ -32,16 +39,13 @@ from typing import Literal
 import numpy as np
 
 from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
-from sb3_r2po.common.replies import cut_off_lines, final_channel, final_is_truncated
 
 MAX_REASON_CHARS = 400
-"""The longest failure reason :func:`parse_params` gives (a longer one is cut by :func:`bound_reason`)."""
-
+"""The longest failure reason :func:`parse_params` gives (cut by :func:`bound_reason`)."""
 MAX_QUOTED_CHARS = 40
 """A reason quotes at most this much of one piece of the reply (a value, an index)."""
-
 MAX_INDEX_DIGITS = 9
-"""The most digits a ``params[i]`` index may have (a longer index is unreadable, and the vector rejected)."""
+"""The most digits a readable ``params[i]`` index may have."""
 
 _MAX_LISTED_INDICES = 12
 
@@ -57,11 +61,102 @@ _DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
 _COMMA_SPACE = re.compile(r",[^\S\r\n]")
 _COMMA_LEADING_ZERO = re.compile(r"\d,[^\S\r\n]*[-+]?0\d")
 
-NO_FINAL_ANSWER = "the reply has no complete final answer (no final channel, or the reply was cut off at the token limit)"
-"""The reason given for a reply without a final answer."""
+_RAW_FINAL = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
+_RAW_FINAL_END = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>.*?(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
+_RAW_FINAL_START = re.compile(r"<\|channel\|>\s*final(?![A-Za-z0-9_])")
+_RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
+_FLAT_FINAL_MARK = "assistantfinal"
+_FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis[^\s:;,.!?\-]")
+_TRAILING_SPECIALS = ("<|return|>", "<|end|>", "<|call|>", "<|endoftext|>")
 
+
+def _without_trailing_specials(text: str) -> str:
+    """``text`` without the special tokens and whitespace at its end (in linear time)."""
+    end = len(text.rstrip())
+    while True:
+        while end and text[end - 1].isspace():
+            end -= 1
+        token = next((t for t in _TRAILING_SPECIALS if text.endswith(t, 0, end)), None)
+        if token is None:
+            return text[:end]
+        end -= len(token)
+
+
+def _is_raw(text: str) -> bool:
+    return any(m in text for m in _RAW_MARKERS)
+
+
+def is_harmony(text: str) -> bool:
+    """Whether ``text`` looks like harmony output (raw or flattened)."""
+    return _is_raw(text) or bool(_FLAT_ANALYSIS.match(text)) or _FLAT_FINAL_MARK in text
+
+
+def final_channel(text: str) -> str | None:
+    """The last final channel of harmony ``text``, stripped (``None``: there is none); other text unchanged."""
+    if _is_raw(text):
+        finals = _RAW_FINAL.findall(text)
+        return finals[-1].strip() if finals else None
+    if _FLAT_FINAL_MARK in text:
+        answer = text.rpartition(_FLAT_FINAL_MARK)[2]
+        return _without_trailing_specials(answer).strip()
+    if _FLAT_ANALYSIS.match(text):
+        return None
+    return text
+
+
+def final_is_truncated(text: str) -> bool:
+    """Whether raw harmony ``text`` ends inside its final channel (the token budget ran out while the answer was being
+    written); ``False`` for flattened and non-harmony text, which cannot tell."""
+    if not _is_raw(text):
+        return False
+    matches = list(_RAW_FINAL_END.finditer(text))
+    return bool(matches) and matches[-1].group(1) == ""
+
+
+def cut_off_lines(text: str) -> str:
+    """The complete lines of the cut-off last final channel of raw harmony ``text`` (up to its last line break)."""
+    last = None
+    for last in _RAW_FINAL_START.finditer(text):  # noqa: B007  (the last final channel is wanted)
+        pass
+    start = -1 if last is None else text.find("<|message|>", last.end())
+    return "" if start < 0 else text[start + len("<|message|>") :].rpartition("\n")[0]
+
+
+def as_cut_off(text: str) -> str:
+    """The cut-off output ``text`` as raw harmony whose final channel is not ended (:func:`final_is_truncated`), what
+    came before it kept as analysis; harmony text without a final channel unchanged."""
+    if _is_raw(text) and final_is_truncated(text):
+        return text
+    final = final_channel(text)
+    if final is None:  # no answer had begun: nothing to read
+        return text
+    before = before_final(text) if is_harmony(text) else ""
+    analysis = f"<|channel|>analysis<|message|>{before}<|end|><|start|>assistant" if before.strip() else ""
+    return f"{analysis}<|channel|>final<|message|>{final}"
+
+
+def complete_answer(text: str) -> str | None:
+    """The final channel of ``text``, or ``None`` when it has none or it was cut off (:func:`final_is_truncated`)."""
+    final = final_channel(text)
+    return None if final is None or final_is_truncated(text) else final
+
+
+def before_final(text: str) -> str:
+    """What comes before the first final channel of (raw or flattened) harmony ``text``; all of any other ``text``."""
+    if _is_raw(text):
+        match = _RAW_FINAL_START.search(text)
+        return text[: match.start()] if match else text
+    if _FLAT_FINAL_MARK in text:
+        return text.partition(_FLAT_FINAL_MARK)[0]
+    return text
+
+
+NO_FINAL_ANSWER = "the reply has no complete final answer (no final channel, or the reply was cut off at the token limit)"
 CUT_OFF = "the reply was cut off at the token limit"
-"""The reason given for a cut-off reply, with ``reject_cut_off``, or when it was cut before its first line ended."""
 
 Reading = Literal["first", "last", "first_line", "last_vector"]
 """Which values of a reply make the vector: ``first``, the first ``params[i]: v`` of each index ``0..n-1`` anywhere
@@ -91,13 +186,7 @@ class ParseResult:
 
 
 def bound_reason(reason: str, limit: int = MAX_REASON_CHARS) -> str:
-    """
-    ``reason`` cut to at most ``limit`` characters, ending with a marker that says how many were cut.
-
-    :param reason: A failure reason.
-    :param limit: The most characters of the result (marker included).
-    :return: ``reason`` itself when it is short enough.
-    """
+    """``reason`` cut to at most ``limit`` characters (a marker included that says how many it had)."""
     if len(reason) <= limit:
         return reason
     marker = f" [... {len(reason)} characters, cut]"
@@ -130,13 +219,10 @@ def _check_closed(text: str) -> None:
 
 def to_number(token: str) -> float:
     """
-    Convert one value token (quotes, backticks, emphasis and one sentence-ending period are dropped); a finite-looking
-    literal too large for a float becomes the largest float of its sign.
+    The number of one value token as written in the reply (quotes, backticks, emphasis and one sentence-ending period
+    dropped); a finite-looking literal too large for a float becomes the largest float of its sign.
 
-    :param token: The value as written in the reply.
-    :return: The number.
-    :raises ValueError: for anything that is not a number, for NaN and infinities, and for a value that opens quotes
-        without closing them.
+    :raises ValueError: for anything that is not a number, for NaN and infinities, and for unclosed quotes.
     """
     text = token.strip()
     _check_closed(text)
@@ -230,8 +316,7 @@ def _listed_vector(inner: str, size: int) -> list[str] | str:
 
 
 def _last_vector(text: str, size: int) -> list[str] | str | None:
-    """The value tokens of the last vector in the text (indexed or listed, by position), why it is not a vector,
-    or ``None`` when the text holds none. Only the last one is read: the others cannot change the outcome."""
+    """The value tokens of the last vector in the text (indexed or listed), why it is not one, or ``None``: none."""
     block = (_indexed_blocks(text) or [[]])[-1]
     listed = None
     for listed in _LISTED.finditer(text):  # noqa: B007  (the last match is wanted)
@@ -253,15 +338,13 @@ def _values(tokens: list[str]) -> list[float] | str:
 
 
 def _not_a_value(token: str) -> bool:
-    """Whether ``token``, written after ``params[i]:``, is a word such as ``the`` rather than a value (NaN and the
-    infinities count as values, to be rejected as such)."""
+    """Whether ``token`` after ``params[i]:`` is a word such as ``the`` (NaN and infinities count as values)."""
     word = token.strip(_QUOTES).rstrip(".").lower()
     return word.isalpha() and word not in _NON_FINITE_WORDS
 
 
 def _occurrences(text: str, size: int, first: bool) -> list[re.Match[str]] | None:
-    """The first (or last) ``params[i]: v`` match of each index ``0..size-1`` in ``text``, in index order; ``None``
-    when the text holds none. Unreadable indices and indices ``>= size`` are ignored."""
+    """The first (or last) ``params[i]: v`` match of each index ``0..size-1``, in index order (``None``: none)."""
     found: dict[int, re.Match[str]] = {}
     for match in _INDEXED.finditer(text):
         index = _index(match.group(1))
@@ -273,8 +356,8 @@ def _occurrences(text: str, size: int, first: bool) -> list[re.Match[str]] | Non
 
 
 def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | None:
-    """The value tokens of the first (or last) occurrence of each index; the first (or last) listed vector when the
-    text has no ``params[i]: v`` of an index ``0..n-1``; why it is not a vector; or ``None`` when the text holds none."""
+    """The value tokens of the first (or last) occurrence of each index, else of the first (or last) listed vector;
+    why it is not a vector; or ``None`` when the text holds none."""
     entries = _occurrences(text, size, first)
     if entries is None:
         listed = None
@@ -291,15 +374,13 @@ def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | N
 
 
 def _first_line_vector(text: str, size: int) -> list[str] | str | None:
-    """The value tokens of the vector on the first line of ``text`` (leading blank lines skipped), why it is not one,
-    or ``None`` when that line holds none."""
+    """The value tokens of the vector on the first non-blank line of ``text``, why it is not one, or ``None``."""
     line = text.lstrip().partition("\n")[0]
     blocks = _indexed_blocks(line)
     return _indexed_vector(line, blocks[0], size) if blocks else _last_vector(line, size)
 
 
 def _vector(text: str, size: int, reading: Reading) -> list[str] | str | None:
-    """The value tokens of the vector ``reading`` selects, why it is not a vector, or ``None`` when there is none."""
     if reading == "first_line":
         return _first_line_vector(text, size)
     if reading == "last_vector":

@@ -6,6 +6,10 @@ steps each busy sub-environment alone (``env_method("step")``, the env's own val
 ``Monitor`` logs only R2PO's episodes; a ``SubprocVecEnv`` steps in lock-step (in parallel) while all are busy.
 Through VecEnv wrappers (they must see every step) all sub-environments step in lock-step, and the idle ones' steps
 are counted but never shown to the LLM.
+
+Racing (ours, off by default) evaluates a challenger in chunks of ``m`` episodes and stops once the one-sided upper
+confidence bound ``mean + z * std(ddof=1) / sqrt(m)`` (``z = 1.645``, about 95 %) is below the incumbent's mean; only the
+episodes run are charged. A heuristic: with few identical returns the bound is the mean itself.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import functools
 import math
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -127,11 +131,8 @@ StepHook = Callable[[VecStep], object]
 
 
 def check_vec_env(env: VecEnv | None, cap: int | None = None) -> None:
-    """
-    Raise a ``ValueError`` when ``env`` is wrapped in a VecEnv wrapper other than :data:`PASS_THROUGH_WRAPPERS` (R2PO
-    compares returns in the env's own units, on the env's own observations; a ``VecTransposeImage`` is refused as image
-    observations); with ``cap``, then :func:`cap_episodes`.
-    """
+    """Raise a ``ValueError`` for a VecEnv wrapper other than :data:`PASS_THROUGH_WRAPPERS`; with ``cap``, then
+    :func:`cap_episodes`."""
     wrapper = env
     while isinstance(wrapper, VecEnvWrapper):
         if isinstance(wrapper, VecTransposeImage):
@@ -157,8 +158,7 @@ CAPPED = "r2po_episode_cap"
 
 
 TIME_LIMIT_ATTRIBUTE = "_max_episode_steps"
-"""The attribute every gymnasium ``TimeLimit`` sets: a ``SubprocVecEnv`` worker is asked for it rather than sent the
-class (which no longer pickles once rl_zoo3 has replaced ``TimeLimit`` by its subclass)."""
+"""What every ``TimeLimit`` sets: asked of ``SubprocVecEnv`` workers (rl_zoo3's ``TimeLimit`` subclass does not pickle)."""
 
 
 class EpisodeCap(TimeLimit):
@@ -175,12 +175,10 @@ class EpisodeCap(TimeLimit):
         self.cap, self.steps = max_episode_steps, 0
 
     def reset(self, **kwargs: Any) -> Any:
-        """The env's reset; the step count starts again."""
         self.steps = 0
         return super().reset(**kwargs)
 
     def step(self, action: Any) -> Any:
-        """The env's step, truncated at the cap; the cutting step's info says ``CAPPED``."""
         observation, reward, terminated, truncated, info = super().step(action)
         self.steps += 1
         if truncated and not terminated and self.steps >= self.cap:
@@ -199,14 +197,10 @@ def _unlimited_monitor(env: gym.Env) -> Monitor | None:
 
 def cap_episodes(env: VecEnv | None, cap: int) -> None:
     """
-    Let ``Monitor`` files see the episodes R2PO's cap cuts (a ``Monitor`` logs only the episodes the env ends). In a
-    ``DummyVecEnv`` an :class:`EpisodeCap` goes beneath each ``Monitor`` without a time limit beneath it (under a
-    ``VecMonitor``: around each sub-environment without one); any other VecEnv is out of reach, and a ``UserWarning``
-    names ``TimeLimit`` as the fix. Through VecEnv wrappers with several sub-environments and a ``Monitor`` or
-    ``VecMonitor``, a ``UserWarning`` says their files log more episodes (idle sub-environments step there).
-
-    :param env: The VecEnv R2PO trains on (``None``: nothing to do).
-    :param cap: R2PO's episode cap (``R2POSettings.episode_cap``).
+    Let ``Monitor`` files see the episodes R2PO's ``cap`` cuts: in a ``DummyVecEnv`` an :class:`EpisodeCap` goes beneath
+    each ``Monitor`` without a time limit beneath it (under a ``VecMonitor``: around each sub-environment without one);
+    any other VecEnv gets a ``UserWarning`` naming ``TimeLimit`` as the fix, as do VecEnv wrappers whose monitor files
+    log more episodes (idle sub-environments step there). ``env=None``: nothing to do.
     """
     if env is None:
         return
@@ -239,13 +233,13 @@ def cap_episodes(env: VecEnv | None, cap: int) -> None:
 
 
 def _row(x: Any) -> tuple[np.ndarray, bool]:
-    """A float64 copy of the observation or action ``x``, and whether it is finite."""
+    """A float64 copy of ``x``, and whether it is finite."""
     array = np.array(x, dtype=np.float64)
     return array, bool(np.isfinite(array).all())
 
 
 def _stack(rows: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
-    """The recorded rows as one float64 array (a list of arrays where their shapes differ)."""
+    """The rows as one float64 array (a list where their shapes differ)."""
     try:
         return np.array(rows, dtype=np.float64)
     except ValueError:
@@ -253,8 +247,6 @@ def _stack(rows: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 
 
 class _Track:
-    """The running episode of one sub-environment."""
-
     def __init__(self, index: int, observation: Any) -> None:
         self.index = index
         self.observations: list[np.ndarray] = [_row(observation)[0]]
@@ -285,20 +277,18 @@ class _Track:
 
 
 def _env_end(terminated: bool, info: dict[str, Any]) -> EndReason:
-    """How the env ended an episode: ``"capped"`` where R2PO's :class:`EpisodeCap` cut it (it says so in ``info``)."""
     return "terminated" if terminated else ("capped" if info.get(CAPPED, False) else "truncated")
 
 
 def _reset_one(env: VecEnv, index: int) -> Any:
-    """Reset sub-environment ``index`` of ``env`` alone, past any VecEnv wrapper (a ``VecMonitor`` does not see it)."""
+    """Reset sub-environment ``index`` alone, past any VecEnv wrapper."""
     result = env.env_method("reset", indices=[index])[0]
     return result[0] if isinstance(result, tuple) else result
 
 
 def _step_alone(env: VecEnv, index: int, action: Any) -> tuple[Any, float, EndReason | None, dict, Any]:
-    """Step sub-environment ``index`` of a bare VecEnv alone: its observation, reward (the env's own values), how the
-    env ended the episode (else ``None``), the info as a VecEnv's auto-reset gives it, and the observation to act on
-    next (where the env ended the episode: the reset one)."""
+    """Step sub-environment ``index`` of a bare VecEnv alone: observation, reward, how the env ended the episode (else
+    ``None``), the info as a VecEnv gives it, and the observation to act on next (the reset one after an end)."""
     next_obs, reward, terminated, truncated, info = env.env_method("step", action, indices=[index])[0]
     if not (terminated or truncated):
         return next_obs, float(reward), None, info, next_obs
@@ -307,15 +297,14 @@ def _step_alone(env: VecEnv, index: int, action: Any) -> tuple[Any, float, EndRe
 
 
 def _auto_reset_step(observation: Any, done: bool, info: dict) -> tuple[Any, EndReason | None]:
-    """The observation a VecEnv's step reached (where it ended the episode: the terminal one) and how the env ended the
-    episode, else ``None``."""
+    """The observation a VecEnv step reached (the terminal one at an end) and how the env ended the episode (else ``None``)."""
     if not done:
         return observation, None
     return info.get("terminal_observation", observation), _env_end(not info.get("TimeLimit.truncated", False), info)
 
 
 class _Evaluation:
-    """The bookkeeping of one :func:`run_episodes` call: which sub-environment runs which episode, the finished ones."""
+    """One :func:`run_episodes` call's bookkeeping: which sub-environment runs which episode, the finished ones."""
 
     def __init__(self, n_episodes: int, observations: list[Any]) -> None:
         self.n_episodes, self.started, self.n_steps = n_episodes, 0, 0
@@ -326,7 +315,7 @@ class _Evaluation:
             self.begin(i, observation)
 
     def begin(self, i: int, observation: Any) -> None:
-        """Start the next episode on sub-environment ``i``, which idles once ``n_episodes`` have been started."""
+        """Start the next episode on sub-environment ``i`` (idle once ``n_episodes`` have started)."""
         self.tracks[i] = None
         if self.started < self.n_episodes:
             self.tracks[i], self.started = _Track(self.started, observation), self.started + 1
@@ -409,3 +398,52 @@ def env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:
     if spec is None:
         return None, None, None
     return spec.id, spec.reward_threshold, spec.max_episode_steps
+
+
+def upper_bound(returns: Sequence[float], z: float) -> float:
+    """One-sided upper confidence bound of the mean of ``returns``."""
+    values = np.asarray(returns, dtype=np.float64)
+    if values.size < 2:
+        return float("inf")
+    return float(values.mean() + z * values.std(ddof=1) / np.sqrt(values.size))
+
+
+def should_stop(returns: Sequence[float], incumbent: float, z: float) -> bool:
+    """Whether a challenger with these returns so far cannot reach ``incumbent`` (racing, see the module docstring)."""
+    return upper_bound(returns, z) < incumbent
+
+
+def race(returns: Sequence[float], incumbent: float, chunk: int, z: float) -> int:
+    """How many of ``returns`` racing would have run (a multiple of ``chunk``, or all of them)."""
+    for m in range(chunk, len(returns), chunk):
+        if should_stop(returns[:m], incumbent, z):
+            return m
+    return len(returns)
+
+
+def run_race(
+    run: Callable[[int], RolloutResult | None],
+    n_episodes: int,
+    chunk: int,
+    incumbent: float,
+    z: float,
+    stop_requested: Callable[[], bool],
+) -> RolloutResult | None:
+    """
+    Evaluate a challenger in chunks of ``chunk`` episodes until ``n_episodes`` ran or it cannot reach ``incumbent``.
+
+    :param run: Runs the next ``m`` episodes of the challenger; ``None`` when a callback stopped training meanwhile.
+    :param stop_requested: Whether a callback asked to stop (an incomplete race then returns ``None``).
+    :return: The episodes run, renumbered in order; ``None`` when training stopped before the race ended.
+    """
+    episodes: list[Episode] = []
+    while len(episodes) < n_episodes:
+        part = run(min(chunk, n_episodes - len(episodes)))
+        if part is None or (stop_requested() and len(episodes) + len(part.episodes) < n_episodes):
+            return None
+        for episode in part.episodes:
+            episode.index += len(episodes)
+        episodes += part.episodes
+        if len(episodes) < n_episodes and should_stop([ep.total_return for ep in episodes], incumbent, z):
+            break
+    return RolloutResult(episodes)

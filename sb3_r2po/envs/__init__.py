@@ -1,9 +1,8 @@
 """
 The custom R2PO environments, registered with gymnasium under the ``R2PO`` namespace.
 
-Importing this package registers ``R2PO/Nim-v0``, ``R2PO/Pong-v0`` and ``R2PO/Maze3x3-v0``
-(idempotently: importing or reloading it again neither warns nor fails) and the task descriptions of
-all ten R2PO environments (:mod:`sb3_r2po.envs.descriptions`).
+Importing this package registers ``R2PO/Nim-v0``, ``R2PO/Pong-v0`` and ``R2PO/Maze3x3-v0`` (idempotently: importing
+or reloading it again neither warns nor fails); their task descriptions are in :mod:`sb3_r2po.prompts.tasks`.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from typing import Any
 
 import gymnasium
 
-import sb3_r2po.envs.descriptions  # noqa: F401  (registers the task descriptions)
 from sb3_r2po.envs.maze import Maze3x3Env
 from sb3_r2po.envs.nim import NimEnv
 from sb3_r2po.envs.pong import PongEnv

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import gymnasium as gym
@@ -11,11 +10,8 @@ from gymnasium import spaces
 
 Cell = tuple[int, int]
 
-#: Internal walls, each blocking movement in both directions between two adjacent cells ``(x, y)``.
-#: They are the closed boundaries of the reference's layout file ``maze2d_3x3.npy`` (R2PO repository,
-#: ``envs/gym-maze-master/gym_maze/envs/maze_samples/``), whose cell codes open a passage when either
-#: neighbour has the bit of that direction set (``maze_view_2d.py``, ``Maze.is_open``). Drawn with ``y = 0``
-#: as the top row (``S`` start, ``G`` goal)::
+#: Internal walls between two adjacent cells ``(x, y)``: the closed boundaries of the reference's ``maze2d_3x3.npy``
+#: (R2PO repository, ``envs/gym-maze-master/gym_maze/envs/maze_samples/``; ``Maze.is_open``). ``y = 0`` is the top row::
 #:
 #:     +---+---+---+
 #:     | S         |      y = 0
@@ -25,8 +21,7 @@ Cell = tuple[int, int]
 #:     |         G |      y = 2
 #:     +---+---+---+
 #:
-#: The shortest path goes south twice and then east twice (S, S, E, E): 4 steps, the Manhattan distance.
-#: The middle cell (1, 1) is reachable only from (2, 1), so the top route through (2, 0) is a dead end.
+#: The shortest path is S, S, E, E (4 steps); the middle cell (1, 1) is reachable only from (2, 1).
 MAZE_WALLS: frozenset[frozenset[Cell]] = frozenset(
     {
         frozenset({(0, 1), (1, 1)}),
@@ -38,7 +33,6 @@ MAZE_WALLS: frozenset[frozenset[Cell]] = frozenset(
 
 #: Action -> (dx, dy). ``y`` grows southwards (row 0 is the north edge), ``x`` grows eastwards.
 MOVES: dict[int, Cell] = {0: (0, -1), 1: (0, 1), 2: (1, 0), 3: (-1, 0)}
-ACTION_NAMES: dict[int, str] = {0: "north", 1: "south", 2: "east", 3: "west"}
 
 
 class Maze3x3Env(gym.Env[np.int64, np.int64]):
@@ -84,13 +78,7 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
 
     @classmethod
     def next_cell(cls, cell: Cell, action: int) -> Cell:
-        """
-        Where ``action`` leads from ``cell`` (``cell`` itself when a wall or the boundary blocks it).
-
-        :param cell: Current cell ``(x, y)``.
-        :param action: 0 north, 1 south, 2 east, 3 west.
-        :return: The resulting cell.
-        """
+        """Where ``action`` (0 N, 1 S, 2 E, 3 W) leads from ``cell`` (itself when a wall or the border blocks it)."""
         dx, dy = MOVES[int(action)]
         x, y = cell[0] + dx, cell[1] + dy
         if not (0 <= x < cls.size and 0 <= y < cls.size):
@@ -99,36 +87,14 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
             return cell
         return x, y
 
-    @classmethod
-    def shortest_path_length(cls) -> int | None:
-        """Number of steps on a shortest path from start to goal (``None`` if unreachable)."""
-        distance = {cls.start: 0}
-        queue = deque([cls.start])
-        while queue:
-            cell = queue.popleft()
-            if cell == cls.goal:
-                return distance[cell]
-            for action in MOVES:
-                nxt = cls.next_cell(cell, action)
-                if nxt not in distance:
-                    distance[nxt] = distance[cell] + 1
-                    queue.append(nxt)
-        return None
-
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.int64, dict[str, Any]]:
         super().reset(seed=seed)
         self.position = self.start
         return np.int64(self.cell_to_state(self.position)), {}
 
     def step(self, action: int | np.integer) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
-        """
-        Move one cell, unless a wall or the border blocks the move.
-
-        :param action: 0 (N), 1 (S), 2 (E) or 3 (W).
-        :return: The state ``y * 3 + x``, the reward (``goal_reward`` at the goal, else ``step_penalty``), terminated
-            (at the goal), truncated (never: the time limit is the registered env's), and an info dict (``blocked``).
-        :raises ValueError: for an action outside 0..3.
-        """
+        """Move one cell (0 N, 1 S, 2 E, 3 W) unless a wall or the border blocks it (``info["blocked"]``); never truncates
+        (the time limit is the registered env's); ``ValueError`` for an action outside 0..3."""
         if not self.action_space.contains(action):
             raise ValueError(f"Invalid action {action!r}: expected 0 (N), 1 (S), 2 (E) or 3 (W)")
         new_position = self.next_cell(self.position, int(action))

@@ -40,16 +40,10 @@ class NimEnv(gym.Env[np.int64, np.int64]):
 
     @staticmethod
     def action_to_move(action: int) -> int:
-        """Number of sticks removed by ``action`` (``action + 1``)."""
         return int(action) + 1
 
     def opponent_move(self, sticks: int) -> int:
-        """
-        The opponent's move with ``sticks`` remaining (``sticks >= 1``).
-
-        :param sticks: Sticks on the pile when the opponent moves.
-        :return: Sticks the opponent removes.
-        """
+        """The sticks the opponent removes with ``sticks >= 1`` remaining."""
         move = (sticks + 3) % 4
         if 1 <= move <= min(3, sticks):
             return move
@@ -65,14 +59,7 @@ class NimEnv(gym.Env[np.int64, np.int64]):
         return self._obs(), {}
 
     def step(self, action: int | np.integer) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
-        """
-        The agent takes ``action + 1`` sticks, then the opponent moves.
-
-        :param action: 0, 1 or 2 (take 1, 2 or 3 sticks).
-        :return: The sticks left, the reward (+1 when the opponent must take the last stick, -1 when the agent takes
-            it or moves illegally, else 0), terminated, truncated (never), and an info dict with the moves.
-        :raises ValueError: for an action outside 0..2.
-        """
+        """The agent takes ``action + 1`` sticks, then the opponent moves (the class docstring says the rewards)."""
         if not self.action_space.contains(action):
             raise ValueError(f"Invalid action {action!r}: expected an integer in 0..2")
         move = self.action_to_move(int(action))
@@ -81,14 +68,12 @@ class NimEnv(gym.Env[np.int64, np.int64]):
             return self._obs(), -1.0, True, False, {"illegal_move": True, "agent_move": move}
         self.sticks -= move
         if self.sticks == 0:
-            # The agent took the last stick: it loses.
             return self._obs(), -1.0, True, False, {"illegal_move": False, "agent_move": move}
         reply = self.opponent_move(self.sticks)
         self.last_opponent_move = reply
         self.sticks -= reply
         info = {"illegal_move": False, "agent_move": move, "opponent_move": reply}
         if self.sticks == 0:
-            # The opponent was forced to take the last stick: the agent wins.
             return self._obs(), 1.0, True, False, info
         return self._obs(), 0.0, False, False, info
 

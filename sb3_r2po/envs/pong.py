@@ -88,26 +88,18 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         return self._obs(), {}
 
     def _hits(self, paddle_y: float) -> bool:
-        """Whether the ball's ``y`` lies within the paddle centred at ``paddle_y`` (edges included)."""
         top = paddle_y - self.paddle_height / 2
         return bool(top <= self.ball[1] <= top + self.paddle_height)
 
     def _return_ball(self, paddle_y: float) -> None:
-        """Send the ball back, its vertical velocity set by where it meets the paddle (reference: ``_handle_paddle_hit``)."""
+        """Send the ball back (the reference's ``_handle_paddle_hit``)."""
         top = paddle_y - self.paddle_height / 2
         self.velocity[0] = -self.velocity[0]
         where = (self.ball[1] - top) / self.paddle_height
         self.velocity[1] = self.ball_speed * (2 * where - 1)
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """
-        Move the agent's paddle, then the opponent's, then the ball.
-
-        :param action: 0 (up), 1 (down) or 2 (stay).
-        :return: The observation, the reward (1 when the agent's paddle returns the ball), terminated (the ball left
-            the court), truncated (after ``max_steps`` steps), and an info dict (``returned``, ``missed_by``).
-        :raises ValueError: for an action outside 0..2.
-        """
+        """Move the agent's paddle (0 up, 1 down, 2 stay), then the opponent's, then the ball (see the class docstring)."""
         if not self.action_space.contains(action):
             raise ValueError(f"Invalid action {action!r}: expected 0 (up), 1 (down) or 2 (stay)")
         action = int(action)
@@ -118,11 +110,9 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         # Bang-bang opponent: it compares its centre with the ball's y and never stands still.
         move = self.paddle_speed if self.opponent_y < self.ball[1] else -self.paddle_speed
         self.opponent_y = self._clip_paddle(self.opponent_y + move)
-
         self.ball += self.velocity
         if self.ball[1] <= 0 or self.ball[1] >= self.height - self.ball_size:
             self.velocity[1] = -self.velocity[1]
-
         reward = 0.0
         returned = False
         if self.velocity[0] < 0:
@@ -132,7 +122,6 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
                 returned = True
         elif self.ball[0] >= self.width - self.paddle_width - self.ball_size and self._hits(self.opponent_y):
             self._return_ball(self.opponent_y)
-
         missed_by = None
         if self.ball[0] < 0:
             missed_by = "agent"

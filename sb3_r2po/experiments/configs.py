@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.variants import VARIANTS
-from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, read_entries, resolve_train_args
-from sb3_r2po.zoo.settings import apply_variant
+from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, resolve_train_args
+from sb3_r2po.zoo.settings import apply_variant, read_entries
 
 BASELINES: dict[str, str] = {
     "ppo": "stable-baselines3",
@@ -54,18 +56,6 @@ def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
     return apply_variant(zoo_entry(path, env_id), variant)[0]
 
 
-def is_tabular(env_id: str) -> bool:
-    """Whether ``env_id``'s observations are ``Discrete`` (R2PO's ``Tabular`` policy)."""
-    import gymnasium as gym
-    from gymnasium import spaces
-
-    env = gym.make(env_id)
-    try:
-        return isinstance(env.observation_space, spaces.Discrete)
-    finally:
-        env.close()
-
-
 def method_algo(method: str) -> str:
     """The zoo ``--algo`` of a method (``r2po`` for the variants); ``ValueError`` for an unknown one."""
     if method in R2PO_METHODS:
@@ -82,8 +72,6 @@ def episode_cap(env_id: str, variant: str | None = None) -> tuple[int, bool]:
 
     :return: ``(cap, added)``; ``added``: the env has no cap of its own, and the caller adds it as ``env_kwargs``.
     """
-    import gymnasium as gym
-
     entry = r2po_entry(env_id, variant)
     from_kwargs = (entry.get("env_kwargs") or {}).get("max_episode_steps")
     if from_kwargs:
@@ -92,16 +80,6 @@ def episode_cap(env_id: str, variant: str | None = None) -> tuple[int, bool]:
     if own:
         return int(own), False
     return int(entry.get("max_episode_steps", 1000)), True
-
-
-def default_threshold(env_id: str) -> float | None:
-    """The threshold of "episodes to threshold": the env's ``reward_threshold``, else R2PO's ``target_return``."""
-    import gymnasium as gym
-
-    threshold = gym.spec(env_id).reward_threshold
-    if threshold is None:
-        threshold = r2po_entry(env_id).get("target_return")
-    return None if threshold is None else float(threshold)
 
 
 def r2po_settings(
@@ -123,8 +101,11 @@ def r2po_overrides(method: str, env_id: str, llm: str, budget: int) -> dict[str,
     count), and ``Tabular`` for a Discrete env the file lacks.
     """
     overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget, "max_iterations": budget}
-    if env_id not in config_env_ids(ALGO_NAME) and is_tabular(env_id):
-        overrides["policy"] = "Tabular"  # the default entry is MlpLinear (Box observations)
+    if env_id not in config_env_ids(ALGO_NAME):  # the default entry is MlpLinear (Box observations)
+        env = gym.make(env_id)
+        if isinstance(env.observation_space, gym.spaces.Discrete):
+            overrides["policy"] = "Tabular"
+        env.close()
     return overrides
 
 
@@ -138,10 +119,13 @@ def episodes_used(env_id: str, method: str, budget: int, settings: dict[str, Any
 
 
 def comparison_env_settings(env_id: str, methods: Sequence[str], threshold: float | None) -> dict[str, Any]:
-    """A comparison's settings of one env: the threshold (``None``: :func:`default_threshold`) and the episode caps."""
+    """A comparison's settings of one env: the threshold (``None``: the env's ``reward_threshold``, else R2PO's
+    ``target_return``) and the episode caps."""
     source = "given"
     if threshold is None:
-        threshold = default_threshold(env_id)
+        threshold = gym.spec(env_id).reward_threshold
+        threshold = r2po_entry(env_id).get("target_return") if threshold is None else threshold
+        threshold = None if threshold is None else float(threshold)
         source = "the env's reward_threshold, else R2PO's target_return"
     cap, added = episode_cap(env_id)
     variant_caps = {m: episode_cap(env_id, m)[0] for m in dict.fromkeys(methods) if m in R2PO_METHODS}

@@ -55,18 +55,11 @@ def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> s
     for method in methods:
         mine = [r for r in runs if run_label(r) == method]
         stats = [summarize(r["returns"], window, threshold) for r in mine]
-        cells = [
-            method,
-            episodes_cell([len(r["returns"]) for r in mine]),
-            mean_std([s["mean"] for s in stats]),
-            iqm_cell([s["mean"] for s in stats]),
-            mean_std([s["best"] for s in stats]),
-            iqm_cell([s["best"] for s in stats]),
-            mean_std([s["final"] for s in stats]),
-            iqm_cell([s["final"] for s in stats]),
-            "n/a" if threshold is None else threshold_cell([s["to_threshold"] for s in stats]),
-            mean_std([r["wall_time_s"] for r in mine]),
-        ]
+        cells = [method, episodes_cell([len(r["returns"]) for r in mine])]
+        for key in ("mean", "best", "final"):
+            cells += [mean_std([s[key] for s in stats]), iqm_cell([s[key] for s in stats])]
+        cells.append("n/a" if threshold is None else threshold_cell([s["to_threshold"] for s in stats]))
+        cells.append(mean_std([r["wall_time_s"] for r in mine]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -203,18 +203,11 @@ class RunResult:
             "method": self.spec.method,
             "algo": self.algo,
             "seed": self.spec.seed,
-            "returns": self.returns,
-            "lengths": self.lengths,
-            "episodes_run": self.episodes_run,
-            "timesteps": self.timesteps,
-            "horizon": self.horizon,
-            "wall_time_s": self.wall_time_s,
-            "hyperparams": self.hyperparams,
-            "hyperparams_file": self.hyperparams_file,
         }
+        keys = ["returns", "lengths", "episodes_run", "timesteps", "horizon", "wall_time_s", "hyperparams", "hyperparams_file"]
         if self.spec.is_r2po:
-            record.update(iterations=self.iterations, llm_calls=self.llm_calls, llm_stats=self.llm_stats)
-            record.update(history=self.history, iteration_returns=self.iteration_returns)
+            keys += ["iterations", "llm_calls", "llm_stats", "history", "iteration_returns"]
+        record.update((key, getattr(self, key)) for key in keys)
         record["run_id"] = self.spec.run_id
         return record
 

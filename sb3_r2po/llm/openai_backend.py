@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
 
-from sb3_r2po.common.replies import complete_answer, final_channel, is_harmony
+from sb3_r2po.common.parsing import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
 from sb3_r2po.llm.harmony import (
     analysis_only,

@@ -1,19 +1,10 @@
 """Record every LLM call to a JSONL file (the run directory's transcript), and replay such a file as a backend.
 
-- :class:`RecordingBackend` wraps any backend and appends one JSON line per reply: the request hash, the messages,
-  the request settings, a description of the backend (credentials masked), the reply, token usage and latency. Each
-  line is written and fsynced before the reply is returned (a crash loses at most the call in flight); a write that
-  fails half-way is cut back, and a half-written last line a crash left is cut off, with a warning, before the next
-  record is appended (:func:`~sb3_r2po.common.files.append_line`).
-- :func:`read_records` skips, with a warning, a last line a crash cut short (no newline; anywhere, NUL bytes too);
-  any other damaged line is an error naming it: leaving a record out would change a replay.
-- A resumed run asks again the calls made after its last checkpoint: :meth:`RecordingBackend.rewind` appends a
-  marker ``{"rewind": N}`` and readers keep only the first N calls before it (the others stay in the file).
-- :class:`ReplayBackend` answers by the request hash (:mod:`sb3_r2po.llm.identity`: the messages and the
-  temperature; backend settings are recorded, not hashed), repeated requests in their recorded order; a request
-  not recorded, or asked more often, raises :class:`ReplayMissError` unless a ``fallback`` answers it.
-- ``llm="replay:PATH"`` builds a :class:`ReplayBackend` (:data:`REPLAY_FORM`, registered into
-  :data:`~sb3_r2po.llm.resolve.STRING_FORMS` by the :mod:`sb3_r2po.llm` package).
+:class:`RecordingBackend` appends one JSON line per reply (request hash, messages, settings, the backend with
+credentials masked, the reply, usage, latency), fsynced before the reply is returned; a torn last line a crash left is
+cut off, with a warning, before the next append. :meth:`RecordingBackend.rewind` appends a marker ``{"rewind": N}``:
+readers keep only the first N calls before it. :class:`ReplayBackend` answers by request hash
+(:mod:`sb3_r2po.llm.identity`), repeated requests in recorded order; ``llm="replay:PATH"`` builds one (:data:`REPLAY_FORM`).
 """
 
 from __future__ import annotations
@@ -30,9 +21,7 @@ from typing import Any
 
 from sb3_r2po.common.files import append_line, cut_partial_line
 from sb3_r2po.llm.base import BatchResult, ChatBackend, ChatReply, LLMBackendError, Message, TransientState, answer_batch
-from sb3_r2po.llm.identity import canonical_messages
-from sb3_r2po.llm.identity import request_hash as request_hash  # importable from here, as they were
-from sb3_r2po.llm.identity import request_settings as request_settings
+from sb3_r2po.llm.identity import canonical_messages, request_hash, request_settings
 from sb3_r2po.llm.redaction import redact
 from sb3_r2po.llm.resolve import StringForm, make_backend, reserved_prefix
 
@@ -40,7 +29,7 @@ RECORD_VERSION = 1
 
 
 def _describe(backend: Any) -> dict[str, Any]:
-    """What a record says of the backend: its class, ``repr`` and settings, whatever looks like a credential masked."""
+    """The backend's class, ``repr`` and settings, credentials masked."""
     info: dict[str, Any] = {"class": type(backend).__name__, "repr": redact(repr(backend))}
     for name in ("model", "reasoning_effort", "max_new_tokens", "max_tokens", "base_url"):
         value = getattr(backend, name, None)
@@ -51,10 +40,10 @@ def _describe(backend: Any) -> dict[str, Any]:
 
 class RecordingBackend(TransientState):
     """
-    Pass calls to ``inner`` and append each call and its reply to a JSONL file (flushed and fsynced per call).
+    Pass calls to ``inner`` and append each call and its reply to a JSONL file (fsynced per call).
 
-    :param inner: The backend to record: a :class:`~sb3_r2po.llm.base.ChatBackend`, a callable
-        ``(messages) -> str``, or an ``llm`` string.
+    :param inner: The backend to record: a :class:`~sb3_r2po.llm.base.ChatBackend`, a callable ``(messages) -> str``,
+        or an ``llm`` string.
     :param path: The JSONL file (created with its folder; appended to when it exists).
     """
 
@@ -68,12 +57,8 @@ class RecordingBackend(TransientState):
         self.refresh()
 
     def refresh(self) -> int:
-        """
-        Read the file again: cut off a half-written last line (a crash mid-write; with a warning) and count its calls.
-
-        :return: The calls recorded in the file (:attr:`recorded`).
-        :raises LLMBackendError: when a line inside the file is damaged (see :func:`read_records`).
-        """
+        """Read the file again: cut off a half-written last line (with a warning) and return its calls (:attr:`recorded`;
+        :class:`LLMBackendError` for a damaged line, see :func:`read_records`)."""
         with self._lock:
             self._warn_cut(cut_partial_line(self.path))
             self.recorded = len(read_records(self.path)) if self.path.is_file() else 0
@@ -89,13 +74,8 @@ class RecordingBackend(TransientState):
             )
 
     def rewind(self, calls: int) -> int:
-        """
-        Set aside the recorded calls after the first ``calls`` (they stay in the file, readers skip them): a resumed
-        run asks again the calls made after its checkpoint, and a replay must follow the new answers.
-
-        :param calls: The number of recorded calls to keep.
-        :return: The number of calls set aside (0: nothing was written).
-        """
+        """Set aside the recorded calls after the first ``calls`` (they stay in the file, readers skip them) and return
+        how many (0: nothing was written): a resumed run asks them again, and a replay follows the new answers."""
         if calls < 0:
             raise ValueError(f"calls must be >= 0, got {calls}")
         extra = self.recorded - calls
@@ -112,33 +92,18 @@ class RecordingBackend(TransientState):
         return extra
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
-        """
-        Ask ``inner`` and record the call.
-
-        :param messages: Chat messages.
-        :param temperature: Sampling temperature.
-        """
+        """Ask ``inner`` and record the call."""
         reply = self.inner.chat(messages, temperature=temperature)
         self._record(messages, temperature, reply)
         return reply
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """
-        Ask ``inner`` for several conversations (batched when it can) and record each call, in order. When the
-        batch fails, the replies it did get are recorded before the error is raised.
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        """
+        """Ask ``inner`` for several conversations (batched when it can) and record each reply, in order, also those a
+        failed batch did get before its error is raised."""
         return self.answer_batch(conversations, temperature=temperature).unwrap()
 
     def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
-        """
-        As :meth:`chat_batch`, but return each conversation's reply or error (the replies are recorded, in order).
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        """
+        """As :meth:`chat_batch`, but return each conversation's reply or error."""
         result = answer_batch(self.inner, conversations, temperature=temperature)
         for messages, reply in zip(conversations, result.replies, strict=True):
             if reply is not None:
@@ -170,7 +135,7 @@ class RecordingBackend(TransientState):
 
 
 class ReplayMissError(LLMBackendError):
-    """A replayed request has no recorded reply (left); ``request_hash`` is the request's hash."""
+    """A replayed request has no recorded reply left (``request_hash``: the request's hash)."""
 
     def __init__(self, message: str, *, request_hash: str) -> None:
         super().__init__(message)
@@ -178,7 +143,6 @@ class ReplayMissError(LLMBackendError):
 
 
 def _problem(record: Any, count: int) -> str | None:
-    """Why a parsed line is neither a recorded call nor a rewind marker (``None``: it is one)."""
     if not isinstance(record, dict):
         return "not a recorded LLM call (not a JSON object)"
     if "rewind" in record and "hash" not in record:
@@ -193,12 +157,10 @@ def _problem(record: Any, count: int) -> str | None:
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
-    The records of a recording, in order; calls set aside by a ``rewind`` marker (see
-    :meth:`RecordingBackend.rewind`) are left out. A last line without its newline that is not JSON (a crash cut it
-    short, anywhere, or left NUL bytes) is skipped with a warning; any other damaged line raises.
+    The records of a :class:`RecordingBackend` file, in order, without the calls a ``rewind`` marker set aside. A last
+    line without its newline that is not JSON (a crash cut it short) is skipped with a warning.
 
-    :param path: The JSONL file written by :class:`RecordingBackend`.
-    :raises LLMBackendError: naming the line, when a line is not a record and is not such a last line.
+    :raises LLMBackendError: naming the line, when any other line is not a record.
     """
     records: list[dict[str, Any]] = []
     lines = Path(path).read_bytes().split(b"\n")  # only a newline ends a line (not U+2028 inside a reply)
@@ -249,7 +211,6 @@ class ReplayBackend(TransientState):
         self.path = Path(path).expanduser()
         self.fallback: ChatBackend | None = None if fallback is None else make_backend(fallback)
         self.stats: dict[str, int] = {"hits": 0, "misses": 0}
-        """Counters: requests answered from the recording, and misses (answered by the fallback)."""
         self._queues: dict[str, deque[dict[str, Any]]] | None = None
         self._recorded: dict[str, int] = {}
         self._asked: dict[str, int] = {}
@@ -272,13 +233,7 @@ class ReplayBackend(TransientState):
             return sum(len(q) for q in self._load().values())
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
-        """
-        The next recorded reply to this request.
-
-        :param messages: Chat messages.
-        :param temperature: Sampling temperature (part of the request's identity).
-        :raises ReplayMissError: when the request has no recorded reply left and there is no fallback.
-        """
+        """The next recorded reply to this request (:class:`ReplayMissError` when none is left and there is no fallback)."""
         key = request_hash(messages, request_settings(temperature))
         with self._lock:
             queue = self._load().get(key)
@@ -307,12 +262,7 @@ class ReplayBackend(TransientState):
         )
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """
-        Replay several requests, in order.
-
-        :param conversations: The conversations.
-        :param temperature: Sampling temperature.
-        """
+        """Replay several requests, in order."""
         return [self.chat(c, temperature=temperature) for c in conversations]
 
     def __repr__(self) -> str:

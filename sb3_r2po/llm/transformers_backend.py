@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.common.replies import complete_answer, final_channel, is_harmony
+from sb3_r2po.common.parsing import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.harmony import (
     HARMONY_STOP_TOKENS,

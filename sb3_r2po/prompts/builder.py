@@ -73,17 +73,10 @@ def history_summary(
     history: tuple[HistoryLine, ...], best: float | None, best_episodes: int = 0, best_warmup: bool = False
 ) -> dict[str, Any]:
     """
-    What the prompts say about the history beyond its lines: which lines are warm-up (one-episode) entries, and the
-    best mean return with the episodes behind it. While only warm-up candidates exist, the best is one episode's
-    return; once a K-episode line is shown, the larger of ``best`` and every shown non-warm-up mean over as many
-    episodes.
-
-    :param history: The shown history lines.
-    :param best: The best mean return so far, or ``None``.
-    :param best_episodes: Episodes behind ``best`` (0: unknown, the most of any shown non-warm-up line).
-    :param best_warmup: Whether ``best`` is a warm-up candidate's (one episode).
-    :return: ``warmup_lines`` (a flag per history line), ``warmup_shown``, ``best``, ``best_episodes`` (episodes
-        behind the best; 0 when unknown) and ``best_of_warmup`` (the best is one warm-up episode's return).
+    What the prompts say about the history beyond its lines: ``warmup_lines`` (a flag per line), ``warmup_shown``,
+    ``best``, ``best_episodes`` (0: unknown) and ``best_of_warmup``. While only warm-up candidates exist, the best is one
+    episode's return (``best``; ``best_warmup``: it is a warm-up candidate's); once a K-episode line is shown, the larger
+    of ``best`` and every shown non-warm-up mean over as many episodes (``best_episodes``; 0: the most of any line).
     """
     warmup = tuple(line.warmup for line in history)
     scored = [line for line in history if not line.warmup]
@@ -128,9 +121,8 @@ class PromptContext:
     :param extra_statistics: Ours: episode counts, the best value so far, the standard deviation and the endings.
     :param keep_best: Whether the revision must match the proposal to be kept (``selection_hints`` says so).
     :param history_omitted: History entries the compressed history leaves out.
-    :param reuse_order: Ours: the Critic's sections ordered for prefix reuse (what stays the same first, the history
-        next, the proposal and its test last), and the Search states the planned iteration count only in its last line.
-    :param prompt_layout: How the data is written (:data:`PromptLayout`): the reference's formats, or ours.
+    :param reuse_order: Ours: prompts ordered for prefix reuse (what stays the same first, the proposal last).
+    :param prompt_layout: How the data is written (:data:`PromptLayout`).
     """
 
     task: TaskDescription | None
@@ -156,12 +148,8 @@ class PromptContext:
 
 @functools.lru_cache(maxsize=16)
 def template_environment(template_dir: str | None = None) -> jinja2.Environment:
-    """
-    The Jinja2 environment of the packaged templates, or of ``template_dir`` (one per directory in a process, so each
-    template is compiled once); templates of a ``template_dir`` are reloaded when their file changes.
-
-    :param template_dir: An absolute directory of templates replacing the packaged ones; ``None``: the packaged ones.
-    """
+    """The Jinja2 environment of the packaged templates, or of the absolute ``template_dir`` (whose templates are
+    reloaded when their file changes); one per directory in a process."""
     loader: jinja2.BaseLoader
     if template_dir is None:
         loader = jinja2.PackageLoader("sb3_r2po", "prompts/templates")
@@ -189,11 +177,10 @@ def template_environment(template_dir: str | None = None) -> jinja2.Environment:
 
 class PromptBuilder:
     """
-    Renders chat messages from the package's templates (or from ``template_dir`` when given).
+    Renders chat messages from the package's templates.
 
     :param template_dir: A directory of Jinja2 templates replacing the packaged ones.
-    :param reply_style: The vector format the reply-format line asks for (``"indexed"`` or ``"list"``, see
-        :meth:`ParameterSpace.format`); history vectors are rendered by the caller in the same style.
+    :param reply_style: The vector format the reply-format line asks for (:data:`~sb3_r2po.common.parameters.ReplyStyle`).
     """
 
     def __init__(self, template_dir: str | None = None, reply_style: ReplyStyle = "indexed") -> None:
@@ -234,9 +221,8 @@ class PromptBuilder:
         :param prompt: The template: ``"r2po"``, ``"props"`` or ``"props_plus"`` (:data:`SEARCH_TEMPLATES`).
         :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
         """
-        template = SEARCH_TEMPLATES[prompt]
-        values = self._common(ctx)
-        return [{"role": "user", "content": self._render(template, history_style=history, critic=False, **values)}]
+        text = self._render(SEARCH_TEMPLATES[prompt], history_style=history, critic=False, **self._common(ctx))
+        return [{"role": "user", "content": text}]
 
     def critic(
         self,
@@ -256,10 +242,8 @@ class PromptBuilder:
             (:data:`CRITIC_TEMPLATES`).
         :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
         """
-        values = self._common(ctx)
-        text = self._render(
-            CRITIC_TEMPLATES[prompt], candidate=candidate, evidence=evidence, history_style=history, critic=True, **values
-        )
+        values = dict(candidate=candidate, evidence=evidence, history_style=history, critic=True, **self._common(ctx))
+        text = self._render(CRITIC_TEMPLATES[prompt], **values)
         return [{"role": "user", "content": text}]
 
     def retry(self, reason: str, space: ParameterSpace) -> Message:

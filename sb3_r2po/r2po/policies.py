@@ -71,10 +71,7 @@ class CompactPolicy(BasePolicy):
 
     @classmethod
     def check_observation_space(cls, observation_space: spaces.Space) -> None:
-        """
-        Raise a ``ValueError`` that names ``observation_space`` and the supported spaces (:data:`OBSERVATION_SPACES`)
-        unless the policy takes it (:attr:`observation_spaces`; an image ``Box``, channels first or last, never).
-        """
+        """Raise a ``ValueError`` naming the supported spaces unless the policy takes ``observation_space`` (no image)."""
         image = isinstance(observation_space, spaces.Box) and is_image_space(observation_space, check_channels=False)
         if isinstance(observation_space, cls.observation_spaces) and not image:
             return
@@ -114,23 +111,16 @@ class CompactPolicy(BasePolicy):
             self.theta.copy_(th.as_tensor(vec, dtype=th.float64))
 
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        """
-        Batched numpy forward pass.
-
-        :param observations: A batch of observations (first axis = batch).
-        :param params: The parameter vector to act with; defaults to the policy's own.
-        :return: A batch of actions.
-        """
+        """The actions of a batch of ``observations`` (first axis: batch) under ``params`` (default: the policy's own)."""
         raise NotImplementedError
 
     def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
         """
-        A fast batched forward pass for a fixed parameter vector (precomputes what it can).
+        A batched forward pass for a fixed parameter vector.
 
         :param params: The parameter vector.
         :param clip: Whether continuous actions are clipped to the action bounds (``predict()`` always clips);
-            ``False`` gives the raw output, as the reference's ablations step the env with it. Policies whose actions
-            are always inside the action space ignore it.
+            ``False`` gives the raw output, as the reference's ablations step the env with it.
         """
         params = np.asarray(params, dtype=np.float64).copy()
         return lambda observations: self.act(observations, params)
@@ -144,8 +134,7 @@ class CompactPolicy(BasePolicy):
         raise NotImplementedError
 
     def summary_lines(self) -> tuple[str, ...]:
-        """What the black-box Search prompts (r2po, props) say about the policy: nothing (the reference's linear and
-        tabular Search prompts say nothing about it)."""
+        """What the black-box Search prompts (r2po, props) say about the policy: nothing, as the reference's."""
         return ()
 
     def forward(self, obs: PyTorchObs, deterministic: bool = True) -> th.Tensor:
@@ -173,7 +162,6 @@ class VectorPolicy(CompactPolicy):
     init_std: float = 3.0
 
     def _size(self) -> int:
-        """The number of searched parameters."""
         raise NotImplementedError
 
     def _make_parameter_space(self) -> ParameterSpace:
@@ -184,8 +172,7 @@ class VectorPolicy(CompactPolicy):
         return self.actor(self.get_flat() if params is None else params)(observations)
 
     def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
-        """The forward pass of ``params``: :meth:`outputs`, then the actions. With ``clip=False`` a ``Box`` action is
-        ``y`` itself (in the action space's dtype), not clipped (a squashed action is always inside the bounds)."""
+        """:meth:`outputs`, then the actions (``clip=False``: a ``Box`` action is ``y`` itself, not clipped)."""
         outputs, to_actions = self.outputs(params), _to_actions(self.action_space, clip, self.squash_output)
         return lambda observations: to_actions(outputs(observations))
 
@@ -234,8 +221,7 @@ class LinearPolicy(VectorPolicy):
         return theta[:split].reshape(self.obs_dim, self.act_dim), theta[split:] if self.with_bias else np.zeros(self.act_dim)
 
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-        """``y`` of ``params``: the features (a C-contiguous float64 ``(batch, obs_dim)`` matrix, whatever the layout of
-        the observations given, so the outputs never depend on it) times ``W``, plus ``b``."""
+        """``y`` of ``params``: the C-contiguous float64 features (whatever the input's layout) times ``W``, plus ``b``."""
         w, b = (x.copy() for x in self.weights(params))
         features = _features(self.observation_space, self.obs_dim)
 
@@ -291,8 +277,7 @@ def _features(observation_space: spaces.Space, obs_dim: int) -> Callable[[np.nda
 
 
 def _input_names(observation_space: spaces.Space) -> tuple[str, str, list[str]]:
-    """What the linear layout calls the policy's input (``s``, or ``x`` for one-hot features), how it introduces it and
-    the name of each input value (``s[3]``, ``x[4]: 1 when s[1] = 2, one-hot over 3``)."""
+    """The linear layout's name of the input (``s``, or ``x`` for one-hot features), its introduction, each value's name."""
     if isinstance(observation_space, spaces.MultiDiscrete):
         nvec = observation_space.nvec.tolist()
         starts = np.broadcast_to(np.asarray(observation_space.start), observation_space.nvec.shape).tolist()
@@ -449,7 +434,6 @@ class FixedMatrixPolicy(VectorPolicy):
             self.register_buffer(name, th.as_tensor(matrix, dtype=th.float64))
 
     def _draw(self, rng: np.random.RandomState) -> dict[str, np.ndarray]:
-        """The subclass's fixed matrices drawn from ``rng``, by buffer name (after checking what needs ``obs_dim``)."""
         raise NotImplementedError
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
@@ -539,8 +523,7 @@ class ProjectedMlpPolicy(FixedMatrixPolicy):
         return forward
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
-        """The network and the latent vector's role, as the reference's prompts give them: the params are opaque (the
-        projections are not shown)."""
+        """The network and the opaque latent vector, as the reference's prompts give them (no projections shown)."""
         n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
         return (
             f"Two-layer neural-network policy: s (the {n} observation values) -> {h} hidden units with tanh activation "
@@ -652,15 +635,12 @@ MlpLinear = LinearPolicy
 Tabular = TabularPolicy
 ProjectedMlp = ProjectedMlpPolicy
 RandomFeatures = RandomFeaturesPolicy
-
-POLICY_ALIASES: dict[str, type[BasePolicy]] = {
-    "MlpLinear": LinearPolicy,
-    "LinearPolicy": LinearPolicy,
-    "Tabular": TabularPolicy,
-    "TabularPolicy": TabularPolicy,
-    "ProjectedMlp": ProjectedMlpPolicy,
-    "ProjectedMlpPolicy": ProjectedMlpPolicy,
-    "RandomFeatures": RandomFeaturesPolicy,
-    "RandomFeaturesPolicy": RandomFeaturesPolicy,
+_SHORT: dict[str, type[BasePolicy]] = {
+    "MlpLinear": MlpLinear,
+    "Tabular": Tabular,
+    "ProjectedMlp": ProjectedMlp,
+    "RandomFeatures": RandomFeatures,
 }
+
+POLICY_ALIASES: dict[str, type[BasePolicy]] = {name: cls for short, cls in _SHORT.items() for name in (short, cls.__name__)}
 """The policy names ``R2PO`` accepts."""

@@ -12,7 +12,8 @@ One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs 
     kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision (r2po/records.py)
     history.append(kept)                                 # 7. R2PO._commit; the run saved by r2po/run_state.py
 
-An iteration runs 18 files of the package, at most 6 calls deep from ``learn`` to the env (tests/test_structure.py).
+An iteration runs 18 files of the package, at most 6 calls deep from ``learn`` to the env (checked by
+the structure tests).
 The settings are one :class:`~sb3_r2po.r2po.arguments.R2POSettings` (``model.settings``); the variants are data
 (:mod:`sb3_r2po.variants`). Not "R²PO, Residual Rollout Policy Optimization".
 """
@@ -38,8 +39,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 
 from sb3_r2po.common.parameters import ReplyStyle
-from sb3_r2po.common.racing import run_race
-from sb3_r2po.common.rollouts import RolloutResult, VecStep, cap_episodes, check_vec_env, env_spec, run_episodes
+from sb3_r2po.common.rollouts import RolloutResult, VecStep, cap_episodes, check_vec_env, env_spec, run_episodes, run_race
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
@@ -105,7 +105,7 @@ class R2PO(BaseAlgorithm):
     :param checkpoint_dir: A run directory: ``model.zip`` and ``history.json`` after every history entry, every LLM call
         in ``llm_calls.jsonl``; resume with ``R2PO.load(".../model.zip", env=...).learn(..., reset_num_timesteps=False)``.
     :param stop_at_target: End training once a history candidate reached the target in each of its K episodes.
-    :param racing: *Ours*: challengers run in chunks of ``racing_chunk`` episodes until they cannot win (racing module).
+    :param racing: *Ours*: challengers run in chunks of ``racing_chunk`` episodes until they cannot win (rollouts.run_race).
     :param racing_chunk: Episodes per racing chunk.
     :param racing_z: z-value of the racing rule's one-sided upper confidence bound.
     :param policy_kwargs: Extra arguments of the policy.

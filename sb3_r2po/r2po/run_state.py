@@ -1,21 +1,15 @@
 """Crash consistency of a run: the state as of the last history entry, and the run directory that holds it.
 
-:class:`RunState` keeps a copy of the values an iteration changes before its history entry is written (a *snapshot*
-as of the last entry): a save in the middle of an iteration writes the state of the last entry, and an exception that
-cuts an iteration short rolls the model back to it, so the next ``learn()`` repeats that iteration in full.
+:class:`RunState` keeps a *snapshot* of the values an iteration changes, as of the last history entry: a save in the
+middle of an iteration writes that state, and an exception that cuts an iteration short rolls the model back to it.
 
 The run directory (``checkpoint_dir``): every entry writes ``model.zip`` (the state and the history: the one file a run
-resumes from), then ``history.json`` (an export of that history for readers, never read back), each atomically; the
-LLM transcript ``llm_calls.jsonl`` is rewound to the last entry when a run resumes, so it replays exactly.
-
-- **One writer.** A run holds an inter-process lock (``.lock``, a :class:`filelock.FileLock`) from
-  :meth:`RunState.open` or :meth:`RunState.acquire` to :meth:`RunState.close`; a second run gets
-  :class:`RunDirectoryInUseError`. The lock dies with its process.
-- **Damaged files.** A ``model.zip`` that is damaged, missing beside a ``history.json``, or another run's is refused
-  with a :class:`RunDirectoryError` naming the file and the way out, changing nothing (:func:`check_model_file`, the
-  same for ``R2PO.load``). A damaged ``history.json`` beside this run's ``model.zip`` is written anew at the next entry
-  (a folder there is refused).
-- **Copies.** A run resumed from a copied or moved run directory writes into the copy (:func:`loaded_checkpoint_dir`).
+resumes from), then ``history.json`` (an export, never read back), each atomically; the LLM transcript
+``llm_calls.jsonl`` is rewound to the last entry when a run resumes, so it replays exactly. A run holds the directory's
+``.lock`` (a :class:`filelock.FileLock`, dying with its process) from :meth:`RunState.open` or :meth:`RunState.acquire`
+to :meth:`RunState.close`. A damaged, missing or foreign ``model.zip`` is refused with a :class:`RunDirectoryError`
+naming the file and the way out; a damaged ``history.json`` is written anew at the next entry. A run resumed from a
+copied or moved run directory writes into the copy (:func:`loaded_checkpoint_dir`).
 """
 
 from __future__ import annotations
@@ -45,14 +39,8 @@ COMMITTED_STATE = tuple(
 
 
 def evaluation_seed(seed: int, evaluation: int) -> int:
-    """
-    The env seed of a run's evaluation number ``evaluation`` (sub-environment ``i`` adds ``i``, as ``VecEnv.seed``):
-    31 bits of the ``evaluation``-th child of ``numpy.random.SeedSequence(seed)``. A resumed run continues its stream
-    (``_n_evaluations`` is committed).
-
-    :param seed: The run's seed.
-    :param evaluation: The evaluation's index in the run (0 for the first warm-up episode).
-    """
+    """The env seed of a run's evaluation number ``evaluation`` (from 0; sub-environment ``i`` adds ``i``): 31 bits of
+    the ``evaluation``-th child of ``numpy.random.SeedSequence(seed)``."""
     child = np.random.SeedSequence(seed, spawn_key=(evaluation,))  # == SeedSequence(seed).spawn(evaluation + 1)[-1]
     return int(child.generate_state(1)[0] >> 1)
 
@@ -61,7 +49,6 @@ TRANSCRIPT = "llm_calls.jsonl"
 MODEL = "model.zip"
 HISTORY = "history.json"
 LOCK = ".lock"
-"""The lock file in a run directory: held (``flock``) while a run writes there; its presence alone means nothing."""
 
 _MAX_DATA_BYTES = 256 * 2**20
 """A model zip's ``data`` larger than this is not read (a history of that size is not one R2PO wrote)."""
@@ -80,7 +67,7 @@ def _present(path: Path) -> bool:
 
 
 def _special(path: Path) -> str | None:
-    """Why ``path`` is not a file to read (a folder, a pipe that would block the reader, ...); ``None``: it is one."""
+    """Why ``path`` is not a file to read (a folder, a pipe, ...); ``None``: it is one."""
     if path.is_dir():
         return "is a folder, not a file"
     if path.exists() and not path.is_file():
@@ -89,8 +76,7 @@ def _special(path: Path) -> str | None:
 
 
 def _read_model(path: Path) -> tuple[list[dict[str, Any]] | None, str]:
-    """The history saved in a model zip whose every member passes its checksum (its ``data`` read as JSON: nothing is
-    unpickled), or ``None`` and why it cannot be loaded."""
+    """The history in a model zip (checksums checked, ``data`` read as JSON, nothing unpickled), or ``None`` and why not."""
     if not path.exists():
         return None, "is a link to a file that does not exist" if path.is_symlink() else "is missing"
     if (special := _special(path)) is not None:
@@ -124,7 +110,6 @@ def _continues(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool
 
 
 def _is_run_directory(directory: Path) -> bool:
-    """Whether ``directory`` holds a run's files besides its model (a ``history.json`` or an LLM transcript)."""
     return _present(directory / HISTORY) or _present(directory / TRANSCRIPT)
 
 
@@ -136,7 +121,6 @@ def _zip_path(path: str | os.PathLike[str]) -> Path:
 
 
 def _lost_run(model_zip: Path, problem: str) -> str:
-    """Why the run of a run directory cannot be resumed (its ``model.zip`` ``problem``), and the ways out."""
     directory = model_zip.parent
     return (
         f"{str(model_zip)!r} {problem}: the run in {str(directory)!r} cannot be resumed, as it resumes only from its "
@@ -148,10 +132,9 @@ def _lost_run(model_zip: Path, problem: str) -> str:
 
 def check_model_file(path: str | os.PathLike[str]) -> Path:
     """
-    Check that ``path`` (given to ``R2PO.load``) is a readable model zip (every member's checksum; nothing unpickled):
-    a missing or damaged file gets an error naming it and the way to recover, instead of SB3's ``BadZipFile``.
+    Check that ``path`` (given to ``R2PO.load``; ``".zip"`` appended when only that exists) is a readable model zip,
+    instead of SB3's ``BadZipFile``: the error names the file and the way to recover.
 
-    :param path: The path given to ``load`` (``".zip"`` is appended when only that file exists, as SB3 does).
     :return: The file that SB3 will read.
     :raises FileNotFoundError: when the file does not exist.
     :raises RunDirectoryError: when it is not a readable model zip.
@@ -169,14 +152,9 @@ def check_model_file(path: str | os.PathLike[str]) -> Path:
 
 def loaded_checkpoint_dir(path: Any, saved: str | None) -> str | None:
     """
-    The ``checkpoint_dir`` of a model loaded from ``path`` whose zip saved ``saved``: the directory of a run
-    directory's ``model.zip`` (beside a ``history.json`` or ``llm_calls.jsonl``), so that a run directory copied or
-    moved resumes into itself (with a warning); otherwise (a zip elsewhere, a file object) ``saved``.
-
-    :param path: What was given to ``R2PO.load``: a path (``".zip"`` appended when only that exists, as SB3 does) or a
-        file object.
-    :param saved: The ``checkpoint_dir`` saved in the zip.
-    :return: The directory the loaded model's run writes into (``saved`` itself, as spelled, when it is that one).
+    The ``checkpoint_dir`` of a model loaded from ``path`` (a path or a file object) whose zip saved ``saved``: the
+    directory of a run directory's ``model.zip``, so that a copied or moved run directory resumes into itself (with a
+    warning); otherwise ``saved``.
     """
     if saved is None or not isinstance(path, (str, os.PathLike)):
         return saved
@@ -219,12 +197,12 @@ class RunState:
         return state
 
     def snapshot(self, values: dict[str, Any], history_length: int) -> None:
-        """Remember ``values`` (deep copies) as the state of the history's first ``history_length`` entries."""
+        """Remember copies of ``values`` as the state of the history's first ``history_length`` entries."""
         self._values = copy.deepcopy(values)
         self._history_length = history_length
 
     def committed(self) -> dict[str, Any]:
-        """The snapshot's values (copies: the snapshot stays intact for the next save or roll-back)."""
+        """Copies of the snapshot's values."""
         return copy.deepcopy(self._values)
 
     def saved_history(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -235,15 +213,11 @@ class RunState:
         self, backend: ChatBackend, directory: str | os.PathLike[str] | None, history: list[dict[str, Any]]
     ) -> ChatBackend:
         """
-        With a run directory: lock it until :meth:`close`, check it (:meth:`check_directory`) and record every call
-        to its transcript.
+        With a run directory (created when missing; ``None``: no files): lock it until :meth:`close`, check it
+        (:meth:`check_directory`) against ``history`` and return ``backend`` recording every call to its transcript.
 
-        :param backend: The run's LLM backend.
-        :param directory: The run directory (created when missing); ``None``: no files, no lock.
-        :param history: The model's history (its own entries, or those of the checkpoint it was loaded from).
-        :return: The backend to ask: ``backend`` recorded to the transcript, or ``backend`` itself without a directory.
         :raises RunDirectoryInUseError: when another run holds the directory.
-        :raises RunDirectoryError: when it holds another run, or files that cannot be used (the message says why).
+        :raises RunDirectoryError: when it holds another run, or files that cannot be used.
         """
         self.directory = None if directory is None else Path(directory)
         if self.directory is None:
@@ -255,19 +229,13 @@ class RunState:
         return self.transcript
 
     def acquire(self, history: list[dict[str, Any]]) -> None:
-        """
-        Lock the run directory of :meth:`open` again (the next ``learn()``), check it and count its transcript's calls
-        again (another process may have used it meanwhile); nothing happens without a directory or while locked.
-
-        :param history: The model's history.
-        :raises RunDirectoryInUseError: when another run holds the directory.
-        :raises RunDirectoryError: when it holds another run now, or damaged files.
-        """
+        """Lock the run directory of :meth:`open` again (the next ``learn()``), check it and count its transcript's calls
+        again; nothing happens without a directory or while locked (errors as :meth:`open`)."""
         if self.directory is not None and not self.locked:
             self._enter(history, None)
 
     def close(self) -> None:
-        """Unlock the run directory (another run may use it from now on); nothing happens when it is not locked."""
+        """Unlock the run directory, if locked."""
         lock, self._lock = self._lock, None
         if lock is not None and lock.is_locked:
             lock.release(force=True)
@@ -302,7 +270,6 @@ class RunState:
         self._lock = lock
 
     def _enter(self, history: list[dict[str, Any]], backend: ChatBackend | None) -> None:
-        """Lock the directory, check it, and record ``backend`` to its transcript (``None``: count its calls again)."""
         self._lock_directory()
         assert self.directory is not None
         path = self.directory / TRANSCRIPT
@@ -326,14 +293,8 @@ class RunState:
             raise
 
     def check_directory(self, history: list[dict[str, Any]]) -> None:
-        """
-        Refuse a run directory whose ``model.zip`` cannot be loaded (missing beside a ``history.json`` too: that run's
-        record would be overwritten) or holds another run (a history ``history`` does not start with), or whose
-        ``history.json`` is a folder (the export cannot be written).
-
-        :param history: The model's history.
-        :raises RunDirectoryError: naming the file, and saying how to go on.
-        """
+        """Raise a :class:`RunDirectoryError` when the ``model.zip`` cannot be loaded (also missing beside a
+        ``history.json``) or holds a run ``history`` does not continue, or ``history.json`` is a folder."""
         assert self.directory is not None
         model_zip = self.directory / MODEL
         if not _present(model_zip) and not _present(self.directory / HISTORY):
@@ -359,7 +320,7 @@ class RunState:
         return None if self.transcript is None else self.transcript.recorded
 
     def rewind(self, calls: int) -> None:
-        """Set aside the transcript's calls after the first ``calls``: a run resumed here asks them again."""
+        """Set aside the transcript's calls after the first ``calls`` (a resumed run asks them again)."""
         if self.transcript is not None:
             self.transcript.rewind(calls)
 

@@ -13,13 +13,14 @@ the zoo's folder names (``R2PO/Nim-v0`` -> ``R2PO-Nim-v0``). Nothing here import
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from sb3_r2po.zoo.settings import read_entries
 
 ALGO_NAME = "r2po"  # R2PO's zoo --algo name
 
@@ -45,20 +46,12 @@ among them. What is not sampled comes from ``r2po.yml`` and ``--hyperparams``.""
 _CONF_FLAGS = ("-conf", "--conf-file")
 
 
-def config_dir_candidates() -> list[Path]:
-    """Where the hyperparameter files are looked for: ``$SB3_R2PO_ZOO_CONFIGS``, the checkout's ``zoo_configs``
-    (beside the package), then ``sb3_r2po/zoo/configs/`` (a wheel's package data)."""
-    here = Path(__file__).resolve().parent
-    candidates = [here.parent.parent / "zoo_configs", here / "configs"]
-    override = os.environ.get(CONFIG_DIR_ENV)
-    if override:
-        candidates.insert(0, Path(override).expanduser())
-    return candidates
-
-
 def config_dir() -> Path:
-    """The first of :func:`config_dir_candidates` holding ``r2po.yml``; ``FileNotFoundError`` when none does."""
-    candidates = config_dir_candidates()
+    """The first directory holding ``r2po.yml`` of ``$SB3_R2PO_ZOO_CONFIGS``, the checkout's ``zoo_configs`` (beside the
+    package) and ``sb3_r2po/zoo/configs/`` (a wheel's package data); ``FileNotFoundError`` when none does."""
+    here = Path(__file__).resolve().parent
+    override = os.environ.get(CONFIG_DIR_ENV)
+    candidates = [*([Path(override).expanduser()] if override else []), here.parent.parent / "zoo_configs", here / "configs"]
     for candidate in candidates:
         if (candidate / f"{ALGO_NAME}.yml").is_file():
             return candidate
@@ -70,19 +63,6 @@ def config_file(algo: str) -> Path | None:
     """Our hyperparameter file for ``algo`` (``<algo>.yml`` in :func:`config_dir`), or ``None`` when we ship none."""
     path = config_dir() / f"{algo}.yml"
     return path if path.is_file() else None
-
-
-@functools.lru_cache(maxsize=64)
-def _read_entries(path: str, mtime_ns: int) -> dict[str, Any]:
-    import yaml
-
-    with open(path) as file:
-        return yaml.safe_load(file) or {}
-
-
-def read_entries(path: str | Path) -> dict[str, Any]:
-    """A hyperparameter file's entries, read once per modification (not to be modified)."""
-    return _read_entries(str(path), Path(path).stat().st_mtime_ns)
 
 
 def config_env_ids(algo: str) -> set[str]:
@@ -193,14 +173,8 @@ def resolve_train_args(argv: Sequence[str]) -> list[str]:
         return argv
     algo = _value(argv, ("--algo",), "--algo", "ppo")  # the zoo's defaults
     env_id = _value(argv, ("--env",), "--env", "CartPole-v1")
-    conf: Path | None = None
-    if algo == ALGO_NAME:
-        conf = config_file(ALGO_NAME)
-    elif env_id in config_env_ids(algo):
-        conf = config_file(algo)
-    if conf is None:
-        return argv
-    return ["--conf-file", str(conf), *argv]
+    conf = config_file(algo) if algo == ALGO_NAME or env_id in config_env_ids(algo) else None
+    return argv if conf is None else ["--conf-file", str(conf), *argv]
 
 
 def normalize_plot_env_args(argv: Sequence[str]) -> list[str]:
@@ -208,24 +182,18 @@ def normalize_plot_env_args(argv: Sequence[str]) -> list[str]:
     out: list[str] = []
     in_env = False
     for token in argv:
-        if token in ("-e", "--env"):
-            in_env = True
-            out.append(token)
-            continue
         if token.startswith("--env="):
-            out.append("--env=" + token[len("--env=") :].replace("/", "-"))
-            in_env = False
-            continue
-        if token.startswith("-"):
-            in_env = False
-        out.append(token.replace("/", "-") if in_env else token)
+            token = "--env=" + token[len("--env=") :].replace("/", "-")
+        elif in_env and not token.startswith("-"):
+            token = token.replace("/", "-")
+        out.append(token)
+        in_env = token in ("-e", "--env") or (in_env and not token.startswith("-"))
     return out
 
 
 def _usage() -> str:
-    names = "|".join(SCRIPTS)
     return (
-        f"usage: python -m sb3_r2po.zoo {{{names}}} [zoo arguments ...]\n"
+        f"usage: python -m sb3_r2po.zoo {{{'|'.join(SCRIPTS)}}} [zoo arguments ...]\n"
         "(see the RL Zoo page of the sb3_r2po documentation; python -m sb3_r2po.zoo train -h)"
     )
 
@@ -247,11 +215,8 @@ def load_script(name: str) -> Callable[[], Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """
-    Run a zoo script with R2PO registered: ``main(["train", "--algo", "r2po", "--env", "CartPole-v1"])``.
-
-    :param argv: The script name followed by its arguments; defaults to ``sys.argv[1:]``.
-    """
+    """Run a zoo script with R2PO registered: ``main(["train", "--algo", "r2po", "--env", "CartPole-v1"])``; ``argv``
+    (the script name and its arguments) defaults to ``sys.argv[1:]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())

@@ -8,12 +8,11 @@ a variant is built from the file, and settings the user gives win. Nothing here 
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
-
-from sb3_r2po.zoo import read_entries
 
 VARIANTS_KEY = "variants"  # an env entry's per-variant overrides, {variant: {key: value}}
 HISTORY_EXCERPTS_KEY = "history_excerpts"  # the reference's traj_history_last_n
@@ -93,6 +92,19 @@ def apply_variant(
             value = {**base, **value}
         settings[key] = applied[key] = value
     return settings, applied
+
+
+@functools.lru_cache(maxsize=64)
+def _read_entries(path: str, mtime_ns: int) -> dict[str, Any]:
+    import yaml
+
+    with open(path) as file:
+        return yaml.safe_load(file) or {}
+
+
+def read_entries(path: str | Path) -> dict[str, Any]:
+    """A hyperparameter file's entries, read once per modification (not to be modified)."""
+    return _read_entries(str(path), Path(path).stat().st_mtime_ns)
 
 
 def _table() -> dict[str, Any]:
