@@ -124,9 +124,10 @@ def test_warm_up_entries_and_revisions_without_a_candidate_leave_their_fields_ou
         "failures": ["no vector"],
         "adjusted": [],
     }
-    interrupted = Revision("critic", "interrupted", Candidate("critic", np.array([1.0, 1.0])))
-    assert interrupted.to_dict()["mean_return"] is None and "returns" not in interrupted.to_dict()
-    assert interrupted.to_dict()["failures"] == []  # the candidate's own, not the revision's
+    cut = Candidate("critic", np.array([1.0, 1.0]), ["no vector"], ["p[1] rounded"])
+    interrupted = Revision("critic", "interrupted", cut, failures=["the revision's"]).to_dict()
+    assert interrupted["mean_return"] is None and "returns" not in interrupted and "n_episodes" not in interrupted
+    assert interrupted["failures"] == ["no vector"] and interrupted["adjusted"] == ["p[1] rounded"]  # the candidate's
     own = Revision("critic", "kept", _candidate("critic", [1.0, 1.0], 2.0), own_episodes=False).to_dict()
     assert own["mean_return"] == 2.0 and "n_episodes" not in own and "returns" not in own and "unchanged" not in own
 

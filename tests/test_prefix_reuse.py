@@ -26,8 +26,7 @@ from sb3_r2po.common.evidence import build_evidence
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.rollouts import Episode
 from sb3_r2po.llm.base import ChatReply, Message
-from sb3_r2po.llm.embedded import EmbeddedBackend
-from sb3_r2po.llm.prefix_cache import PrefixStateCache, common_prefix, reused_tokens
+from sb3_r2po.llm.embedded import EmbeddedBackend, PrefixStateCache, common_prefix, reused_tokens
 from sb3_r2po.llm.recording import ReplayBackend, read_records
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
