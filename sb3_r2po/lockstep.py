@@ -31,20 +31,10 @@ class LockstepError(RuntimeError):
         super().__init__(f"{len(errors)} model(s) of the lockstep run failed ({lines})")
 
 
-class _StopWhenSet(BaseCallback):
-    """Stop training once ``event`` is set (the caller's Ctrl-C)."""
-
-    def __init__(self, event: threading.Event) -> None:
-        super().__init__()
-        self.event = event
-
-    def _on_step(self) -> bool:
-        return not self.event.is_set()
-
-
 def _with_stop(callback: MaybeCallback, event: threading.Event) -> list[BaseCallback]:
     others = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
-    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in others] + [_StopWhenSet(event)]
+    stop = ConvertCallback(lambda _locals, _globals: not event.is_set())  # stops once event is set (the caller's Ctrl-C)
+    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in others] + [stop]
 
 
 def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[Any, BatchingBackend]:

@@ -15,16 +15,13 @@ from typing import Any, Literal
 from sb3_r2po.common.parsing import Reading
 
 SearchMode = Literal["one", "two_independent", "two_sequential", "none"]
-SearchPrompt = Literal["r2po", "props", "props_plus"]
-"""The Search template: ``search_<name>.j2``."""
-CriticPrompt = Literal["r2po", "rep_traj", "three_traj", "critic_only"]
-"""The Critic template: ``critic_<name>.j2`` (``critic_only.j2`` for ``critic_only``)."""
+SearchPrompt = Literal["r2po", "props", "props_plus"]  # the Search template search_<name>.j2
+CriticPrompt = Literal["r2po", "rep_traj", "three_traj", "critic_only"]  # the Critic template critic_<name>.j2
 HistoryStyle = Literal["r2po", "f", "labelled", "reward"]
 """How a prompt writes the history: ``r2po`` (rewards, warm-up entries marked), ``f`` (ProPS's f(params)),
 ``labelled`` (each entry a warm-up or a training trial) or ``reward`` (mean rewards, the latest with an excerpt)."""
 
-EXCERPT_STEPS = 8
-"""Steps of a history entry's rollout excerpt: the first 4 and the last 4 (the reference's ``max_steps=8``)."""
+EXCERPT_STEPS = 8  # steps of a history entry's rollout excerpt: the first 4 and the last 4 (the reference's max_steps)
 
 
 @dataclass(frozen=True)

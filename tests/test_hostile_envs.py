@@ -20,8 +20,7 @@ from gymnasium import spaces
 from helpers import UNTIL_BUDGET
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from sb3_r2po.common import finite
-from sb3_r2po.common.rollouts import run_episodes
+from sb3_r2po.common.rollouts import finite_mean, finite_std, finite_total, run_episodes
 from sb3_r2po.llm.recording import read_records
 
 BIG = sys.float_info.max
@@ -121,12 +120,12 @@ def test_finite_means_and_deviations_are_numpys_whenever_numpys_are_finite(value
     x = np.asarray(values)
     with np.errstate(over="ignore", invalid="ignore"):
         plain_mean, plain_std = float(x.mean()), float(x.std())
-    assert np.isfinite(finite.mean(x)) and np.isfinite(finite.std(x))
-    assert min(values) <= finite.mean(x) <= max(values) and 0.0 <= finite.std(x) <= max(abs(v) for v in values)
+    assert np.isfinite(finite_mean(x)) and np.isfinite(finite_std(x))
+    assert min(values) <= finite_mean(x) <= max(values) and 0.0 <= finite_std(x) <= max(abs(v) for v in values)
     if np.isfinite(plain_mean):
-        assert finite.mean(x) == plain_mean
+        assert finite_mean(x) == plain_mean
     if np.isfinite(plain_std):
-        assert finite.std(x) == plain_std
+        assert finite_std(x) == plain_std
 
 
 def test_a_return_whose_exact_sum_is_finite_is_exact(make_r2po) -> None:
@@ -145,5 +144,5 @@ def test_a_return_whose_exact_sum_is_finite_is_exact(make_r2po) -> None:
     [([1e308, -1e308] * 8, 0.0), ([BIG, -BIG, TINY], TINY), ([BIG, BIG, -BIG], BIG), ([1.0, 2.0, 3.5], 6.5), ([], 0.0)],
 )
 def test_finite_totals_are_exact_where_numpy_overflows(values: list[float], exact: float) -> None:
-    assert finite.total(values) == exact
-    assert finite.total([BIG, BIG]) == np.inf and finite.total([-BIG, -BIG]) == -np.inf
+    assert finite_total(values) == exact
+    assert finite_total([BIG, BIG]) == np.inf and finite_total([-BIG, -BIG]) == -np.inf

@@ -4,9 +4,12 @@ short. Each test kills mutants that survived the module's own test files (docs/m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import time
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -170,7 +173,7 @@ def test_fps_counts_the_steps_of_this_learn_per_second() -> None:
     assert values["time/time_elapsed"] == 2
 
 
-def test_progress_lines_state_the_entry_the_budget_and_the_llm_calls(capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_lines_state_the_entry_the_budget_and_the_llm_calls() -> None:
     """docs/metrics.md's ``verbose=1`` lines: the warm-up once complete, a given vector, each iteration with its plan
     (``max_iterations``, or the iterations ``max_episodes`` still pays for), returns, the best, the LLM calls since the
     last line and in total."""
@@ -179,28 +182,28 @@ def test_progress_lines_state_the_entry_the_budget_and_the_llm_calls(capsys: pyt
     progress = Progress(_settings(max_episodes=20), history, stats)
     for mean in (1.0, 3.0):
         history.append(_warmup(mean))
-        progress.entry(history[-1], Clock(0, len(history), 20.0 - len(history)))
-    assert capsys.readouterr().out == ""  # 2 of 3 warm-up episodes: no line yet
-    history.append(_warmup(2.0))
-    progress.entry(history[-1], Clock(0, 3, 17.0))
-    assert capsys.readouterr().out == "R2PO warm-up: 3 random candidates, 1 episode each | episodes 3/20 | best return 3\n"
+        assert _printed(lambda: progress.entry(history[-1], Clock(0, len(history), 20.0 - len(history)))) == ""
+    history.append(_warmup(2.0))  # the warm-up's 3 episodes complete
+    assert (
+        _printed(lambda: progress.entry(history[-1], Clock(0, 3, 17.0)))
+        == "R2PO warm-up: 3 random candidates, 1 episode each | episodes 3/20 | best return 3\n"
+    )
     history.append({"kind": "given", "mean_return": 2.25, "n_episodes": 2, "params": [0.0, 0.0]})
-    progress.entry(history[-1], Clock(0, 5, 15.0))
-    assert capsys.readouterr().out == (
+    assert _printed(lambda: progress.entry(history[-1], Clock(0, 5, 15.0))) == (
         "R2PO given vector (set_parameters): mean return 2.25 over 2 episodes | episodes 5/20 | best 2.25\n"
     )
     stats.update(calls=3, seconds=2.75)
     history.append(_iteration(4.5, 4.5, "critic", 4.0, "rejected"))
     history[-1]["revision"]["unchanged"] = True
-    progress.entry(history[-1], Clock(1, 9, 11.0))  # 11 left: two iterations of 4 and a partial one of 2 (K)
-    assert capsys.readouterr().out == (
+    # 11 left: two iterations of 4 and a partial one of 2 (K)
+    assert _printed(lambda: progress.entry(history[-1], Clock(1, 9, 11.0))) == (
         "R2PO iteration 1/4 | episodes 9/20 | search 4.5 | critic 4 (unchanged) rejected | best 4.5 | "
         "LLM 2 calls 2.2 s (total 3 calls 2.8 s)\n"
     )
     stats.update(calls=4)
     history.append(_iteration(1.0, None, "critic", None, "failed"))
-    progress.entry(history[-1], Clock(2, 13, 1.0))  # 1 left: no evaluation of K = 2 episodes
-    assert capsys.readouterr().out == (
+    # 1 left: no evaluation of K = 2 episodes
+    assert _printed(lambda: progress.entry(history[-1], Clock(2, 13, 1.0))) == (
         "R2PO iteration 2/2 | episodes 13/20 | critic failed | best 4.5 | LLM 1 calls 0.0 s (total 4 calls 2.8 s)\n"
     )
 
@@ -221,14 +224,20 @@ def test_iteration_lines_count_the_plan_without_a_budget_and_the_smaller_bound()
     assert line(_settings(max_episodes=14, variant="critic_only"), Clock(3, 9, 5.0)).startswith("R2PO iteration 3/5 | ")
 
 
-def _printed(action: Any) -> str:
-    import contextlib
-    import io
+class _Stdout(io.StringIO):
+    """Standard output that keeps only what was flushed (docs/metrics.md: the lines are flushed at once)."""
 
-    out = io.StringIO()
+    flushed = ""
+
+    def flush(self) -> None:
+        self.flushed = self.getvalue()
+
+
+def _printed(action: Any) -> str:
+    out = _Stdout()
     with contextlib.redirect_stdout(out):
         action()
-    return out.getvalue()
+    return out.flushed
 
 
 def test_planned_episodes_is_the_smaller_of_the_budget_and_the_plan() -> None:
@@ -287,3 +296,51 @@ def test_with_progress_bar_adds_the_budget_bar_to_the_given_callbacks() -> None:
     assert first is given and isinstance(converted, ConvertCallback) and isinstance(bar, BudgetProgressBar)
     one, bar = with_progress_bar(given, True, plan)
     assert one is given and isinstance(bar, BudgetProgressBar)
+
+
+class _Bar:
+    """Stands in for tqdm.rich's bar: its total and position."""
+
+    def __init__(self, total: int, **kwargs: Any) -> None:
+        self.total, self.n, self.kwargs = total, 0, kwargs
+
+    def update(self, n: int) -> None:
+        self.n += n
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_budget_bar_moves_with_episodes_or_steps_whichever_is_further(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bar of a ``learn()`` that continues a run: this call's episodes against the planned ones, or its share of
+    this call's steps, whichever is further, never past the plan, and full at the end."""
+    tqdm_rich = pytest.importorskip("tqdm.rich")
+    monkeypatch.setattr(tqdm_rich, "tqdm", _Bar)
+    clock = [Clock(2, 5, 10.0)]
+    bar = BudgetProgressBar(lambda: (10, clock[0]))
+    model = SimpleNamespace(num_timesteps=100)
+    bar.model, bar.locals = model, {"total_timesteps": 300}  # type: ignore[assignment]
+    bar._on_training_start()
+    assert (bar.pbar.total, bar.pbar.kwargs) == (10, {"unit": "episodes"})
+    model.num_timesteps, clock[0] = 150, Clock(2, 6, 9.0)  # 1 episode of 10; 50 of 200 steps: a quarter, 2.5
+    assert bar._on_step() and bar.pbar.n == 2
+    model.num_timesteps, clock[0] = 160, Clock(3, 9, 6.0)  # 4 episodes of 10, further than the steps' 3
+    bar._on_step()
+    assert bar.pbar.n == 4
+    model.num_timesteps = 1000  # past total_timesteps: at most the plan
+    bar._on_step()
+    assert bar.pbar.n == 10
+    bar = BudgetProgressBar(lambda: (4, Clock(0, 0, 4.0)))
+    bar.model, bar.locals = SimpleNamespace(num_timesteps=7), {"total_timesteps": 8}  # type: ignore[assignment]
+    bar._on_training_start()
+    bar.model.num_timesteps = 8  # the last of one step: all of it
+    bar._on_step()
+    assert bar.pbar.n == 4
+    bar = BudgetProgressBar(lambda: (6, Clock(0, 0, 6.0)))
+    bar.model, bar.locals = SimpleNamespace(num_timesteps=0), {"total_timesteps": 10**9}  # type: ignore[assignment]
+    bar._on_training_start()
+    bar._on_training_end()
+    assert bar.pbar.n == 6  # full when training ends

@@ -151,7 +151,7 @@ def test_conf_file_for_r2po_and_custom_env_baselines() -> None:
         assert resolve_train_args(argv) == argv
     assert resolve_train_args(["--algo", "dqn", "--env", "Swimmer-v5"]) == ["--algo", "dqn", "--env", "Swimmer-v5"]
     # An explicit config file always wins, in every spelling argparse accepts.
-    for conf in (["-conf", "x.yml"], ["--conf-file", "x.yml"], ["--conf-file=x.yml"], ["--conf", "x.yml"]):
+    for conf in (["-conf", "x.yml"], ["--conf-file", "x.yml"], ["--conf-file=x.yml"], ["--conf", "x.yml"], ["-co", "x.yml"]):
         argv = ["--algo", "r2po", *conf]
         assert resolve_train_args(argv) == argv
 

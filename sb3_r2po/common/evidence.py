@@ -4,14 +4,14 @@ and, with ``tau_c``, the revision rule), and how trajectories are written (ours 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
-from sb3_r2po.common import finite
-from sb3_r2po.common.rollouts import Episode
+from sb3_r2po.common.rollouts import Episode, finite_mean, finite_std
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,10 @@ def summarize(episodes: Sequence[Episode], target: float | None = None) -> Episo
     returns = np.array([ep.total_return for ep in episodes], dtype=np.float64)
     lengths = np.array([ep.length for ep in episodes], dtype=np.int64)
     successes = None if target is None else int(np.sum(returns >= target - success_tolerance(target)))
-    endings: dict[str, int] = {}
-    for ep in episodes:
-        endings[ep.end] = endings.get(ep.end, 0) + 1
     return EpisodeStatistics(
         n_episodes=len(episodes),
-        mean_return=finite.mean(returns),
-        std_return=finite.std(returns),
+        mean_return=finite_mean(returns),
+        std_return=finite_std(returns),
         min_return=float(returns.min()),
         max_return=float(returns.max()),
         mean_length=float(lengths.mean()),
@@ -63,14 +60,13 @@ def summarize(episodes: Sequence[Episode], target: float | None = None) -> Episo
         max_length=int(lengths.max()),
         successes=successes,
         failures=None if successes is None else len(episodes) - successes,
-        endings=endings,
+        endings=dict(Counter(ep.end for ep in episodes)),
     )
 
 
 def closest_index(returns: Sequence[float], value: float) -> int:
     """Index of the return closest to ``value``; ties go to the lowest index."""
-    distances = np.abs(np.asarray(returns, dtype=np.float64) - value)
-    return int(np.argmin(distances))  # argmin returns the first of equal minima
+    return int(np.argmin(np.abs(np.asarray(returns, dtype=np.float64) - value)))  # argmin: the first of equal minima
 
 
 def median(values: Sequence[float]) -> float:
@@ -89,7 +85,7 @@ def median_index(returns: Sequence[float]) -> int:
 
 def mean_closest_index(returns: Sequence[float]) -> int:
     """The episode whose return is closest to the mean of the returns (ties to the lowest index)."""
-    return closest_index(returns, finite.mean(returns))
+    return closest_index(returns, finite_mean(returns))
 
 
 LARGEST_INTEGER_PRINTED = 1e15
@@ -150,6 +146,17 @@ def _same_step(episode: Episode, t: int, u: int) -> bool:
     )
 
 
+def _runs(episode: Episode, part: range, fold: bool) -> Iterator[tuple[int, int]]:
+    """The steps of ``part`` as runs ``t..u`` of identical steps (:func:`_same_step`; without ``fold``, one step each)."""
+    t = part.start
+    while t < part.stop:
+        u = t
+        while fold and u + 1 < part.stop and _same_step(episode, t, u + 1):
+            u += 1
+        yield t, u
+        t = u + 1
+
+
 @dataclass(frozen=True)
 class RenderedTrajectory:
     """
@@ -185,22 +192,12 @@ def render_trajectory(
     for part_index, part in enumerate(shown):
         if part_index == 1:
             lines.append(f"... {part.start - shown[0].stop} steps omitted ...")
-        run_start, previous = part.start, None
-        for t in [*part, None]:
-            body = None
-            if t is not None:
-                if fold and previous is not None and _same_step(episode, t - 1, t):
-                    continue
-                body = f"s={_vector(observations[t], digits)} -> a={_vector(actions[t], digits)}"
-                if rewards and not constant_reward:
-                    body += f", r={sig(float(step_rewards[t]), digits)}"
-            if previous is not None:
-                end = (t if t is not None else part.stop) - 1
-                label = (
-                    f"t={run_start}" if end == run_start else f"t={run_start}..{end} ({end - run_start + 1} identical steps)"
-                )
-                lines.append(f"{label}: {previous}")
-            run_start, previous = (t if t is not None else 0), body
+        for t, u in _runs(episode, part, fold):
+            body = f"s={_vector(observations[t], digits)} -> a={_vector(actions[t], digits)}"
+            if rewards and not constant_reward:
+                body += f", r={sig(float(step_rewards[t]), digits)}"
+            label = f"t={t}" if u == t else f"t={t}..{u} ({u - t + 1} identical steps)"
+            lines.append(f"{label}: {body}")
     ending = {
         "terminated": "terminated",
         "truncated": "truncated by the time limit",
@@ -297,11 +294,8 @@ def reference_marker(episode: Episode, cap: int) -> str:
 def _reference_part(
     episode: Episode, steps: list[tuple[str, str, float]], part: range, trace: TraceStyle, marker: str, digits: int, fold: bool
 ) -> list[str]:
-    texts, t = [], part.start
-    while t < part.stop:
-        u = t  # the run of steps identical to step t: t..u
-        while fold and u + 1 < part.stop and _same_step(episode, t, u + 1):
-            u += 1
+    texts = []
+    for t, u in _runs(episode, part, fold):
         s, a, r = steps[t]
         if trace == "steps":
             label = f"step {t}" if u == t else f"steps {t}-{u} ({u - t + 1} identical steps)"
@@ -310,7 +304,6 @@ def _reference_part(
             if u > t:  # steps t..u-1 led back to the same state
                 texts.append(f"{s}->{a}->{s} ({u - t} identical steps)")
             texts.append(f"{s}->{a}->{steps[u + 1][0] if u + 1 < len(steps) else marker}")
-        t = u + 1
     return texts
 
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -103,8 +103,7 @@ class ParameterSpace:
             outside = [i for i, v in enumerate(vec) if not np.any(v == allowed)]
             if outside:
                 raise InvalidParameters(
-                    f"params[{outside[0]}] = {short_number(vec[outside[0]])} is not one of the allowed values "
-                    f"{list(self.values)}"
+                    f"params[{outside[0]}] = {vec[outside[0]]:.6g} is not one of the allowed values {list(self.values)}"
                 )
             return Projection(vec.copy())
         clipped = np.clip(vec, self.low, self.high)
@@ -115,7 +114,7 @@ class ParameterSpace:
         notes = []
         for i in np.flatnonzero(rounded != vec):
             how = "clipped and rounded" if clipped[i] != vec[i] else "rounded"
-            notes.append(f"params[{i}]: {float(vec[i])!r} {how} to {short_number(rounded[i])}")
+            notes.append(f"params[{i}]: {float(vec[i])!r} {how} to {rounded[i]:.6g}")
         # -0.0 is shown as 0.0 and compares equal to it; normalise so saved vectors read well
         rounded[rounded == 0.0] = 0.0
         return Projection(rounded, tuple(notes))
@@ -150,12 +149,3 @@ class ParameterSpace:
         if self.values is not None:
             return str(int(value))
         return f"{value:.{self.decimals}f}"
-
-    def to_dict(self) -> dict[str, object]:
-        """A JSON-serialisable description."""
-        return asdict(self)
-
-
-def short_number(value: float) -> str:
-    """Format a number compactly for messages (no trailing zeros)."""
-    return f"{value:.6g}"

@@ -55,8 +55,7 @@ _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff
 _QUOTES = "\"'`*"
 _WORD = re.compile(r"[^\W\d_]{2,}")
 _NON_FINITE_WORDS = ("nan", "inf", "infinity")
-_GROUPED_AFTER_VALUE = re.compile(r",\d|[^\S\r\n]+\d")  # 0,5 / 1,000 / 1 000 after an indexed value
-_NUMBER_REST = re.compile(r"[\d.,]{0,20}")
+_GROUPED_AFTER_VALUE = re.compile(r"(?:,\d|[^\S\r\n]+\d)[\d.,]{0,20}")  # 0,5 / 1,000 / 1 000 after an indexed value
 _DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
 _COMMA_SPACE = re.compile(r",[^\S\r\n]")
 _COMMA_LEADING_ZERO = re.compile(r"\d,[^\S\r\n]*[-+]?0\d")
@@ -273,8 +272,7 @@ def _grouped_value(text: str, entries: Sequence[re.Match[str]]) -> str | None:
     for match in entries:
         after = _GROUPED_AFTER_VALUE.match(text, match.end())
         if after is not None:
-            rest = _NUMBER_REST.match(text, after.end())
-            written = quote(match.group(2) + text[match.end() : rest.end() if rest else after.end()])
+            written = quote(match.group(2) + after.group())
             return (
                 f"params[{_index(match.group(1))}] is written {written}: a decimal comma or a digit group (0,5 or "
                 "1,000 or 1 000) can be read in more than one way; write each number with a decimal point and "
@@ -318,9 +316,7 @@ def _listed_vector(inner: str, size: int) -> list[str] | str:
 def _last_vector(text: str, size: int) -> list[str] | str | None:
     """The value tokens of the last vector in the text (indexed or listed), why it is not one, or ``None``: none."""
     block = (_indexed_blocks(text) or [[]])[-1]
-    listed = None
-    for listed in _LISTED.finditer(text):  # noqa: B007  (the last match is wanted)
-        pass
+    listed = max(_LISTED.finditer(text), key=lambda m: m.start(), default=None)
     if listed is not None and (not block or listed.start() > block[0].start()):
         return _listed_vector(listed.group(1), size)
     return _indexed_vector(text, block, size) if block else None
@@ -360,10 +356,8 @@ def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | N
     why it is not a vector; or ``None`` when the text holds none."""
     entries = _occurrences(text, size, first)
     if entries is None:
-        listed = None
-        for listed in _LISTED.finditer(text):  # noqa: B007  (the last match, unless the first is wanted)
-            if first:
-                break
+        matches = _LISTED.finditer(text)
+        listed = next(matches, None) if first else max(matches, key=lambda m: m.start(), default=None)
         return None if listed is None else _listed_vector(listed.group(1), size)
     if len(entries) < size:
         missing = sorted(set(range(size)) - {_index(m.group(1)) for m in entries})

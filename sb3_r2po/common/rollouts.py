@@ -20,6 +20,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -38,8 +39,6 @@ from stable_baselines3.common.vec_env import (
     is_vecenv_wrapped,
 )
 
-from sb3_r2po.common import finite
-
 PASS_THROUGH_WRAPPERS: tuple[type[VecEnvWrapper], ...] = (VecMonitor, VecCheckNan, VecVideoRecorder)
 """VecEnv wrappers that leave observations and rewards as the env gives them: the only ones R2PO accepts."""
 
@@ -50,6 +49,41 @@ cut there, that observation is not kept and such a reward counts as 0)."""
 
 OVERFLOW_RISK = sys.float_info.max / 2**32
 """Rewards up to this magnitude cannot make a return overflow (within 2**32 steps); larger ones are checked."""
+
+
+def finite_total(values: Sequence[float] | np.ndarray) -> float:
+    """The sum of ``values``: numpy's when it is finite, else the exact sum correctly rounded."""
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        plain = float(np.sum(x))
+    if math.isfinite(plain) or not np.isfinite(x).all():
+        return plain
+    exact = sum(map(Fraction, x.tolist()), Fraction(0))  # rare (a partial sum overflowed): exact rational arithmetic
+    try:
+        return float(exact)  # correctly rounded
+    except OverflowError:  # the exact sum is beyond the float range
+        return math.inf if exact > 0 else -math.inf
+
+
+def finite_mean(values: Sequence[float] | np.ndarray) -> float:
+    """The mean of ``values``, finite when every value is (numpy's mean of ``[1e308, 1e308]`` is ``inf``): numpy's when
+    finite, else the mean of the values scaled by their largest magnitude, scaled back."""
+    return _finite(np.mean, values)
+
+
+def finite_std(values: Sequence[float] | np.ndarray) -> float:
+    """The (population) standard deviation of ``values`` (finite when every value is)."""
+    return _finite(np.std, values)
+
+
+def _finite(statistic: Callable[[np.ndarray], Any], values: Sequence[float] | np.ndarray) -> float:
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        plain = float(statistic(x))
+    if np.isfinite(plain) or not np.isfinite(x).all():
+        return plain
+    scale = float(np.abs(x).max())
+    return scale * float(statistic(x / scale))
 
 
 @dataclass
@@ -72,8 +106,8 @@ class Episode:
 
     @functools.cached_property
     def total_return(self) -> float:
-        """The sum of the rewards, finite whenever the exact sum is (:func:`~sb3_r2po.common.finite.total`)."""
-        return finite.total(self.rewards) if len(self.rewards) else 0.0
+        """The sum of the rewards, finite whenever the exact sum is (:func:`finite_total`)."""
+        return finite_total(self.rewards) if len(self.rewards) else 0.0
 
     @property
     def length(self) -> int:
@@ -157,10 +191,6 @@ CAPPED = "r2po_episode_cap"
 """The step info key by which :class:`EpisodeCap` says that it cut the episode at R2PO's cap."""
 
 
-TIME_LIMIT_ATTRIBUTE = "_max_episode_steps"
-"""What every ``TimeLimit`` sets: asked of ``SubprocVecEnv`` workers (rl_zoo3's ``TimeLimit`` subclass does not pickle)."""
-
-
 class EpisodeCap(TimeLimit):
     """
     R2PO's episode cap as a ``TimeLimit`` beneath a ``Monitor`` (:func:`cap_episodes`), so the Monitor logs the episodes
@@ -221,7 +251,8 @@ def cap_episodes(env: VecEnv | None, cap: int) -> None:
                 base.envs[i] = EpisodeCap(sub_env, cap)
         return
     monitored = any(env.env_is_wrapped(Monitor)) or vec_monitored
-    if monitored and not all(env.env_method("has_wrapper_attr", TIME_LIMIT_ATTRIBUTE)):
+    # what every TimeLimit sets, asked of SubprocVecEnv workers (rl_zoo3's TimeLimit subclass does not pickle)
+    if monitored and not all(env.env_method("has_wrapper_attr", "_max_episode_steps")):
         warnings.warn(
             f"R2PO ends an episode of this env at {cap} steps (its episode cap; the env has no time limit), but the "
             "env's Monitor does not see that cut and never logs the episode: its Monitor file will miss them. Wrap "
@@ -259,7 +290,7 @@ class _Track:
         row, finite_row = _row(observation)
         # one comparison in the common case; NaN fails it, and so does a reward large enough to risk an overflow
         usable = -OVERFLOW_RISK <= reward <= OVERFLOW_RISK or (
-            math.isfinite(reward) and math.isfinite(finite.total([*self.rewards, reward]))
+            math.isfinite(reward) and math.isfinite(finite_total([*self.rewards, reward]))
         )
         if not (usable and finite_row):  # end the episode here, keep only finite numbers
             self.rewards.append(reward if usable else 0.0)

@@ -68,8 +68,7 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
     @classmethod
     def cell_to_state(cls, cell: Cell) -> int:
         """State index ``y * 3 + x`` of ``cell = (x, y)``."""
-        x, y = cell
-        return y * cls.size + x
+        return cell[1] * cls.size + cell[0]
 
     @classmethod
     def state_to_cell(cls, state: int) -> Cell:
@@ -81,9 +80,7 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
         """Where ``action`` (0 N, 1 S, 2 E, 3 W) leads from ``cell`` (itself when a wall or the border blocks it)."""
         dx, dy = MOVES[int(action)]
         x, y = cell[0] + dx, cell[1] + dy
-        if not (0 <= x < cls.size and 0 <= y < cls.size):
-            return cell
-        if frozenset({cell, (x, y)}) in MAZE_WALLS:
+        if not (0 <= x < cls.size and 0 <= y < cls.size) or frozenset({cell, (x, y)}) in MAZE_WALLS:
             return cell
         return x, y
 

@@ -49,21 +49,12 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         self.render_mode = render_mode
         half = self.paddle_height / 2
         # Reachable ranges under the rules above (see the class docstring).
-        low = np.array([half, -self.ball_speed, -self.ball_speed, -self.ball_speed, -self.ball_speed], dtype=np.float32)
-        high = np.array(
-            [
-                self.height - half,
-                self.width - self.ball_size + self.ball_speed,
-                self.height + self.ball_speed,
-                self.ball_speed,
-                self.ball_speed,
-            ],
-            dtype=np.float32,
-        )
+        v = self.ball_speed
+        low = np.array([half, -v, -v, -v, -v], dtype=np.float32)
+        high = np.array([self.height - half, self.width - self.ball_size + v, self.height + v, v, v], dtype=np.float32)
         self.observation_space = spaces.Box(low=low, high=high, dtype=np.float32)
         self.action_space = spaces.Discrete(3)
-        self.paddle_y = self.height / 2
-        self.opponent_y = self.height / 2
+        self.paddle_y = self.opponent_y = self.height / 2
         self.ball = np.array([self.width / 2, self.height / 2], dtype=np.float64)
         self.velocity = np.array([-self.ball_speed, 0.0], dtype=np.float64)
         self.steps = 0
@@ -77,8 +68,7 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        self.paddle_y = self.height / 2
-        self.opponent_y = self.height / 2
+        self.paddle_y = self.opponent_y = self.height / 2
         self.ball = np.array([self.width / 2, self.height / 2], dtype=np.float64)
         # Same draws, in the same order, as the reference's reset (envs/pong.py).
         dx = float(self.np_random.choice([-self.ball_speed, self.ball_speed]))
@@ -113,24 +103,16 @@ class PongEnv(gym.Env[np.ndarray, np.int64]):
         self.ball += self.velocity
         if self.ball[1] <= 0 or self.ball[1] >= self.height - self.ball_size:
             self.velocity[1] = -self.velocity[1]
-        reward = 0.0
-        returned = False
-        if self.velocity[0] < 0:
-            if self.ball[0] <= self.paddle_width and self._hits(self.paddle_y):
-                self._return_ball(self.paddle_y)
-                reward = 1.0
-                returned = True
-        elif self.ball[0] >= self.width - self.paddle_width - self.ball_size and self._hits(self.opponent_y):
+        leftwards = self.velocity[0] < 0
+        returned = bool(leftwards and self.ball[0] <= self.paddle_width and self._hits(self.paddle_y))
+        if returned:
+            self._return_ball(self.paddle_y)
+        elif not leftwards and self.ball[0] >= self.width - self.paddle_width - self.ball_size and self._hits(self.opponent_y):
             self._return_ball(self.opponent_y)
-        missed_by = None
-        if self.ball[0] < 0:
-            missed_by = "agent"
-        elif self.ball[0] > self.width - self.ball_size:
-            missed_by = "opponent"
+        missed_by = "agent" if self.ball[0] < 0 else "opponent" if self.ball[0] > self.width - self.ball_size else None
         self.steps += 1
-        truncated = self.steps >= self.max_steps
         info: dict[str, Any] = {"returned": returned, "missed_by": missed_by}
-        return self._obs(), reward, missed_by is not None, truncated, info
+        return self._obs(), 1.0 if returned else 0.0, missed_by is not None, self.steps >= self.max_steps, info
 
     def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":

@@ -18,15 +18,8 @@ from sb3_r2po.variants import VARIANTS
 from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, resolve_train_args
 from sb3_r2po.zoo.settings import apply_variant, read_entries
 
-BASELINES: dict[str, str] = {
-    "ppo": "stable-baselines3",
-    "a2c": "stable-baselines3",
-    "dqn": "stable-baselines3",
-    "sac": "stable-baselines3",
-    "td3": "stable-baselines3",
-    "trpo": "sb3-contrib",
-    "ars": "sb3-contrib",
-}
+_SB3, _CONTRIB = ("ppo", "a2c", "dqn", "sac", "td3"), ("trpo", "ars")
+BASELINES: dict[str, str] = {**dict.fromkeys(_SB3, "stable-baselines3"), **dict.fromkeys(_CONTRIB, "sb3-contrib")}
 R2PO_METHODS: tuple[str, ...] = tuple(VARIANTS)  # each is R2PO with that variant
 IGNORE_STOP = ("ars",)  # their learn() ignores a callback's False: stopped with an exception
 

@@ -81,26 +81,15 @@ def paper_policy_specs(
 ) -> list[RunSpec]:
     """The :data:`PAPER_POLICY_RUNS` runs of ``env_id`` and ``method`` per seed (``budget`` ``None``: warm-up + 200 x 20;
     ``settings`` over the run's own, ``policy_kwargs`` merged)."""
-    specs = []
+    specs, extra = [], dict(settings or {})
     for run_env, run_method, warmup, seed_base, own in PAPER_POLICY_RUNS:
         if (run_env, run_method) != (env_id, method):
             continue
         runs = budget if budget is not None else warmup + PAPER_POLICY_ITERATIONS * 20
+        fixed = {**own, "warmup_episodes": warmup, "n_eval_episodes": 20, "max_iterations": PAPER_POLICY_ITERATIONS, **extra}
         for seed in seeds:
-            kwargs = {
-                **own["policy_kwargs"],
-                "projection_seed": seed_base + seed + 1,
-                **dict(settings or {}).get("policy_kwargs", {}),
-            }
-            run_settings = {
-                **own,
-                "warmup_episodes": warmup,
-                "n_eval_episodes": 20,
-                "max_iterations": PAPER_POLICY_ITERATIONS,
-                **dict(settings or {}),
-                "policy_kwargs": kwargs,
-            }
-            specs.append(RunSpec(env_id, method, seed, runs, llm, tuple(run_settings.items())))
+            kwargs = {**own["policy_kwargs"], "projection_seed": seed_base + seed + 1, **extra.get("policy_kwargs", {})}
+            specs.append(RunSpec(env_id, method, seed, runs, llm, tuple({**fixed, "policy_kwargs": kwargs}.items())))
     return specs
 
 

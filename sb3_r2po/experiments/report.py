@@ -251,12 +251,7 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
     lines: list[str] = []
     for title, key in (("Mean return over iterations", "mean_return"), ("Best iteration", "best_return")):
         for over, cell in (("mean +- std over seeds", mean_std), ("IQM [95 % CI] over seeds", iqm_cell)):
-            lines += [
-                f"## {title} ({over})",
-                "",
-                "| env | " + " | ".join(variants) + " |",
-                "|---|" + "---|" * len(variants),
-            ]
+            lines += [f"## {title} ({over})", "", "| env | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
             for env in envs:
                 cells = [cell([r[key] for r in runs if r["env"] == env and r["variant"] == v]) for v in variants]
                 lines.append(f"| {env} | " + " | ".join(cells) + " |")
@@ -300,7 +295,6 @@ def plot_curves(
     fig = Figure(figsize=(9, 5), dpi=120, layout="constrained")
     ax = fig.add_subplot()
     methods = list(dict.fromkeys(run_label(r) for r in runs))
-    colors = [f"C{i}" for i in range(10)]
     for index, method in enumerate(methods):
         curves = [rolling_mean(r["returns"], window) for r in runs if run_label(r) == method]
         length = max((c.size for c in curves), default=0)
@@ -313,7 +307,7 @@ def plot_curves(
         mean = np.nansum(stacked, axis=0) / counts
         std = np.sqrt(np.nansum((stacked - mean) ** 2, axis=0) / counts)
         x = np.arange(1, length + 1)
-        color = colors[index % len(colors)]
+        color = f"C{index % 10}"
         ax.plot(x, mean, color=color, linewidth=2, label=f"{method} ({len(curves)} seeds)")
         ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     if threshold is not None:

@@ -1,19 +1,14 @@
 """
 A run as one value (:class:`RunSpec`), what it measured (:class:`RunResult`), where it is kept (:class:`ResultsStore`),
-how its training episodes are counted (:class:`EpisodeBudget`) and building and running it (:func:`run_one`): the one
+how its training episodes are counted (:class:`EpisodeBudget`) and building and running it (:func:`run_one`), the one
 path ``compare``, ``ablate``, the benchmarks and the executors build models by.
 
-- Models are built by RL Zoo's ``ExperimentManager`` from :func:`~sb3_r2po.experiments.configs.hyperparams_file`, as
-  ``python -m sb3_r2po.zoo train`` builds them; R2PO methods get ``llm``, ``variant``, ``max_episodes = budget`` and
-  the spec's settings on top. The files' ``callback`` entries are replaced by :class:`EpisodeBudget`, which counts
-  training episodes from every sub-env's Monitor after every step (episodes ending in one step ordered by sub-env).
-- Baselines stop at the vector step in which the ``budget``-th episode ends (episodes beyond it are counted in
-  ``episodes_run``, left out of ``returns``; ARS ignores a callback's ``False``: it is stopped by :class:`BudgetReached`);
-  R2PO stops when another K-episode evaluation no longer fits.
-- ``learn(total_timesteps=max(n_timesteps of the file, budget x episode cap))``: the budget ends every run.
-- The store keeps ``root/runs/<run_id>/`` per run: ``result.json`` once it has finished (written atomically) and, for
-  an R2PO run, ``checkpoint/`` and ``episodes.jsonl`` (:class:`EpisodeLog`) while it trains; a run directory holding
-  an interrupted attempt's checkpoint resumes from it, so no episode is charged twice.
+Models are built by RL Zoo's ``ExperimentManager`` from :func:`~sb3_r2po.experiments.configs.hyperparams_file`, as
+``python -m sb3_r2po.zoo train`` builds them (R2PO methods get ``llm``, ``variant``, ``max_episodes = budget`` and the
+spec's settings on top); :class:`EpisodeBudget` replaces the files' ``callback``s. Baselines stop at the vector step in
+which the ``budget``-th episode ends (ARS through :class:`BudgetReached`), R2PO when another K-episode evaluation no
+longer fits. ``root/runs/<run_id>/`` keeps ``result.json`` and, for R2PO, ``checkpoint/`` and ``episodes.jsonl``; an
+interrupted attempt resumes from its checkpoint, so no episode is charged twice.
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from stable_baselines3.common.callbacks import StopTrainingOnMaxEpisodes
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper
 from tqdm.auto import tqdm
 
 from sb3_r2po.common.files import append_line, atomic_write
@@ -119,14 +114,7 @@ class RunSpec:
         return f"{readable}-{digest}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env_id": self.env_id,
-            "method": self.method,
-            "seed": self.seed,
-            "budget": self.budget,
-            "llm": self.llm,
-            "settings": self.settings_dict,
-        }
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "settings": self.settings_dict}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
@@ -266,23 +254,6 @@ class BudgetReached(Exception):
     """Raised by :class:`EpisodeBudget` to stop an algorithm that ignores a callback's ``False`` (ARS)."""
 
 
-def find_monitors(venv: VecEnv) -> list[Monitor]:
-    """The ``Monitor`` of every sub-env of a (possibly wrapped) ``DummyVecEnv``."""
-    while isinstance(venv, VecEnvWrapper):
-        venv = venv.venv
-    if not isinstance(venv, DummyVecEnv):
-        raise TypeError(f"the comparison needs a DummyVecEnv training env, got {type(venv).__name__}")
-    monitors = []
-    for env in venv.envs:
-        inner = env
-        while not isinstance(inner, Monitor):
-            if not hasattr(inner, "env"):
-                raise TypeError("a sub-environment of the training env has no Monitor wrapper")
-            inner = inner.env
-        monitors.append(inner)
-    return monitors
-
-
 class EpisodeLog:
     """A run's training episodes, a ``[return, length]`` JSON line each, appended and synced; a last line without its
     newline (a crash) is ignored."""
@@ -350,7 +321,18 @@ class EpisodeBudget(StopTrainingOnMaxEpisodes):
 
     def _init_callback(self) -> None:
         self._total_max_episodes = self.max_episodes  # all sub-environments together
-        self._monitors = find_monitors(self.training_env)
+        venv = self.training_env
+        while isinstance(venv, VecEnvWrapper):
+            venv = venv.venv
+        if not isinstance(venv, DummyVecEnv):
+            raise TypeError(f"the comparison needs a DummyVecEnv training env, got {type(venv).__name__}")
+        self._monitors = []
+        for inner in venv.envs:  # the Monitor of every sub-env
+            while not isinstance(inner, Monitor):
+                if not hasattr(inner, "env"):
+                    raise TypeError("a sub-environment of the training env has no Monitor wrapper")
+                inner = inner.env
+            self._monitors.append(inner)
         self._seen = [len(m.get_episode_rewards()) for m in self._monitors]
 
     def poll(self) -> int:
@@ -471,22 +453,6 @@ class AttemptInProgressError(RuntimeError):
     """Another attempt of the run held its :data:`ATTEMPT_LOCK` for longer than this one waits."""
 
 
-def hold_attempt(spec: RunSpec, directory: Path, wait_s: float = 0.0) -> FileLock:
-    """Take ``directory``'s :data:`ATTEMPT_LOCK` (created), waiting ``wait_s``; :class:`AttemptInProgressError` after."""
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(directory / ATTEMPT_LOCK), timeout=wait_s, thread_local=False)
-    try:
-        lock.acquire()
-    except Timeout:
-        waited = f" for more than {wait_s:g} s" if wait_s > 0 else ""
-        raise AttemptInProgressError(
-            f"run {spec.run_id}: another attempt held {directory / ATTEMPT_LOCK}{waited} (another command working on "
-            "the same results store, a Ray task of an earlier command still running, or a lost node whose lock the "
-            "shared storage has not released yet); run the command again once it has ended"
-        ) from None
-    return lock
-
-
 def prepare_run(
     spec: RunSpec,
     run_dir: str | Path | None = None,
@@ -501,7 +467,19 @@ def prepare_run(
     The parameters are :func:`run_one`'s (``run_dir`` ``None``: no checkpoint, nothing to resume).
     """
     directory = None if run_dir is None else Path(run_dir)
-    lock = None if directory is None else hold_attempt(spec, directory, lock_wait_s)
+    lock = None
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(directory / ATTEMPT_LOCK), timeout=lock_wait_s, thread_local=False)
+        try:
+            lock.acquire()
+        except Timeout:
+            waited = f" for more than {lock_wait_s:g} s" if lock_wait_s > 0 else ""
+            raise AttemptInProgressError(
+                f"run {spec.run_id}: another attempt held {directory / ATTEMPT_LOCK}{waited} (another command working on "
+                "the same results store, a Ray task of an earlier command still running, or a lost node whose lock the "
+                "shared storage has not released yet); run the command again once it has ended"
+            ) from None
     try:
         run = _prepare(spec, directory, llm, device, progress)
     except BaseException:

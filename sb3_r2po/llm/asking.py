@@ -17,8 +17,7 @@ from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.parsing import Reading, bound_reason, parse_params
 from sb3_r2po.llm.base import ChatBackend, ChatReply, Message, chat_batch
 
-MAX_ECHOED_REPLY_CHARS = 2000
-"""A re-ask quotes at most this much of the unusable reply back to the model."""
+MAX_ECHOED_REPLY_CHARS = 2000  # a re-ask quotes at most this much of the unusable reply back to the model
 
 
 @dataclass
@@ -98,10 +97,9 @@ def ask_for_params(
     conversation = [dict(m) for m in messages]
     answer = Answer(params=None)
     for attempt in range(1 + max(0, max_retries)):
-        if attempt == 0 and first_reply is not None:
-            reply = first_reply
-        else:
-            reply = backend.chat(conversation, temperature=temperature)
+        reply = (
+            first_reply if attempt == 0 and first_reply is not None else backend.chat(conversation, temperature=temperature)
+        )
         result = parse_params(reply.text, space, reading, reject_cut_off)
         error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
         if error is not None:

@@ -1,8 +1,14 @@
-"""The LLM seam: what R2PO needs from a language model, and nothing more."""
+"""The LLM seam: what R2PO needs from a language model, and nothing more.
+
+A request's identity (:func:`request_hash`: what a recording is keyed by, what a seeded backend derives its seed from)
+leaves out backend settings (model, reasoning effort, ...): a replay cannot know them.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import sys
 import threading
@@ -234,3 +240,20 @@ def chat_batch(
     if isinstance(backend, BatchChat):
         return list(backend.chat_batch(conversations, temperature=temperature))
     return answer_batch(backend, conversations, temperature=temperature).unwrap()
+
+
+def request_settings(temperature: float) -> dict[str, Any]:
+    """The request settings that are part of a request's identity."""
+    return {"temperature": float(temperature)}
+
+
+def canonical_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    """The messages as they count for a request's identity: ``role`` and ``content`` only, as strings."""
+    return [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in messages]
+
+
+def request_hash(messages: Sequence[Message], settings: dict[str, Any]) -> str:
+    """The SHA-256 (hex) identifying a request: its messages' ``role`` and ``content``, and :func:`request_settings`."""
+    payload = {"messages": canonical_messages(messages), "settings": settings}
+    canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

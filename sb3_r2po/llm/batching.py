@@ -15,15 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.base import (
-    BatchResult,
-    ChatBackend,
-    ChatReply,
-    ChecksResources,
-    Constrainable,
-    Message,
-    answer_batch,
-)
+from sb3_r2po.llm.base import BatchResult, ChatBackend, ChatReply, ChecksResources, Constrainable, Message, answer_batch
 from sb3_r2po.llm.resolve import make_backend
 
 
@@ -50,8 +42,7 @@ class BatchingBackend:
             raise ValueError(f"max_batch must be >= 1 or None, got {max_batch}")
         self.inner: ChatBackend = make_backend(inner)
         self.max_batch = max_batch
-        self.batch_sizes: list[int] = []
-        """The size of every batch sent, in order."""
+        self.batch_sizes: list[int] = []  # the size of every batch sent, in order
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
         self._workers = 0

@@ -26,10 +26,9 @@ from typing import Any
 import numpy as np
 
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
+from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState, request_hash, request_settings
 from sb3_r2po.llm.grammar import GreedyGrammar, compile_grammar, max_reply_chars, parameter_grammar
 from sb3_r2po.llm.harmony import cut_off_reply
-from sb3_r2po.llm.identity import request_hash, request_settings
 from sb3_r2po.llm.weights import cache_directory, check_disk, ensure_model_file, locate_parts, model_spec
 
 logger = logging.getLogger(__name__)
@@ -63,7 +62,7 @@ def llama_system_info() -> str:
 
 
 def llama_build_has_amx() -> bool:
-    """Whether the installed llama.cpp has AMX kernels (``AMX_INT8 = 1``; a build that cannot say counts as without)."""
+    """Whether the installed llama.cpp has AMX kernels (``AMX_INT8 = 1``; a build that cannot say: no)."""
     return "AMX_INT8 = 1" in llama_system_info()
 
 
@@ -176,29 +175,17 @@ class PrefixStateCache:
             raise ValueError(f"capacity_bytes must be >= 0, got {capacity_bytes}")
         self.capacity_bytes = int(capacity_bytes)
         self.states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
-        self.asked: tuple[int, ...] | None = None
-        """The tokens of the last lookup (a call's prompt)."""
-        self.served: tuple[int, ...] | None = None
-        """The tokens of the state the last lookup returned (``None``: none)."""
-        self.hits = 0
-        """Lookups that returned a state."""
+        self.asked: tuple[int, ...] | None = None  # the tokens of the last lookup (a call's prompt)
+        self.served: tuple[int, ...] | None = None  # the tokens of the state the last lookup returned
+        self.hits = 0  # lookups that returned a state
 
     @property
     def cache_size(self) -> int:
-        """Bytes the stored states take."""
         return sum(_size(state) for state in self.states.values())
 
-    def forget_lookup(self) -> None:
-        """Forget the last lookup (call before a call, to read :attr:`asked` and :attr:`served` after it)."""
-        self.asked = self.served = None
-
     def _longest(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
-        best, best_len = None, 0
-        for tokens in self.states:
-            shared = common_prefix(tokens, key)
-            if shared > best_len:
-                best, best_len = tokens, shared
-        return best
+        best = max(self.states, key=lambda tokens: common_prefix(tokens, key), default=None)  # the first of the longest
+        return best if best is not None and common_prefix(best, key) > 0 else None
 
     def __getitem__(self, key: Sequence[int]) -> Any:
         key = tuple(int(t) for t in key)
@@ -241,7 +228,6 @@ def _slim(state: Any) -> None:
 
 
 def _size(state: Any) -> int:
-    """Bytes a stored state takes (its llama.cpp state, tokens and logits row)."""
     size = int(getattr(state, "llama_state_size", 0))
     for name in ("input_ids", "scores"):
         value = getattr(state, name, None)
@@ -391,10 +377,6 @@ class EmbeddedBackend(TransientState):
                 f"{free / 2**30:.1f} GiB is available; free memory, lower n_ctx or use size='0.5b'"
             )
 
-    def model_path(self) -> Path:
-        """The joined GGUF file (joined from the part wheels first when needed)."""
-        return ensure_model_file(self.size, self.cache_dir)
-
     def prepare(self) -> None:
         """Join (when needed) and load the model now (:class:`~sb3_r2po.llm.base.Preparable`)."""
         self.load()
@@ -413,7 +395,7 @@ class EmbeddedBackend(TransientState):
             from llama_cpp import Llama
         except ImportError as exc:
             raise LLMBackendError(_NO_LLAMA_CPP) from exc
-        path = self.model_path()
+        path = ensure_model_file(self.size, self.cache_dir)  # joined from the part wheels first when needed
         threads = self._threads = self.n_threads or default_threads()
         extra = self.extra_buffers if self.extra_buffers is not None else not llama_build_has_amx()
         logger.info("loading %s with llama.cpp (%d threads)", self.spec.model, threads)
@@ -517,11 +499,7 @@ class EmbeddedBackend(TransientState):
             )
             text = cut_off_reply(text)
         return ChatReply(
-            text=text,
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
-            seconds=seconds,
-            prompt_tokens_cached=cached,
+            text, usage.get("prompt_tokens"), usage.get("completion_tokens"), seconds, prompt_tokens_cached=cached
         )
 
     def _complete(self, llm: Any, **request: Any) -> tuple[dict[str, Any], int | None]:
@@ -532,8 +510,8 @@ class EmbeddedBackend(TransientState):
             llm.set_cache(self._cache)
         ids = getattr(llm, "input_ids", None)
         live = ids[: int(llm.n_tokens)].tolist() if ids is not None else []
-        if self._cache is not None:
-            self._cache.forget_lookup()
+        if self._cache is not None:  # forget the last lookup, to read the one of this call
+            self._cache.asked = self._cache.served = None
         try:
             out = llm.create_chat_completion(**request)
         except ValueError as exc:

@@ -21,10 +21,7 @@ from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
 
 
 def _fixed_width_at_most(bound: str) -> list[str]:
-    """
-    GBNF alternatives for every digit string of ``len(bound)`` characters (leading zeros allowed)
-    that is lexicographically, hence numerically, ``<= bound``.
-    """
+    """GBNF alternatives for the digit strings of ``len(bound)`` characters (leading zeros allowed) ``<= bound``."""
     width = len(bound)
     alternatives = []
     for i, ch in enumerate(bound):
@@ -94,11 +91,7 @@ def magnitude_rule(limit: float, decimals: int) -> str:
 
 
 def value_rules(space: ParameterSpace) -> dict[str, str]:
-    """
-    The GBNF rules defining ``value``: one parameter value of ``space``.
-
-    :return: rule name -> rule body, ``value`` first.
-    """
+    """The GBNF rules (name -> body, ``value`` first) defining ``value``: one parameter value of ``space``."""
     if space.values is not None:
         literals = sorted({str(int(v)) for v in space.values}, key=lambda s: (len(s), s))
         return {"value": " | ".join(f'"{s}"' for s in literals)}
@@ -133,14 +126,10 @@ def parameter_grammar(space: ParameterSpace, *, style: ReplyStyle = "list", reas
     if style == "list":
         body = '"params: [" value' + ' ", " value' * (n - 1) + ' "]"'
     else:
-        items = [f'"params[{i}]: " value' for i in range(n)]
-        body = ' ", " '.join(items)
-    rules: dict[str, str] = {}
+        body = ' ", " '.join(f'"params[{i}]: " value' for i in range(n))
+    rules: dict[str, str] = {"root": "(reason)? params" if reason_chars > 0 else "params"}
     if reason_chars > 0:
-        rules["root"] = "(reason)? params"
         rules["reason"] = f"[^\\n\\[\\]]{{1,{reason_chars}}} " + '"\\n"'
-    else:
-        rules["root"] = "params"
     rules["params"] = body
     rules.update(value_rules(space))
     return "\n".join(f"{name} ::= {rule}" for name, rule in rules.items()) + "\n"
@@ -159,12 +148,8 @@ def max_value_chars(space: ParameterSpace) -> int:
 
 
 def max_reply_chars(space: ParameterSpace, *, style: ReplyStyle = "list", reason_chars: int = 0) -> int:
-    """
-    An upper bound on the length of a reply :func:`parameter_grammar` admits, in characters and in tokens: the
-    values and the fixed text take at most one token per character; the free-text reason line may be split into
-    byte tokens, so it is counted at 4 per character (UTF-8). A reply budget of this many tokens (plus one for the
-    end token) can always finish the reply.
-    """
+    """An upper bound on the length of a reply :func:`parameter_grammar` admits, in characters and in tokens (one token
+    per character at most; the free-text reason line counts 4 per character: UTF-8 byte tokens)."""
     n = space.size
     values = n * max_value_chars(space) + 2 * (n - 1)
     if style == "list":
@@ -229,10 +214,8 @@ class GreedyGrammar:
         self._one = (llama_cpp.llama_token_data * 1)()
         self._one_array = llama_cpp.llama_token_data_array(self._one, 1, -1, False)
         self._full: np.ndarray | None = None  # the vocabulary as llama_token_data rows, for the full pass
-        self.steps = 0
-        """Steps decoded."""
-        self.rejections = 0
-        """Steps at which the grammar rejected the greedy token (and was applied to the whole vocabulary)."""
+        self.steps = 0  # steps decoded
+        self.rejections = 0  # steps at which the grammar rejected the greedy token (a full pass)
 
     def reset(self) -> None:
         """Start a new reply: the grammar back at its start."""

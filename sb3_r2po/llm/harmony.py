@@ -21,16 +21,25 @@ def check_reasoning_effort(effort: str | None) -> None:
         raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, got {effort!r}")
 
 
-def lower_effort(effort: str | None) -> str | None:
-    """One step lower than ``effort`` (``"low"`` stays ``"low"``); anything else is returned unchanged."""
-    if effort in REASONING_EFFORTS:
-        return REASONING_EFFORTS[max(0, REASONING_EFFORTS.index(effort) - 1)]
-    return effort
+def retry_request(
+    effort: str | None, budget: int | None, factor: float, lower: bool = True
+) -> tuple[str | None, int | None] | None:
+    """
+    The reasoning effort and token budget of the one retry of an unanswered reply, or ``None`` when there is none.
 
-
-def retry_budget(budget: int, factor: float) -> int:
-    """The token budget of the retry of an unanswered reply: ``factor`` times ``budget``, and at least one more."""
-    return max(budget + 1, int(budget * factor))
+    :param effort: The first request's effort; the retry's is one step lower (``"low"`` stays) when ``lower``.
+    :param budget: The first request's token budget (``None``: the server's default, kept); the retry's is ``factor``
+        times it, and at least one more.
+    :param factor: The budget multiplier; ``0`` (or less) means no retry, as does a retry that would ask the same.
+    :param lower: Whether the retry lowers the effort.
+    """
+    if factor <= 0:
+        return None
+    retry_effort = effort
+    if lower and effort in REASONING_EFFORTS:
+        retry_effort = REASONING_EFFORTS[max(0, REASONING_EFFORTS.index(effort) - 1)]
+    retry_budget = None if budget is None else max(budget + 1, int(budget * factor))
+    return None if (retry_effort, retry_budget) == (effort, budget) else (retry_effort, retry_budget)
 
 
 def analysis_only(reasoning: str) -> str:

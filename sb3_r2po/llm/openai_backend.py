@@ -1,25 +1,17 @@
-"""A chat backend for OpenAI-compatible servers: vLLM, SGLang, llama.cpp server, Ollama (``/v1``), ``transformers serve``.
+"""A chat backend for OpenAI-compatible servers (vLLM, SGLang, llama.cpp server, Ollama, ``transformers serve``).
 
-``llm="http://127.0.0.1:8000/v1"`` (or ``...#MODEL``) builds an :class:`OpenAIBackend`.
-
-- **Client**: the official ``openai`` client, created on the first request (constructing and pickling touch no
-  network), with its own retries off.
-- **Timeout = deadline**: ``timeout`` bounds each request from connecting to the last byte, however the server paces
-  it: a watchdog per request (:class:`RequestDeadline`) shuts down the request's connection (found through httpcore's
-  ``trace`` extension; requests ask for ``Connection: close``) when the deadline passes.
-- **Retries** with exponential backoff (honouring ``Retry-After``) on connection errors, timeouts, HTTP 408, 429, 5xx
-  and malformed bodies (a 200 that is not a chat completion); none on other 4xx. Then :class:`LLMServerError`.
-- **Model**: the ``model`` setting, else the ``#MODEL`` part of the URL, else the first model ``/models`` lists.
-- **Secrets**: only the *name* of the key's environment variable is stored (``api_key_env``); ``api_key=`` is kept
-  apart and never pickled. A URL carrying a credential is refused (:func:`parse_server_url`); what a server sends back
-  reaches a message only with the key (and any 8 characters of it) and whatever looks like a credential masked.
-- **Reasoning effort** is sent as the ``reasoning_effort`` field, as ``chat_template_kwargs``, or both
-  (``reasoning_effort_via``).
-- **Harmony**: the answer is the content, or the final channel of raw harmony text; a reply cut off by the token limit
-  after its answer began is a cut-off reply; no answer is retried once with one step lower effort and a larger budget
-  (when that changes the request), then returned without an answer (counted in ``stats["no_final"]``).
-- **Batches** are sent concurrently from a thread pool; **usage** includes the prompt tokens a server's prefix cache
-  served (``usage.prompt_tokens_details.cached_tokens``; 0 when not reported).
+``llm="http://127.0.0.1:8000/v1"`` (or ``...#MODEL``) builds an :class:`OpenAIBackend`. The ``openai`` client is
+created on the first request, its own retries off. ``timeout`` bounds each request from connecting to the last byte: a
+watchdog (:class:`RequestDeadline`) shuts the request's connection down at the deadline. Connection errors, timeouts,
+HTTP 408, 429, 5xx and malformed bodies are retried with exponential backoff (honouring ``Retry-After``), other 4xx
+not; then :class:`LLMServerError`. The model is the ``model`` setting, else the URL's ``#MODEL``, else the first one
+``/models`` lists. Only the *name* of the key's environment variable is stored (``api_key=`` is never pickled); a URL
+holding a credential is refused (:func:`parse_server_url`) and what a server sends back is shown with the key and
+whatever looks like a credential masked. Reasoning effort goes in the ``reasoning_effort`` field, in
+``chat_template_kwargs``, or both. Harmony: the answer is the content or its final channel; cut off by the token limit
+after the answer began, a cut-off reply; no answer is retried once with one step lower effort and a larger budget
+(when that changes the request), then returned without one (``stats["no_final"]``). Batches are sent from a thread
+pool; usage includes the prompt tokens a server's prefix cache served (``cached_tokens``, 0 when not reported).
 """
 
 from __future__ import annotations
@@ -45,14 +37,7 @@ from typing import Any, Literal, NamedTuple
 
 from sb3_r2po.common.parsing import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
-from sb3_r2po.llm.harmony import (
-    analysis_only,
-    check_reasoning_effort,
-    cut_off_reply,
-    lower_effort,
-    retry_budget,
-    without_answer,
-)
+from sb3_r2po.llm.harmony import analysis_only, check_reasoning_effort, cut_off_reply, retry_request, without_answer
 from sb3_r2po.llm.redaction import KEY_LIKE_RE, REDACTED, redact, redact_spec
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
@@ -79,8 +64,8 @@ class LLMServerError(LLMBackendError):
 
 
 _ACTIVE_DEADLINE: contextvars.ContextVar[RequestDeadline | None] = contextvars.ContextVar("r2po_deadline", default=None)
+# httpcore ``trace`` events that report a new connection's network stream (``info["return_value"]``)
 _CONNECTED = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")
-"""httpcore ``trace`` events that report a new connection's network stream (``info["return_value"]``)."""
 
 
 class RequestDeadline:
@@ -94,8 +79,7 @@ class RequestDeadline:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = float(seconds)
-        self.expired = False
-        """Whether the deadline passed before the block was left."""
+        self.expired = False  # the deadline passed before the block was left
         self._streams: list[Any] = []
         self._done = False
         self._lock = threading.Lock()
@@ -110,9 +94,8 @@ class RequestDeadline:
     def arm(self) -> None:
         """Start the watchdog timer (once: a redirected request keeps the deadline of the first)."""
         with self._lock:
-            if self._done or self._timer.is_alive() or self._timer.finished.is_set():
-                return
-            self._timer.start()
+            if not (self._done or self._timer.is_alive() or self._timer.finished.is_set()):
+                self._timer.start()
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self._timer.cancel()
@@ -175,8 +158,6 @@ def attach_deadline(request: Any) -> None:
 
 @dataclass
 class _Failure:
-    """A failed request: the exception, what happened (for the message), and how it is handled."""
-
     exc: Exception
     happened: str
     status_code: int | None = None
@@ -184,15 +165,12 @@ class _Failure:
     retry_after: float | None = None
 
 
-_MODEL_RE = re.compile(r"[A-Za-z0-9._:/@+\-]+")
-"""The characters of a model name after ``#``: letters, digits and ``. _ : / @ + -`` (``org/name``, ``name:tag``)."""
+_MODEL_RE = re.compile(r"[A-Za-z0-9._:/@+\-]+")  # a model name after ``#`` (``org/name``, ``name:tag``)
 _PARAMETER_CHARS = frozenset("?&;=")
 _KEY_HINT = (
     "Put the API key in an environment variable and name it with OpenAIBackend(..., api_key_env='MY_KEY_VARIABLE') "
     "(or pass OpenAIBackend(..., api_key=...), which is never saved)"
 )
-
-
 _KEY_NOTE = "(an API key goes in api_key_env='MY_KEY_VARIABLE' or api_key=..., never in the URL)"
 
 
@@ -335,8 +313,7 @@ class OpenAIBackend(TransientState):
         self.backoff = float(backoff)
         self.backoff_max = float(backoff_max)
         self.api_key_env = api_key_env
-        self.has_api_key = api_key is not None
-        """Whether the key was passed with ``api_key=`` (which is never pickled)."""
+        self.has_api_key = api_key is not None  # passed with ``api_key=`` (never pickled)
         self._given_key = api_key
         self._used_key: str | None = None  # the key of the client, for masking it in what a server sends back
         self.reasoning_effort = reasoning_effort
@@ -345,8 +322,8 @@ class OpenAIBackend(TransientState):
         self.retry_budget_factor = float(retry_budget_factor)
         self.max_concurrency = int(max_concurrency)
         self.extra_body = dict(extra_body or {})
+        # replies asked for, HTTP requests sent, answer retries, replies still without an answer
         self.stats: dict[str, int] = {"calls": 0, "requests": 0, "retries": 0, "no_final": 0}
-        """Counters: replies asked for, HTTP requests sent, answer retries, replies still without an answer."""
         self._client: Any = None
         self._lock = threading.Lock()
         self._stats_lock = threading.Lock()
@@ -487,23 +464,15 @@ class OpenAIBackend(TransientState):
         start = time.perf_counter()
         effort, budget = self.reasoning_effort, self.max_tokens
         answer, raw, usage = self._ask(msgs, temperature, effort, budget)
-        effort2 = lower_effort(effort)
-        budget2 = None if budget is None else retry_budget(budget, self.retry_budget_factor)
-        # the retry changes the request (more budget, less effort), or it is not sent
-        if answer is None and self.retry_budget_factor > 0 and (effort2, budget2) != (effort, budget):
+        retry = retry_request(effort, budget, self.retry_budget_factor)  # more budget, less effort, or none
+        if answer is None and retry is not None:
             self._count("retries")
-            answer, raw, usage2 = self._ask(msgs, temperature, effort2, budget2)
+            answer, raw, usage2 = self._ask(msgs, temperature, *retry)
             usage = _Usage(*(_add(a, b) for a, b in zip(usage, usage2, strict=True)))
         if answer is None:
             self._count("no_final")
-        text = raw if answer is None else answer
-        return ChatReply(
-            text=text,
-            prompt_tokens=usage.prompt,
-            completion_tokens=usage.completion,
-            seconds=time.perf_counter() - start,
-            prompt_tokens_cached=usage.cached,
-        )
+        text, seconds = raw if answer is None else answer, time.perf_counter() - start
+        return ChatReply(text, usage.prompt, usage.completion, seconds, prompt_tokens_cached=usage.cached)
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
         """Answer several conversations concurrently (at most ``max_concurrency`` in flight); raise the first error after
@@ -552,33 +521,18 @@ class OpenAIBackend(TransientState):
         final = complete_answer(content) if content.strip() else None
         if final is not None and not truncated:
             return (final if is_harmony(content) else content.strip()), content, usage
-        cut = _cut_answer(content, choice.finish_reason)  # an answer begun, then cut: read as a cut-off reply
-        if cut is not None:
-            return cut, content, usage
-        return None, _unanswered(content, str(reasoning)), usage
+        if truncated and content.strip() and final_channel(content):  # an answer begun, then cut: a cut-off reply
+            return cut_off_reply(content), content, usage
+        if content.strip() and (is_harmony(content) or not reasoning):  # the analysis before a missing final channel
+            return None, without_answer(content), usage
+        return None, analysis_only(str(reasoning)) if reasoning else "", usage
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.base_url!r}, model={self.model!r}, reasoning_effort={self.reasoning_effort!r})"
 
 
-def _unanswered(content: str, reasoning: str) -> str:
-    """The text of a reply without an answer: harmony text without a final channel, or empty."""
-    if content.strip() and is_harmony(content):
-        return without_answer(content)  # the analysis before a missing final channel
-    if reasoning:
-        return analysis_only(reasoning)
-    return without_answer(content) if content.strip() else ""  # plain text without an answer
-
-
-def _cut_answer(content: str, finish_reason: str | None) -> str | None:
-    """A reply the token limit cut (``finish_reason`` ``"length"``) after its answer began, as a cut-off reply (read by
-    R2PO's parser as the reference reads a cut reply); ``None`` for any other reply."""
-    final = final_channel(content) if finish_reason == "length" and content.strip() else None
-    return cut_off_reply(content) if final else None
-
-
 class _MalformedResponse(ValueError):
-    """A response the client parsed, but that is not what the request returns (retried like a transient fault)."""
+    """A parsed response of the wrong shape (retried like a transient fault)."""
 
 
 def _well_formed(response: Any) -> Any:
@@ -645,8 +599,6 @@ def _add(a: int | None, b: int | None) -> int | None:
 
 
 class _Usage(NamedTuple):
-    """A response's token counts: prompt, completion, and the prompt tokens a prefix cache served."""
-
     prompt: int | None
     completion: int | None
     cached: int | None
@@ -670,8 +622,7 @@ def _usage(usage: Any) -> _Usage:
     return _Usage(prompt, _count_of(getattr(usage, "completion_tokens", None)), 0 if cached is None else cached)
 
 
-_EXCERPT = 2000
-"""Characters of a body kept in a malformed-body message before the backend masks it and cuts it short."""
+_EXCERPT = 2000  # characters of a body kept in a malformed-body message before masking and cutting
 
 
 def _text(exc: Exception) -> str:
@@ -697,8 +648,7 @@ def _chain_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-_KEY_PIECE = 8
-"""A run of at least this many characters of the key (or the whole key, when shorter) is masked."""
+_KEY_PIECE = 8  # a run of this many characters of the key (or the whole key, when shorter) is masked
 
 
 def _without_key(text: str, key: str | None) -> str:
@@ -717,11 +667,8 @@ def _without_key(text: str, key: str | None) -> str:
 
 
 def _retry_after(exc: Any) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
-    value = headers.get("retry-after")
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    value = headers.get("retry-after") if headers else None
     try:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:

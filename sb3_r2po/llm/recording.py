@@ -4,7 +4,7 @@
 credentials masked, the reply, usage, latency), fsynced before the reply is returned; a torn last line a crash left is
 cut off, with a warning, before the next append. :meth:`RecordingBackend.rewind` appends a marker ``{"rewind": N}``:
 readers keep only the first N calls before it. :class:`ReplayBackend` answers by request hash
-(:mod:`sb3_r2po.llm.identity`), repeated requests in recorded order; ``llm="replay:PATH"`` builds one (:data:`REPLAY_FORM`).
+(:mod:`~sb3_r2po.llm.base`), repeated requests in recorded order; ``llm="replay:PATH"`` builds one (:data:`REPLAY_FORM`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.common.files import append_line, cut_partial_line
-from sb3_r2po.llm.base import BatchResult, ChatBackend, ChatReply, LLMBackendError, Message, TransientState, answer_batch
-from sb3_r2po.llm.identity import canonical_messages, request_hash, request_settings
+from sb3_r2po.llm.base import (
+    BatchResult,
+    ChatBackend,
+    ChatReply,
+    LLMBackendError,
+    Message,
+    TransientState,
+    answer_batch,
+    canonical_messages,
+    request_hash,
+    request_settings,
+)
 from sb3_r2po.llm.redaction import redact
 from sb3_r2po.llm.resolve import StringForm, make_backend, reserved_prefix
 

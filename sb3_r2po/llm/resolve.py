@@ -34,9 +34,7 @@ class StringForm:
     example: str
     matches: Callable[[str], bool]
     build: Callable[[str], ChatBackend]
-    check: Callable[[str], None] | None = None
-    """Raise ``ValueError`` saying what is wrong with a matched string that cannot be built; cheap and offline.
-    :func:`check_llm_spec` and :func:`make_backend` run it before building."""
+    check: Callable[[str], None] | None = None  # raises ValueError for a matched string that cannot be built (offline)
 
 
 def reserved_prefix(prefix: str, *, ignore_case: bool = False) -> Callable[[str], bool]:
@@ -113,8 +111,7 @@ def _build_import(spec: str) -> ChatBackend:
     return as_backend(obj)
 
 
-_URL_RE = re.compile(r"https?://", re.IGNORECASE)
-"""The start of a server URL: a string that starts so is the URL form (checked in full by its check)."""
+_URL_RE = re.compile(r"https?://", re.IGNORECASE)  # a string that starts so is the URL form (checked in full by its check)
 _HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
 _PATH_RE = re.compile(r"^(/|\./|\.\./|~/|~$|\.$)")
 
@@ -150,8 +147,7 @@ URL_FORM = StringForm(
     lambda s: _URL_RE.match(s) is not None,
     _build_openai,
     _check_openai,
-)
-"""The form of an OpenAI-compatible server's URL: the first form after the reserved prefixes."""
+)  # the first form after the reserved prefixes
 
 STRING_FORMS: list[StringForm] = [
     StringForm("example[:seed]", "example:0", reserved_prefix("example"), _build_example, _check_example),
@@ -177,17 +173,12 @@ STRING_FORMS: list[StringForm] = [
 """The accepted string forms, tried in order. Backends add theirs with :func:`register_string_form`."""
 
 
-def register_string_form(form: StringForm, *, first: bool = False, before: str | None = None) -> None:
-    """Add an accepted ``llm`` string form: last, first (``first=True``), or before the form named ``before``."""
-    if first:
-        STRING_FORMS.insert(0, form)
-    elif before is not None:
-        names = [known.name for known in STRING_FORMS]
-        if before not in names:
-            raise ValueError(f"no llm string form named {before!r}")
-        STRING_FORMS.insert(names.index(before), form)
-    else:
-        STRING_FORMS.append(form)
+def register_string_form(form: StringForm, *, before: str | None = None) -> None:
+    """Add an accepted ``llm`` string form: last, or before the form named ``before``."""
+    names = [known.name for known in STRING_FORMS]
+    if before is not None and before not in names:
+        raise ValueError(f"no llm string form named {before!r}")
+    STRING_FORMS.insert(len(names) if before is None else names.index(before), form)
 
 
 def as_backend(obj: Any) -> ChatBackend:
@@ -210,10 +201,7 @@ def make_backend(llm: str | ChatBackend | Callable[[list[dict[str, str]]], str])
         ``(messages) -> str``.
     :raises ValueError: for a string of no form, a reserved prefix with a bad argument, or an import that fails.
     """
-    if not isinstance(llm, str):
-        return as_backend(llm)
-    form = _checked_form(llm)
-    return form.build(llm.strip())
+    return _checked_form(llm).build(llm.strip()) if isinstance(llm, str) else as_backend(llm)
 
 
 def _accepted_forms() -> str:
@@ -239,11 +227,7 @@ def check_llm_spec(llm: Any) -> None:
         as_backend(llm)
 
 
-IMPORT_FORM = "package.module:attribute"
-"""The name of the form that imports a module named in the string."""
-
-
 def imports_a_module(spec: str) -> bool:
     """Whether the ``llm`` string ``spec`` has the ``package.module:attribute`` form: building it imports a module."""
     form = next((form for form in STRING_FORMS if form.matches(spec)), None)
-    return form is not None and form.name == IMPORT_FORM
+    return form is not None and form.build is _build_import

@@ -1,17 +1,14 @@
 """A chat backend running a Hugging Face model in-process through a ``transformers`` text-generation pipeline.
 
-This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss-20b"``).
-
-- **Lazy**: the first :meth:`TransformersBackend.chat` loads the pipeline; before any download or load, a model known
-  to be too large for the machine raises :class:`~sb3_r2po.llm.base.LLMBackendError` naming the alternatives
-  (``memory_check=False`` skips it).
-- **Harmony**: the answer is the final channel of the raw text; a final channel cut off by the budget is a cut-off
-  reply; a reply without one is retried once with a larger budget (``retry_budget_factor``) and one step lower
-  effort, then returned without an answer (counted in ``stats["no_final"]``). The reasoning effort is a chat-template
-  variable. ``<|return|>`` and ``<|call|>`` are stop tokens.
-- **Batching**: :meth:`TransformersBackend.chat_batch` is one ``generate`` call (left padding).
-- **Accounting**: prompt tokens (the rendered template), completion tokens (re-tokenized, padding removed) and the
-  wall time of the generate call; a retried reply reports the sum of both attempts.
+This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss-20b"``). The first
+:meth:`TransformersBackend.chat` loads the pipeline; before any download or load, a model known to be too large for
+the machine raises :class:`~sb3_r2po.llm.base.LLMBackendError` naming the alternatives (``memory_check=False`` skips
+it). Harmony: the answer is the final channel of the raw text; a final channel cut off by the budget is a cut-off
+reply; a reply without one is retried once with a larger budget and one step lower effort, then returned without an
+answer (``stats["no_final"]``). The reasoning effort is a chat-template variable; ``<|return|>`` and ``<|call|>`` are
+stop tokens. :meth:`TransformersBackend.chat_batch` is one ``generate`` call (left padding). Accounting: prompt tokens
+(the rendered template), completion tokens (re-tokenized, padding removed) and the wall time of the generate call,
+summed over both attempts of a retried reply.
 """
 
 from __future__ import annotations
@@ -28,14 +25,7 @@ from typing import Any
 
 from sb3_r2po.common.parsing import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
-from sb3_r2po.llm.harmony import (
-    HARMONY_STOP_TOKENS,
-    check_reasoning_effort,
-    cut_off_reply,
-    lower_effort,
-    retry_budget,
-    without_answer,
-)
+from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, check_reasoning_effort, cut_off_reply, retry_request, without_answer
 
 DEFAULT_MODEL = "openai/gpt-oss-20b"
 
@@ -79,21 +69,15 @@ def required_gpu_memory_gb(model: str) -> float | None:
     return None
 
 
-def largest_cuda_memory_gb() -> float:
-    """Total memory (GB) of the largest visible CUDA device; 0 when there is none."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return 0.0
-    return max(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())) / 1e9
-
-
 def check_model_fits(model: str) -> None:
     """Raise :class:`LLMBackendError` when ``model`` is known to need more GPU memory than any CUDA device has."""
     need = required_gpu_memory_gb(model)
     if need is None:
         return
-    have = largest_cuda_memory_gb()
+    import torch
+
+    devices = range(torch.cuda.device_count()) if torch.cuda.is_available() else ()
+    have = max((torch.cuda.get_device_properties(i).total_memory / 1e9 for i in devices), default=0.0)
     if have >= need:
         return
     found = "no CUDA device was found" if have == 0 else f"the largest CUDA device has {have:.1f} GB"
@@ -172,8 +156,8 @@ class TransformersBackend(TransientState):
         self.trust_remote_code = trust_remote_code
         self.model_kwargs = dict(model_kwargs or {})
         self.generate_kwargs = dict(generate_kwargs or {})
+        # replies asked for, ``generate`` calls, retries, replies still without a (complete) final channel
         self.stats: dict[str, int] = {"calls": 0, "generate_calls": 0, "retries": 0, "no_final": 0}
-        """Counters: replies asked for, ``generate`` calls, retries, replies still without a (complete) final channel."""
         self._pipe: Any = None
         self._stop_ids: list[int] | None = None
         self._lock = threading.Lock()
@@ -269,19 +253,17 @@ class TransformersBackend(TransientState):
         prompt_tokens = [self._count_prompt(c, effort) for c in convs]
         completion_tokens = [self._count_completion(r) for r in raw]
         spent = [seconds] * len(convs)
-
         missing = [i for i, text in enumerate(raw) if not final_channel(text)]  # no answer begun (a cut one is read)
-        if missing and self.retry_budget_factor > 0:
+        retry = retry_request(effort, self.max_new_tokens, self.retry_budget_factor, self.retry_lower_effort)
+        if missing and retry is not None:
             self.stats["retries"] += len(missing)
-            effort2 = lower_effort(effort) if self.retry_lower_effort else effort
-            budget = retry_budget(self.max_new_tokens, self.retry_budget_factor)
+            effort2, budget = retry[0], retry[1] or self.max_new_tokens  # a budget is always given here
             raw2, seconds2 = self._generate([convs[i] for i in missing], effort2, budget, temperature)
             for i, text in zip(missing, raw2, strict=True):
                 raw[i] = text
                 prompt_tokens[i] += self._count_prompt(convs[i], effort2)
                 completion_tokens[i] += self._count_completion(text)
                 spent[i] += seconds2
-
         replies: list[ChatReply] = []
         for text, p_tok, c_tok, sec in zip(raw, prompt_tokens, completion_tokens, spent, strict=True):
             final = complete_answer(text)
@@ -305,10 +287,9 @@ class TransformersBackend(TransientState):
     ) -> tuple[list[str], float]:
         pipe = self.pipeline
         gen: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": pipe.tokenizer.pad_token_id}
-        if temperature and temperature > 0:
-            gen.update(do_sample=True, temperature=float(temperature))
-        else:
-            gen.update(do_sample=False)
+        gen["do_sample"] = bool(temperature and temperature > 0)
+        if gen["do_sample"]:
+            gen["temperature"] = float(temperature)
         if self._stop_ids:
             gen["eos_token_id"] = list(self._stop_ids)
         gen.update(self.generate_kwargs)
@@ -387,12 +368,8 @@ def _stop_token_ids(pipe: Any) -> list[int] | None:
     harmony = [vocab[t] for t in HARMONY_STOP_TOKENS if t in vocab]
     if not harmony:
         return None
-    ids: list[int] = []
     eos = getattr(getattr(pipe.model, "generation_config", None), "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.append(eos)
-    elif isinstance(eos, (list, tuple)):
-        ids.extend(int(i) for i in eos)
+    ids = [eos] if isinstance(eos, int) else [int(i) for i in eos] if isinstance(eos, (list, tuple)) else []
     if tok.eos_token_id is not None:
         ids.append(int(tok.eos_token_id))
     ids.extend(harmony)

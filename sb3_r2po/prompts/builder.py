@@ -150,13 +150,10 @@ class PromptContext:
 def template_environment(template_dir: str | None = None) -> jinja2.Environment:
     """The Jinja2 environment of the packaged templates, or of the absolute ``template_dir`` (whose templates are
     reloaded when their file changes); one per directory in a process."""
-    loader: jinja2.BaseLoader
-    if template_dir is None:
-        loader = jinja2.PackageLoader("sb3_r2po", "prompts/templates")
-    else:
-        loader = jinja2.FileSystemLoader(template_dir)
     env = jinja2.Environment(
-        loader=loader,
+        loader=jinja2.PackageLoader("sb3_r2po", "prompts/templates")
+        if template_dir is None
+        else jinja2.FileSystemLoader(template_dir),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         trim_blocks=True,

@@ -20,17 +20,10 @@ from sb3_r2po.r2po.policies import CompactPolicy
 from sb3_r2po.variants import Variant, get_variant
 from sb3_r2po.zoo.settings import WITHOUT_TABLE
 
-ON_UNUSABLE_REPLY = ("rerun", "reask")
-"""What an unusable reply leads to: the reference's rerun of the iteration, or our re-ask and fallback."""
-
-REPLY_READINGS = ("reference", "last_vector")
-"""How replies are read: as the reference's agent of the variant reads them, or our last complete vector."""
-
-TAU_C_MARGIN = 0.05
-"""When ``tau_c`` is derived from the target: ``tau_c = target - TAU_C_MARGIN * |target|``."""
-
-SettingsSource = Literal["given", "reference", "derived"]
-"""Where a setting came from: the constructor's argument, the settings table, or R2PO's derivation."""
+ON_UNUSABLE_REPLY = ("rerun", "reask")  # the reference's rerun of the iteration, or our re-ask and fallback
+REPLY_READINGS = ("reference", "last_vector")  # as the reference's agent of the variant, or our last complete vector
+TAU_C_MARGIN = 0.05  # a derived tau_c: target - TAU_C_MARGIN * |target|
+SettingsSource = Literal["given", "reference", "derived"]  # the constructor's argument, the settings table, or derived
 
 
 def check_int(name: str, value: Any, low: int, optional: bool = False) -> None:
@@ -235,10 +228,7 @@ class R2POSettings:
 
 
 SETTINGS = tuple(f.name for f in dataclasses.fields(R2POSettings))
-"""The names of :class:`R2POSettings`' fields."""
-
-FLAGS = tuple(f.name for f in dataclasses.fields(R2POSettings) if f.type == "bool")
-"""R2PO's on/off options."""
+FLAGS = tuple(f.name for f in dataclasses.fields(R2POSettings) if f.type == "bool")  # R2PO's on/off options
 
 
 def resolve_settings(

@@ -171,6 +171,9 @@ class VectorPolicy(CompactPolicy):
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
         return self.actor(self.get_flat() if params is None else params)(observations)
 
+    def _theta(self, params: np.ndarray | None) -> np.ndarray:
+        return self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
+
     def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
         """:meth:`outputs`, then the actions (``clip=False``: a ``Box`` action is ``y`` itself, not clipped)."""
         outputs, to_actions = self.outputs(params), _to_actions(self.action_space, clip, self.squash_output)
@@ -216,21 +219,13 @@ class LinearPolicy(VectorPolicy):
 
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(W, b)`` of shape ``(obs_dim, act_dim)`` and ``(act_dim,)`` (zeros without ``with_bias``) from a flat vector."""
-        theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
-        split = self.obs_dim * self.act_dim
-        return theta[:split].reshape(self.obs_dim, self.act_dim), theta[split:] if self.with_bias else np.zeros(self.act_dim)
+        return _split(self._theta(params), self.obs_dim, self.act_dim, self.with_bias, self.act_dim)
 
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         """``y`` of ``params``: the C-contiguous float64 features (whatever the input's layout) times ``W``, plus ``b``."""
         w, b = (x.copy() for x in self.weights(params))
         features = _features(self.observation_space, self.obs_dim)
-
-        def linear(observations: np.ndarray) -> np.ndarray:
-            y = features(observations) @ w
-            y += b
-            return y
-
-        return linear
+        return lambda observations: features(observations) @ w + b
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         n, m = self.obs_dim, self.act_dim
@@ -246,12 +241,15 @@ class LinearPolicy(VectorPolicy):
             f"Layout: params[i * {m} + j] = W[i][j] (the weight from {x}[i] to y[j]){bias}",
         ]
         for i, name in enumerate(names):
-            idx = ", ".join(f"params[{i * m + j}]" for j in range(m))
-            lines.append(f"- {idx}: W[{i}] (weights of {name})")
+            lines.append(f"- {', '.join(f'params[{i * m + j}]' for j in range(m))}: W[{i}] (weights of {name})")
         if self.with_bias:
-            idx = ", ".join(f"params[{n * m + j}]" for j in range(m))
-            lines.append(f"- {idx}: b (bias)")
+            lines.append(f"- {', '.join(f'params[{n * m + j}]' for j in range(m))}: b (bias)")
         return tuple(lines)
+
+
+def _split(flat: np.ndarray, rows: int, cols: int, with_bias: bool, n_bias: int) -> tuple[np.ndarray, np.ndarray]:
+    """A ``(rows, cols)`` matrix (``flat``'s first values, row by row), then the bias: the rest, or ``n_bias`` zeros."""
+    return flat[: rows * cols].reshape(rows, cols), flat[rows * cols :] if with_bias else np.zeros(n_bias)
 
 
 def _features(observation_space: spaces.Space, obs_dim: int) -> Callable[[np.ndarray], np.ndarray]:
@@ -382,13 +380,11 @@ def _to_actions(action_space: spaces.Space, clip: bool, squash: bool = False) ->
         start = int(action_space.start)
         return lambda y: y.argmax(axis=1) + start
     assert isinstance(action_space, spaces.Box)
+    dtype, shape = action_space.dtype, action_space.shape
     if squash:
         bottom, top = action_space.low.reshape(-1), action_space.high.reshape(-1)
-        dtype, shape = action_space.dtype, action_space.shape
         return lambda y: (bottom + (0.5 * (np.tanh(y) + 1.0) * (top - bottom))).astype(dtype).reshape(-1, *shape)
-    low = action_space.low.reshape(-1).astype(np.float64)
-    high = action_space.high.reshape(-1).astype(np.float64)
-    dtype, shape = action_space.dtype, action_space.shape
+    low, high = action_space.low.reshape(-1).astype(np.float64), action_space.high.reshape(-1).astype(np.float64)
     return lambda y: (y.clip(low, high) if clip else y).astype(dtype).reshape(-1, *shape)
 
 
@@ -504,23 +500,16 @@ class ProjectedMlpPolicy(FixedMatrixPolicy):
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The decoded ``(W1, b1, W2, b2)`` of shapes ``(obs_dim, hidden_dim)``, ``(hidden_dim,)``, ``(hidden_dim, act_dim)``
         and ``(act_dim,)`` (zero biases without ``bias``) from a flat latent vector."""
-        theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
-        z1, z2 = theta[: self.latent_dim_layer1], theta[self.latent_dim_layer1 :]
-        decoded = []
-        layers = ((self.obs_dim, self.hidden_dim), (self.hidden_dim, self.act_dim))
-        for q, z, (n_in, n_out) in zip(self.fixed_matrices(), (z1, z2), layers, strict=True):
-            flat = self.decoded_weight_scale * (q @ z)
-            decoded += [flat[: n_in * n_out].reshape(n_in, n_out), flat[n_in * n_out :] if self.with_bias else np.zeros(n_out)]
-        return decoded[0], decoded[1], decoded[2], decoded[3]
+        theta = self._theta(params)
+        (q1, q2), (n, h, m) = self.fixed_matrices(), (self.obs_dim, self.hidden_dim, self.act_dim)
+        w1, b1 = _split(self.decoded_weight_scale * (q1 @ theta[: self.latent_dim_layer1]), n, h, self.with_bias, h)
+        w2, b2 = _split(self.decoded_weight_scale * (q2 @ theta[self.latent_dim_layer1 :]), h, m, self.with_bias, m)
+        return w1, b1, w2, b2
 
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         w1, b1, w2, b2 = self.weights(params)
         features = _features(self.observation_space, self.obs_dim)
-
-        def forward(observations: np.ndarray) -> np.ndarray:
-            return np.tanh(features(observations) @ w1 + b1) @ w2 + b2
-
-        return forward
+        return lambda observations: np.tanh(features(observations) @ w1 + b1) @ w2 + b2
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """The network and the opaque latent vector, as the reference's prompts give them (no projections shown)."""
@@ -593,21 +582,16 @@ class RandomFeaturesPolicy(FixedMatrixPolicy):
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The readout ``(theta, bias)`` of shapes ``(act_dim, hidden_dim)`` and ``(act_dim,)`` (zeros without
         ``with_bias``)."""
-        flat = self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
-        split = self.act_dim * self.hidden_dim
-        return flat[:split].reshape(self.act_dim, self.hidden_dim), flat[split:] if self.with_bias else np.zeros(self.act_dim)
+        return _split(self._theta(params), self.act_dim, self.hidden_dim, self.with_bias, self.act_dim)
 
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
         theta, bias = self.weights(params)
         readout, offset = self.output_gain * theta.T, self.output_gain * bias
         r, c = (x.copy() for x in self.fixed_matrices())
         features, scale, limit = _features(self.observation_space, self.obs_dim), self.obs_scale, self.obs_clip
-
-        def forward(observations: np.ndarray) -> np.ndarray:
-            hidden = np.tanh(np.clip(features(observations) / scale, -limit, limit) @ r.T + c)
-            return hidden @ readout + offset
-
-        return forward
+        return lambda observations: (
+            np.tanh(np.clip(features(observations) / scale, -limit, limit) @ r.T + c) @ readout + offset
+        )
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """The fixed features, the readout and its layout, as the reference's prompts give them."""
@@ -631,16 +615,9 @@ class RandomFeaturesPolicy(FixedMatrixPolicy):
         return tuple(lines)
 
 
-MlpLinear = LinearPolicy
-Tabular = TabularPolicy
-ProjectedMlp = ProjectedMlpPolicy
-RandomFeatures = RandomFeaturesPolicy
-_SHORT: dict[str, type[BasePolicy]] = {
-    "MlpLinear": MlpLinear,
-    "Tabular": Tabular,
-    "ProjectedMlp": ProjectedMlp,
-    "RandomFeatures": RandomFeatures,
-}
+MlpLinear, Tabular, ProjectedMlp, RandomFeatures = LinearPolicy, TabularPolicy, ProjectedMlpPolicy, RandomFeaturesPolicy
+_SHORT: dict[str, type[BasePolicy]]
+_SHORT = {"MlpLinear": MlpLinear, "Tabular": Tabular, "ProjectedMlp": ProjectedMlp, "RandomFeatures": RandomFeatures}
 
 POLICY_ALIASES: dict[str, type[BasePolicy]] = {name: cls for short, cls in _SHORT.items() for name in (short, cls.__name__)}
 """The policy names ``R2PO`` accepts."""

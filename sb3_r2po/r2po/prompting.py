@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from sb3_r2po.common import finite
 from sb3_r2po.common.evidence import (
     EvidencePackage,
     ReferenceTrace,
@@ -21,7 +20,7 @@ from sb3_r2po.common.evidence import (
     render_excerpt,
     render_trajectory,
 )
-from sb3_r2po.common.rollouts import RolloutResult
+from sb3_r2po.common.rollouts import RolloutResult, finite_mean
 from sb3_r2po.prompts.builder import HistoryLine, PromptContext
 from sb3_r2po.prompts.tasks import describe_task
 from sb3_r2po.r2po.arguments import R2POSettings
@@ -33,8 +32,7 @@ from sb3_r2po.zoo.settings import default_history_excerpts
 REFERENCE_TRACES: dict[str, TraceStyle] = {"r2po": "chain", "three_traj": "ends", "rep_traj": "steps", "critic_only": "steps"}
 """The reference's trajectory format of each Critic template (see :data:`~sb3_r2po.common.evidence.TraceStyle`)."""
 
-Shown = tuple[tuple[np.ndarray, RolloutResult], ...]
-"""Candidates evaluated earlier in the running iteration, shown after the history (actor_second_pass)."""
+Shown = tuple[tuple[np.ndarray, RolloutResult], ...]  # candidates evaluated earlier in the iteration (actor_second_pass)
 
 
 class PromptView:
@@ -61,7 +59,7 @@ class PromptView:
         lines = self._history_lines(shown_entries, critic)
         n = len(history)
         lines += [
-            HistoryLine(self.format(p), finite.mean(res.returns), len(res.episodes), index=n + j, values=self.values(p))
+            HistoryLine(self.format(p), finite_mean(res.returns), len(res.episodes), index=n + j, values=self.values(p))
             for j, (p, res) in enumerate(shown)
         ]
         return PromptContext(

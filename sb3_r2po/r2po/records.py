@@ -10,18 +10,16 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from sb3_r2po.common import finite
 from sb3_r2po.common.evidence import success_tolerance
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.rollouts import RolloutResult
+from sb3_r2po.common.rollouts import RolloutResult, finite_mean, finite_std
 from sb3_r2po.llm.asking import Answer
 
 Kind = Literal["warmup", "given", "search", "critic", "fallback"]
 """Where a history entry's vector came from: a random warm-up draw, the user (``set_parameters()`` before ``learn()``,
 evaluated for K episodes), a Search or Critic reply, or the fallback."""
 
-Role = Literal["search", "critic"]
-"""The LLM role that answered."""
+Role = Literal["search", "critic"]  # the LLM role that answered
 
 RevisionStatus = Literal["none", "skipped", "failed", "declined", "interrupted", "kept", "rejected"]
 """What became of an iteration's second candidate: ``none`` (no second call), ``skipped`` (no budget left, or a callback
@@ -66,7 +64,7 @@ class Candidate:
     @property
     def mean_return(self) -> float:
         assert self.result is not None, "a candidate's mean return is known once it is evaluated"
-        return finite.mean(self.result.returns)
+        return finite_mean(self.result.returns)
 
     def to_dict(self) -> dict[str, Any]:
         """The history's ``search`` field: the iteration's first candidate."""
@@ -153,8 +151,8 @@ class HistoryEntry:
             "iteration": self.iteration,
             "kind": self.kept.kind,
             "params": floats(self.kept.params),
-            "mean_return": finite.mean(returns),
-            "std_return": finite.std(returns),
+            "mean_return": finite_mean(returns),
+            "std_return": finite_std(returns),
             "min_return": float(returns.min()),
             "max_return": float(returns.max()),
             "mean_length": float(np.mean([ep.length for ep in result.episodes])),

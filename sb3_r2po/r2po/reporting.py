@@ -20,8 +20,7 @@ from sb3_r2po.llm.asking import LLMCall
 from sb3_r2po.r2po.arguments import R2POSettings
 from sb3_r2po.r2po.records import Clock, best_record
 
-TEXT_ONLY = ("stdout", "log", "json", "csv")
-"""Logger formats that must not receive prompts, replies or histograms (TensorBoard only)."""
+TEXT_ONLY = ("stdout", "log", "json", "csv")  # logger formats that get no prompts, replies or histograms
 
 
 class Progress:

@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from sb3_r2po.common import finite
 from sb3_r2po.common.evidence import EvidencePackage
 from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.parsing import Reading
-from sb3_r2po.common.rollouts import RolloutResult
+from sb3_r2po.common.rollouts import RolloutResult, finite_mean
 from sb3_r2po.llm.asking import Answer, ask_for_params, ask_together
 from sb3_r2po.llm.base import ChatBackend, ChecksResources, Constrainable, Message, Preparable, log_progress
 from sb3_r2po.llm.resolve import make_backend
@@ -38,8 +37,7 @@ from sb3_r2po.r2po.records import Candidate, Clock, DiscardedAttempt, Revision, 
 from sb3_r2po.r2po.reporting import call_line
 from sb3_r2po.variants import SearchMode, Variant
 
-Check = Callable[[np.ndarray], "str | None"]
-"""Extra validation of a parsed vector: an error to state in a re-ask, or ``None``."""
+Check = Callable[[np.ndarray], "str | None"]  # extra validation of a parsed vector: an error to state in a re-ask
 
 LLM_STATS = ("calls", "parse_failures", "fallbacks", "seconds", "prompt_tokens", "completion_tokens", "prompt_tokens_cached")
 """The keys of ``R2PO.llm_stats`` (``discarded_attempts`` and ``discarded_episodes`` appear at the first discarded
@@ -310,14 +308,12 @@ class SearchPattern:
     """One Search proposal, then its Critic revision when the variant has a Critic (``one``)."""
 
     first_role: Role = "search"  # the role whose reply is the iteration's first candidate
+    second_role: Role | None = "critic"  # the role asked for a second candidate (the Critic: when the variant has one)
 
     def __init__(self, variant: Variant) -> None:
         self.variant = variant
-
-    @property
-    def challenger(self) -> Role | None:
-        """The role asked for a second candidate (``None``: one candidate per iteration)."""
-        return None if self.variant.critic is None else "critic"
+        critic_missing = self.second_role == "critic" and variant.critic is None
+        self.challenger: Role | None = None if critic_missing else self.second_role  # None: one candidate per iteration
 
     def propose(self, roles: LLMRoles, start: Start) -> Answer:
         """Step 1: the first candidate's answer."""
@@ -349,13 +345,11 @@ class PairedSearch(SearchPattern):
     the reference asks both before it evaluates either, so that an unusable second proposal discards the iteration
     before its first K episodes run, with ``on_unusable_reply="rerun"``); keep the best."""
 
+    second_role: Role | None = "search"
+
     def __init__(self, variant: Variant) -> None:
         super().__init__(variant)
         self._spare: Answer | None = None
-
-    @property
-    def challenger(self) -> Role | None:
-        return "search"
 
     def propose(self, roles: LLMRoles, start: Start) -> Answer:
         self._spare = None
@@ -379,9 +373,7 @@ class PairedSearch(SearchPattern):
 class SecondPass(SearchPattern):
     """actor_second_pass: a second Search proposal that sees the first one evaluated; keep the best."""
 
-    @property
-    def challenger(self) -> Role | None:
-        return "search"
+    second_role: Role | None = "search"
 
     def challenge(self, roles: LLMRoles, first: Candidate) -> Answer:
         assert first.result is not None
@@ -392,16 +384,12 @@ class CriticOnly(SearchPattern):
     """critic_only: the Critic revises the last history entry from its representative episode; always kept."""
 
     first_role: Role = "critic"
-
-    @property
-    def challenger(self) -> Role | None:
-        return None
+    second_role: Role | None = None
 
     def propose(self, roles: LLMRoles, start: Start) -> Answer:
         history = roles.history
         if not history:  # no warm-up: the reference asks with an empty history and no trace
-            size = roles.space.size
-            return roles.revise(np.zeros(size), 0.0, 0, roles.view.evidence(None), roles.not_new())
+            return roles.revise(np.zeros(roles.space.size), 0.0, 0, roles.view.evidence(None), roles.not_new())
         last = history[-1]
         result = start.last_result if _holds(start.last_result, last) else None  # not saved: lost after a load
         params, evidence = np.asarray(last["params"]), roles.view.evidence(result)
@@ -435,4 +423,4 @@ def _holds(result: RolloutResult | None, record: dict[str, Any]) -> bool:
     """Whether ``result`` holds the episodes of history ``record``."""
     if result is None or len(result.episodes) != record["n_episodes"]:
         return False
-    return bool(np.isclose(finite.mean(result.returns), record["mean_return"]))
+    return bool(np.isclose(finite_mean(result.returns), record["mean_return"]))

@@ -1,18 +1,18 @@
 """
 RL Zoo integration: ``python -m sb3_r2po.zoo train|enjoy|plot_train|plot_from_file|all_plots ...``.
 
-The zoo has no plug-in mechanism: its algorithms live in one dict, ``rl_zoo3.utils.ALGOS``, that every zoo module
-imports by name, so :func:`register_r2po` adds R2PO to it in place (and to any module holding another ``ALGOS``),
-makes the zoo resolve an R2PO entry's ``variants:`` (:mod:`sb3_r2po.zoo.settings`) and prepares ``-optimize``
-(:data:`SEARCH_SPACE`, :mod:`sb3_r2po.zoo.optimize`). The entry point imports :mod:`sb3_r2po` (the custom
-envs); for ``train`` without ``-conf``/``--conf-file`` it adds our ``r2po.yml`` for ``--algo r2po``, and our
-``<algo>.yml`` for another algorithm when that file has an entry for the ``--env`` id (read as the zoo's parser reads
-them, abbreviations and ``--option=value`` included); for ``plot_train``/``all_plots`` it rewrites ``-e/--env`` ids to
-the zoo's folder names (``R2PO/Nim-v0`` -> ``R2PO-Nim-v0``). Nothing here imports ``rl_zoo3`` at import time.
+The zoo keeps its algorithms in one dict, ``rl_zoo3.utils.ALGOS``, imported by name by every zoo module:
+:func:`register_r2po` adds R2PO to each copy, makes the zoo resolve an R2PO entry's ``variants:``
+(:mod:`sb3_r2po.zoo.settings`) and prepares ``-optimize`` (:data:`SEARCH_SPACE`, :mod:`sb3_r2po.zoo.optimize`).
+``train`` without ``-conf``/``--conf-file`` gets our ``r2po.yml`` for ``--algo r2po``, and our ``<algo>.yml`` when it
+has an entry for the ``--env`` id (options read as the zoo's parser reads them); ``plot_train``/``all_plots`` get
+``-e/--env`` ids as the zoo's folder names (``R2PO/Nim-v0`` -> ``R2PO-Nim-v0``). Nothing here imports ``rl_zoo3`` at
+import time.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
@@ -42,8 +42,6 @@ SEARCH_SPACE: dict[str, list[Any]] = {
 }
 """The R2PO hyperparameters ``-optimize`` samples (:func:`sample_r2po_params`) and their choices; the paper's values are
 among them. What is not sampled comes from ``r2po.yml`` and ``--hyperparams``."""
-
-_CONF_FLAGS = ("-conf", "--conf-file")
 
 
 def config_dir() -> Path:
@@ -133,33 +131,6 @@ def _is_r2po(algo: str) -> bool:
     return isinstance(algo_class, type) and issubclass(algo_class, R2PO)
 
 
-def _matches(token: str, flags: Sequence[str], long_flag: str) -> bool:
-    return token in flags or (token.startswith("--") and len(token) >= 3 and long_flag.startswith(token))
-
-
-def _given(argv: Sequence[str], flags: Sequence[str], long_flag: str) -> bool:
-    """Whether an option is given (``--flag=value`` and argparse's long-option prefixes count)."""
-    for token in argv:
-        if token == "--":
-            break
-        if _matches(token.split("=", 1)[0], flags, long_flag):
-            return True
-    return False
-
-
-def _value(argv: Sequence[str], flags: Sequence[str], long_flag: str, default: str) -> str:
-    """An option's value as the zoo's parser reads it (``--flag v``, ``--flag=v``, prefixes; the last one wins)."""
-    value = default
-    tokens = iter(argv)
-    for token in tokens:
-        if token == "--":
-            break
-        option, sep, inline = token.partition("=")
-        if _matches(option, flags, long_flag):
-            value = inline if sep else next(tokens, value)
-    return value
-
-
 def resolve_train_args(argv: Sequence[str]) -> list[str]:
     """
     Add ``--conf-file`` to the zoo's ``train`` arguments where we ship the hyperparameters (see the module docstring);
@@ -169,10 +140,17 @@ def resolve_train_args(argv: Sequence[str]) -> list[str]:
     :return: The arguments to pass to the zoo.
     """
     argv = list(argv)
-    if _given(argv, _CONF_FLAGS, "--conf-file"):
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)  # the zoo's options we read, its defaults
+    parser.add_argument("--algo", default="ppo")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("-conf", "--conf-file")
+    try:
+        given = parser.parse_known_args(argv)[0]
+    except argparse.ArgumentError:  # e.g. --algo without a value: the zoo's parser says so
         return argv
-    algo = _value(argv, ("--algo",), "--algo", "ppo")  # the zoo's defaults
-    env_id = _value(argv, ("--env",), "--env", "CartPole-v1")
+    if given.conf_file is not None:
+        return argv
+    algo, env_id = given.algo, given.env
     conf = config_file(algo) if algo == ALGO_NAME or env_id in config_env_ids(algo) else None
     return argv if conf is None else ["--conf-file", str(conf), *argv]
 

@@ -107,13 +107,9 @@ def read_entries(path: str | Path) -> dict[str, Any]:
     return _read_entries(str(path), Path(path).stat().st_mtime_ns)
 
 
-def _table() -> dict[str, Any]:
-    return read_entries(SETTINGS_FILE)
-
-
 def reference_env_ids() -> list[str]:
     """The env ids the table has an entry for (``default`` excluded)."""
-    return [str(env_id) for env_id in _table() if env_id != "default"]
+    return [str(env_id) for env_id in read_entries(SETTINGS_FILE) if env_id != "default"]
 
 
 def reference_settings(env_id: str | None, variant: str, policy: str | None = None) -> dict[str, Any] | None:
@@ -126,7 +122,7 @@ def reference_settings(env_id: str | None, variant: str, policy: str | None = No
     :return: The :data:`REFERENCE_KEYS` the entry sets (a ``None`` value: the table leaves it to R2PO's derivation),
         plus ``env_kwargs`` when the entry has them; ``None`` for an env the table has no entry for.
     """
-    entry = _table().get(env_id) if env_id not in (None, "default") else None
+    entry = read_entries(SETTINGS_FILE).get(env_id) if env_id not in (None, "default") else None
     if not isinstance(entry, Mapping):
         return None
     settings, _ = apply_variant(entry, variant, policy=policy)
