@@ -12,7 +12,7 @@ One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs 
     kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision (r2po/records.py)
     history.append(kept)                                 # 7. R2PO._commit; the run saved by r2po/run_state.py
 
-An iteration runs 18 files of the package, at most 6 calls deep from ``learn`` to the env (checked by
+An iteration runs 16 files of the package, at most 6 calls deep from ``learn`` to the env (checked by
 the structure tests).
 The settings are one :class:`~sb3_r2po.r2po.arguments.R2POSettings` (``model.settings``); the variants are data
 (:mod:`sb3_r2po.variants`). Not "R²PO, Residual Rollout Policy Optimization".
