@@ -170,14 +170,14 @@ def test_a_run_directory_is_created_locked_and_checked(tmp_path: Path) -> None:
     assert state.transcript_calls == 0
     state.close()
     assert not state.locked
-    state.acquire([])  # the next learn(): locked and counted again (another run recorded a call meanwhile)
+    state.acquire([])  # the next learn() locks the directory again
     assert state.locked
     state.close()
     other = RunState()
     other.open(reply, run, [])
     other.transcript.chat([{"role": "user", "content": "y"}])
     other.close()
-    state.acquire([])
+    state.acquire([])  # and counts the calls another run recorded meanwhile
     assert state.locked and state.transcript_calls == 1
     assert state.open(reply, None, []) is reply and state.transcript is None and state.transcript_calls is None
     assert not state.locked  # no directory: the lock is released

@@ -205,6 +205,7 @@ class EpisodeCap(TimeLimit):
         self.cap, self.steps = max_episode_steps, 0
 
     def reset(self, **kwargs: Any) -> Any:
+        """Reset the env and the episode's step count."""
         self.steps = 0
         return super().reset(**kwargs)
 
