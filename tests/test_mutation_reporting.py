@@ -292,8 +292,10 @@ def test_with_progress_bar_adds_the_budget_bar_to_the_given_callbacks() -> None:
     assert with_progress_bar(given, False, plan) is given
     (bar,) = with_progress_bar(None, True, plan)
     assert isinstance(bar, BudgetProgressBar) and bar.plan is plan
-    first, converted, bar = with_progress_bar([given, lambda _l, _g: True], True, plan)
+    calls: list[dict] = []
+    first, converted, bar = with_progress_bar([given, lambda local, _g: calls.append(local) or True], True, plan)
     assert first is given and isinstance(converted, ConvertCallback) and isinstance(bar, BudgetProgressBar)
+    assert converted.callback is not None and converted.callback({"step": 1}, {}) and calls == [{"step": 1}]
     one, bar = with_progress_bar(given, True, plan)
     assert one is given and isinstance(bar, BudgetProgressBar)
 
