@@ -192,3 +192,21 @@ def test_a_cut_off_output_as_raw_harmony_and_the_complete_answer() -> None:
     for no_final in ("analysisthinking", "<|channel|>analysis<|message|>a<|end|>"):
         assert as_cut_off(no_final) == no_final and complete_answer(no_final) is None
     assert complete_answer("<|channel|>final<|message|>x<|return|>") == "x" and complete_answer("params: [1]") == "params: [1]"
+
+
+@pytest.mark.parametrize(
+    ("reading", "expected"),
+    [("first", [1.0, 2.0, 3.0]), ("last", [4.0, 5.0, 3.0]), ("last_vector", [4.0, 5.0, 3.0])],
+)
+def test_listed_vectors_are_read_by_their_occurrence(reading: str, expected: list[float]) -> None:
+    """Three listed vectors: the first reading takes the first, the last and last-vector readings the last (by position,
+    not by the text of the match)."""
+    reply = "params: [1, 2, 3]\nor params: [0.5, 0.5, 0.5]\nfinally params: [4, 5, 3]"
+    result = parse_params(reply, SPACE, reading)  # type: ignore[arg-type]
+    assert result.params is not None and list(result.params) == expected
+
+
+def test_a_listed_vector_after_an_indexed_block_wins_the_last_vector_reading() -> None:
+    reply = "params[0]: 1, params[1]: 1, params[2]: 1\nparams: [2, 2, 2]"
+    result = parse_params(reply, SPACE, "last_vector")
+    assert result.params is not None and list(result.params) == [2.0, 2.0, 2.0]
