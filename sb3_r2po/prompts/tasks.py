@@ -35,6 +35,11 @@ class TaskDescription:
     episode_end: str
 
 
+_MOUNTAIN_CAR_STATE = (
+    "s[0]: position, in [-1.2, 0.6]; negative is left, positive is right",
+    "s[1]: velocity, in [-0.07, 0.07]; negative is to the left, positive to the right",
+)  # both MountainCar tasks
+
 DESCRIPTIONS: dict[str, TaskDescription] = {
     # Reference: env_descriptions/cartpole.j2 (its "18 parameters" is wrong: the policy has 10).
     "CartPole-v1": TaskDescription(
@@ -103,10 +108,7 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
             "A car is in a U-shaped valley. Reach the flag at the far right side of the hill: choose actions that get "
             "the car to the far right side as fast as possible."
         ),
-        observations=(
-            "s[0]: position, in [-1.2, 0.6]; negative is left, positive is right",
-            "s[1]: velocity, in [-0.07, 0.07]; negative is to the left, positive to the right",
-        ),
+        observations=_MOUNTAIN_CAR_STATE,
         actions=("0: accelerate to the left", "1: do not accelerate", "2: accelerate to the right"),
         reward="-1 for each step",
         episode_end="when the car reaches the flag at the far right side of the hill",
@@ -117,10 +119,7 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
             "A car is in a U-shaped valley, and a torque can be applied to it (negative to the left, positive to the "
             "right). Reach the flag at the far right side of the hill."
         ),
-        observations=(
-            "s[0]: position, in [-1.2, 0.6]; negative is left, positive is right",
-            "s[1]: velocity, in [-0.07, 0.07]; negative is to the left, positive to the right",
-        ),
+        observations=_MOUNTAIN_CAR_STATE,
         actions=("a[0]: torque applied to the car, continuous in [-1, 1]; negative to the left, positive to the right",),
         reward="-0.1 * a[0]^2 for each step, and +100 when the car reaches the goal",
         episode_end="when the car reaches the flag at the far right side of the hill",
