@@ -1,6 +1,6 @@
 """Mutation testing of the core modules, each against its own test files (docs/mutation.md).
 
-``python benchmarks/mutation.py evidence parsing --timeout 600`` copies the checkout (``sb3_r2po``, ``tests``,
+``python benchmarks/mutation.py rollouts parameters --timeout 600`` copies the checkout (``sb3_r2po``, ``tests``,
 ``benchmarks``, ``pyproject.toml``) to a temporary directory, narrows ``[tool.mutmut]`` there to one module and its test files
 (:data:`MODULES`), runs ``mutmut run`` under a wall-clock bound and prints, per module, the mutants generated, killed,
 survived and timed out, then the diff of every survivor. The checkout itself is never mutated (mutmut writes its
@@ -26,39 +26,35 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "records": (
-        "sb3_r2po/r2po/records.py",
+    "run_state": (  # the records (the former records.py) and the run directory
+        "sb3_r2po/r2po/run_state.py",
         [
             "tests/test_mutation_records.py",
             "tests/test_mutation_gaps.py",
+            "tests/test_mutation_run_state.py",
             "tests/test_run.py",
             "tests/test_prompts.py",
             "tests/test_prefix_reuse.py",
             "tests/test_save_load.py",
+            "tests/test_hostile_run_dirs.py",
+            "tests/test_resume.py",
+            "tests/test_honest_runs.py",
         ],
     ),
-    "evidence": (
-        "sb3_r2po/common/evidence.py",
+    "rollouts": (  # the rollouts and the evidence package (the former evidence.py)
+        "sb3_r2po/common/rollouts.py",
         [
             "tests/test_mutation_evidence.py",
             "tests/test_evidence.py",
             "tests/test_reference_prompts.py",
             "tests/test_prompts.py",
+            "tests/test_rollouts.py",
+            "tests/test_racing.py",
         ],
     ),
-    "parsing": (
-        "sb3_r2po/common/parsing.py",
+    "parameters": (  # the parameter space and reply parsing (the former parsing.py)
+        "sb3_r2po/common/parameters.py",
         ["tests/test_mutation_parsing.py", "tests/test_parsing.py", "tests/test_llm_harmony.py"],
-    ),
-    "run_state": (
-        "sb3_r2po/r2po/run_state.py",
-        [
-            "tests/test_mutation_run_state.py",
-            "tests/test_hostile_run_dirs.py",
-            "tests/test_resume.py",
-            "tests/test_honest_runs.py",
-            "tests/test_save_load.py",
-        ],
     ),
     "reporting": (
         "sb3_r2po/r2po/reporting.py",

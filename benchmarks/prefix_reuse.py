@@ -219,14 +219,14 @@ def shares_main(args: argparse.Namespace) -> None:
         chosen = ORDERS[order]
         original = history_module.shown_history
         if chosen is not None:  # the prompt view imports the function by name: replace it where it is used
-            import sb3_r2po.r2po.prompting as prompting
+            import sb3_r2po.r2po.roles as prompting
 
             prompting.shown_history = chosen  # type: ignore[assignment]
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 records = example_transcript(Path(tmp) / "run", args.preset, args.episodes, slack=slack)
         finally:
-            import sb3_r2po.r2po.prompting as prompting
+            import sb3_r2po.r2po.roles as prompting
 
             prompting.shown_history = original  # type: ignore[assignment]
         for start in (1, 5):

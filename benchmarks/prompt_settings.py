@@ -51,7 +51,7 @@ import numpy as np
 from sb3_r2po import R2PO
 from sb3_r2po.experiments import LockstepExecutor, ResultsStore, RunResult, RunSpec
 from sb3_r2po.prompts import prompt_preset
-from sb3_r2po.r2po.records import best_record
+from sb3_r2po.r2po.run_state import best_record
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "full": prompt_preset("full"),

@@ -5,7 +5,7 @@
 The reference's prompts are rendered from the reference implementation itself (``HWUDLabAIRoboticsResearch/R2PO``):
 its Jinja templates and its context-builder functions, read from a checkout (``--reference``) or extracted at run time
 from the bare mirror (``git archive`` of ``HEAD`` into a temporary directory), with the values its agents pass them.
-Ours come from R2PO's own prompt path (:class:`~sb3_r2po.r2po.prompting.PromptView` and
+Ours come from R2PO's own prompt path (:class:`~sb3_r2po.r2po.roles.PromptView` and
 :class:`~sb3_r2po.prompts.builder.PromptBuilder`) at the defaults.
 
 Situations: CartPole-v1, FrozenLake-v1 and MountainCarContinuous-v0 x variants r2po, props, three_traj, rep_traj and
@@ -42,8 +42,8 @@ import numpy as np
 from sb3_r2po import R2PO
 from sb3_r2po.common.rollouts import Episode, RolloutResult
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
-from sb3_r2po.r2po.prompting import PromptView
-from sb3_r2po.r2po.records import Clock
+from sb3_r2po.r2po.roles import PromptView
+from sb3_r2po.r2po.run_state import Clock
 
 MIRROR = Path("/work/.mirror/HWUDLabAIRoboticsResearch+R2PO/repo")
 K, WARMUP, ITERATIONS, PLANNED = 20, 20, (1, 50, 100), 100

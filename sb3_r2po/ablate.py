@@ -34,7 +34,7 @@ from sb3_r2po.experiments.runs import run_one as run_spec
 from sb3_r2po.experiments.stats import iteration_figures
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import make_backend
-from sb3_r2po.variants import VARIANTS
+from sb3_r2po.r2po.arguments import VARIANTS
 
 ZOO_STEP_KEYS = ("n_timesteps", "callback")  # read only by the zoo's step-horizon training; a run stops at max_episodes
 

@@ -8,8 +8,8 @@ import numpy as np
 from helpers import ScriptedLLM, vector
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.asking import MAX_ECHOED_REPLY_CHARS, ask_for_params, ask_together
 from sb3_r2po.llm.base import ChatReply, Message
+from sb3_r2po.r2po.roles import MAX_ECHOED_REPLY_CHARS, ask_for_params, ask_together
 
 SPACE = ParameterSpace(2, low=-5, high=5, decimals=1)
 PROMPT = [{"role": "system", "content": "sys"}, {"role": "user", "content": "propose"}]

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from sb3_r2po.common.evidence import (
+from sb3_r2po.common.rollouts import (
+    Episode,
     build_evidence,
     digits_apart,
     mean_closest_index,
@@ -11,7 +12,6 @@ from sb3_r2po.common.evidence import (
     sig,
     summarize,
 )
-from sb3_r2po.common.rollouts import Episode
 
 
 def episode(rewards: list[float], end: str = "terminated", obs_dim: int = 2) -> Episode:

@@ -3,7 +3,7 @@ show with R2PO's defaults, on a linear (CartPole-v1) and a tabular (FrozenLake-v
 with a scripted LLM; and each variant's calls, episodes and history entries per iteration (the reference's pattern).
 
 Which reference template each of ours follows: the Jinja comment at the top of every file in
-``sb3_r2po/prompts/templates``; the variants' choices: :mod:`sb3_r2po.variants`.
+``sb3_r2po/prompts/templates``; the variants' choices: :mod:`sb3_r2po.r2po.arguments`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.evidence import sig
+from sb3_r2po.common.rollouts import sig
 from sb3_r2po.llm.base import ChatReply
 from sb3_r2po.prompts.tasks import describe_task
-from sb3_r2po.variants import VARIANTS
+from sb3_r2po.r2po.arguments import VARIANTS
 from sb3_r2po.zoo.settings import reference_settings
 
 K = 3

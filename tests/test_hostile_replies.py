@@ -31,10 +31,9 @@ from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import MAX_REASON_CHARS, READINGS, ParseResult, bound_reason, parse_params
-from sb3_r2po.llm.asking import MAX_ECHOED_REPLY_CHARS, ask_for_params
+from sb3_r2po.common.parameters import MAX_REASON_CHARS, READINGS, ParameterSpace, ParseResult, bound_reason, parse_params
 from sb3_r2po.llm.base import Message
+from sb3_r2po.r2po.roles import MAX_ECHOED_REPLY_CHARS, ask_for_params
 
 SPACE = ParameterSpace(3, low=-6, high=6, decimals=1)
 ACTIONS = ParameterSpace(4, values=(0, 1, 2, 3))

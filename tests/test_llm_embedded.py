@@ -224,7 +224,7 @@ class _FakeLlama:
 def test_a_reply_cut_at_max_tokens_is_a_cut_off_reply(caplog: pytest.LogCaptureFixture) -> None:
     """A cut reply may end inside its last value (-1 of -1.75): it comes back as a cut-off reply, with a warning, whose
     unfinished line is never read (it fails to parse here)."""
-    from sb3_r2po.common.parsing import final_channel, final_is_truncated, parse_params
+    from sb3_r2po.common.parameters import final_channel, final_is_truncated, parse_params
 
     backend = EmbeddedBackend(max_tokens=16, n_threads=1, grammar=False, llama=_FakeLlama("params: [0.5, 2.25, -1", "length"))
     assert backend.loaded

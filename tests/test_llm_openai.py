@@ -27,8 +27,7 @@ from servers import SCRIPTED_MODEL, RealServer, Response, ScriptedServer, comple
 from tiny_gptoss import DEFAULT_FINAL, harmony_reply, tiny_model
 
 import sb3_r2po
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import final_channel, final_is_truncated, parse_params
+from sb3_r2po.common.parameters import ParameterSpace, final_channel, final_is_truncated, parse_params
 from sb3_r2po.llm.base import LLMBackendError
 from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, parse_server_url
 from sb3_r2po.llm.resolve import make_backend

@@ -26,8 +26,7 @@ from tiny_gptoss import (
 
 import sb3_r2po
 import sb3_r2po.llm.transformers_backend as tb
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import complete_answer, final_channel, final_is_truncated, parse_params
+from sb3_r2po.common.parameters import ParameterSpace, complete_answer, final_channel, final_is_truncated, parse_params
 from sb3_r2po.llm.base import ChatReply, LLMBackendError
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.llm.transformers_backend import TransformersBackend, required_gpu_memory_gb

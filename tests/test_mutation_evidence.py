@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sb3_r2po.common.evidence import (
+from sb3_r2po.common.rollouts import (
+    Episode,
     ReferenceTrace,
     RenderedTrajectory,
     build_evidence,
@@ -28,7 +29,6 @@ from sb3_r2po.common.evidence import (
     success_tolerance,
     summarize,
 )
-from sb3_r2po.common.rollouts import Episode
 
 INT = ReferenceTrace("chain", "int", "int", cap=1000)
 """A tabular env's chain: states and actions as integers."""

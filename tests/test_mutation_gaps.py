@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from sb3_r2po.common.evidence import success_tolerance
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.r2po.records import find, perturb_best, reached, shown_history
+from sb3_r2po.common.rollouts import success_tolerance
+from sb3_r2po.r2po.run_state import find, perturb_best, reached, shown_history
 
 SPACE = ParameterSpace(2, low=-5, high=5, decimals=1)
 

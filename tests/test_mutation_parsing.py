@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import (
+from sb3_r2po.common.parameters import (
     MAX_REASON_CHARS,
+    ParameterSpace,
     as_cut_off,
     before_final,
     bound_reason,

@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from sb3_r2po.common.evidence import success_tolerance
-from sb3_r2po.common.rollouts import Episode, RolloutResult
-from sb3_r2po.llm.asking import Answer, LLMCall
-from sb3_r2po.r2po.records import (
+from sb3_r2po.common.rollouts import Episode, RolloutResult, success_tolerance
+from sb3_r2po.r2po.roles import Answer, LLMCall
+from sb3_r2po.r2po.run_state import (
     Candidate,
     DiscardedAttempt,
     HistoryEntry,

@@ -18,9 +18,7 @@ from stable_baselines3.common.callbacks import ConvertCallback, StopTrainingOnMa
 from stable_baselines3.common.logger import Logger
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.asking import LLMCall
 from sb3_r2po.r2po.arguments import R2POSettings
-from sb3_r2po.r2po.records import Clock
 from sb3_r2po.r2po.reporting import (
     TEXT_ONLY,
     BudgetProgressBar,
@@ -31,6 +29,8 @@ from sb3_r2po.r2po.reporting import (
     warn_before_first_iteration,
     with_progress_bar,
 )
+from sb3_r2po.r2po.roles import LLMCall
+from sb3_r2po.r2po.run_state import Clock
 
 SPACE = ParameterSpace(2, low=-5, high=5, decimals=1)
 STATS = {"calls": 0, "seconds": 0.0, "prompt_tokens": 0, "completion_tokens": 0}

@@ -4,8 +4,7 @@ from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sb3_r2po.common.parameters import InvalidParameters, ParameterSpace
-from sb3_r2po.common.parsing import NO_FINAL_ANSWER, READINGS, parse_params
+from sb3_r2po.common.parameters import NO_FINAL_ANSWER, READINGS, InvalidParameters, ParameterSpace, parse_params
 from sb3_r2po.llm.harmony import without_answer
 
 SPACE = ParameterSpace(3, low=-6, high=6, decimals=1)

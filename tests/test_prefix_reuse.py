@@ -22,9 +22,8 @@ from stable_baselines3.common.logger import KVWriter, Logger
 from test_llm_embedded import needs_model
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.evidence import build_evidence
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.rollouts import Episode
+from sb3_r2po.common.rollouts import Episode, build_evidence
 from sb3_r2po.llm.base import ChatReply, Message
 from sb3_r2po.llm.embedded import EmbeddedBackend, PrefixStateCache, common_prefix, reused_tokens
 from sb3_r2po.llm.recording import ReplayBackend, read_records

@@ -7,13 +7,12 @@ import pytest
 from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.evidence import build_evidence, sig
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.rollouts import Episode
+from sb3_r2po.common.rollouts import Episode, build_evidence, sig
 from sb3_r2po.prompts import PROMPT_PRESETS, prompt_preset
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import TaskDescription
-from sb3_r2po.r2po.records import shown_history
+from sb3_r2po.r2po.run_state import shown_history
 
 
 def is_critic(prompt: str) -> bool:

@@ -18,8 +18,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from sb3_r2po.common.evidence import ReferenceTrace, reference_excerpt, reference_trajectory
-from sb3_r2po.common.rollouts import Episode
+from sb3_r2po.common.rollouts import Episode, ReferenceTrace, reference_excerpt, reference_trajectory
 
 BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "reference_prompts.py"
 ENVS = ("CartPole-v1", "FrozenLake-v1", "MountainCarContinuous-v0")

@@ -15,9 +15,16 @@ from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import as_cut_off, before_final, cut_off_lines, final_channel, final_is_truncated, parse_params
-from sb3_r2po.variants import VARIANTS
+from sb3_r2po.common.parameters import (
+    ParameterSpace,
+    as_cut_off,
+    before_final,
+    cut_off_lines,
+    final_channel,
+    final_is_truncated,
+    parse_params,
+)
+from sb3_r2po.r2po.arguments import VARIANTS
 
 ABLATIONS = ("pure_search", "actor_second_pass", "critic_only", "rep_traj", "always_critic", "three_traj")
 VECTOR = "params[0]: 0.0, params[1]: 0.0, params[2]: -2.0"  # W = 0, b = -2: the action is -2.0 in every state

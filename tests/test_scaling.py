@@ -24,8 +24,7 @@ pytest.importorskip("openai")
 from servers import real_tiny_server
 from tiny_gptoss import CARTPOLE_FINAL, tiny_model
 
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import parse_params
+from sb3_r2po.common.parameters import ParameterSpace, parse_params
 
 SEEDS = (1, 2)
 

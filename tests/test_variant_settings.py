@@ -27,8 +27,8 @@ import sb3_r2po
 from sb3_r2po import R2PO
 from sb3_r2po.ablate import run_one, run_settings
 from sb3_r2po.experiments.configs import episode_cap, r2po_entry
-from sb3_r2po.r2po.prompting import PromptView
-from sb3_r2po.variants import VARIANTS as VARIANT_SPECS
+from sb3_r2po.r2po.arguments import VARIANTS as VARIANT_SPECS
+from sb3_r2po.r2po.roles import PromptView
 from sb3_r2po.zoo import config_dir, config_file
 from sb3_r2po.zoo.settings import (
     HISTORY_EXCERPTS_KEY,

@@ -3,7 +3,7 @@ from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
 from sb3_r2po.diagnostics import salience_summary, salience_table
-from sb3_r2po.variants import VARIANTS
+from sb3_r2po.r2po.arguments import VARIANTS
 
 GOOD_CARTPOLE = vector(0, 0, 0, 0, 0, 1, 0, 1, 0, 0)  # push towards where the pole falls: long episodes
 EDITED_CARTPOLE = vector(0, 0, 0, 0, 0, 1, 0, 1.2, 0, 0)

@@ -21,7 +21,7 @@ if importlib.util.find_spec("rl_zoo3") is None:  # not importorskip: importing r
 
 import sb3_r2po
 from sb3_r2po import R2PO
-from sb3_r2po.variants import VARIANTS
+from sb3_r2po.r2po.arguments import VARIANTS
 from sb3_r2po.zoo import (
     config_dir,
     config_env_ids,

@@ -1,8 +1,40 @@
-"""The parameter space of a compact policy: what the LLM may propose, and how a proposal is made legal (clipped to
-``[low, high]`` and rounded to ``decimals``, or checked against a set of allowed values)."""
+"""The parameter space of a compact policy: what the LLM may propose, how a vector is written, how a reply is read
+back into one (:func:`parse_params`; parsed, never executed) and made legal (clipped to ``[low, high]`` and rounded to
+``decimals``, or checked against a set of allowed values).
+
+Reply forms: ``params[0]: v, ..., params[n-1]: v`` (``=`` also accepted) and ``params: [v0, ..., v(n-1)]`` (also as
+JSON); ``params`` must be a word of its own, Markdown emphasis or backticks around it or a value are ignored. Which
+values make the vector is the :data:`Reading`. In ``first_line`` and ``last_vector`` an indexed vector starts at every
+``params[0]`` and its indices must be ``0..n-1`` in order (decimal digits, at most :data:`MAX_INDEX_DIGITS`), except
+that commentary after a complete vector is ignored; a list may end with one trailing comma, an empty slot elsewhere
+is rejected.
+
+A value is what ``float()`` accepts after mapping Unicode minus signs to ``-`` and dropping one sentence-ending period;
+NaN and infinities are rejected, a finite-looking literal too large for a float is clipped to the bounds, and a value
+that opens quotes must close them. Decimal commas and thousands separators are rejected, never guessed (``0,5``,
+``1,000``, ``1 000`` after an indexed value; a comma between digits in a list that also separates values by ``", "``,
+or a value after a comma starting with ``0`` and a digit); a list written without spaces (``[1,2,3]``) is read value
+by value. The vector is then made legal by :meth:`ParameterSpace.project`.
+
+A reply without a final channel is rejected; a reply cut off at the token limit is read by its complete lines, as the
+reference does (``reject_cut_off=True``, ours, rejects it). :func:`parse_params` never raises; its reason is at most
+:data:`MAX_REASON_CHARS` characters and quotes at most :data:`MAX_QUOTED_CHARS` of the reply at a time (``repr``).
+Its time is linear in the reply's length.
+
+Where the answer is in a reply: the final channel of gpt-oss "harmony" output, raw
+(``<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>ANSWER<|return|>``) or
+flattened by a server that skips the special tokens (``analysis...assistantfinalANSWER``). Harmony output without a
+final channel is no answer (``None``); text that is not harmony output is its own answer. Flattened analysis is
+recognised by ``analysis`` (or ``assistantanalysis``) at the start directly followed by the reasoning (not by
+whitespace or ``:;,.!?-``, so a plain ``analysis: ...`` stays plain text).
+"""
 
 from __future__ import annotations
 
+import math
+import re
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -149,3 +181,398 @@ class ParameterSpace:
         if self.values is not None:
             return str(int(value))
         return f"{value:.{self.decimals}f}"
+
+
+MAX_REASON_CHARS = 400
+"""The longest failure reason :func:`parse_params` gives (cut by :func:`bound_reason`)."""
+MAX_QUOTED_CHARS = 40
+"""A reason quotes at most this much of one piece of the reply (a value, an index)."""
+MAX_INDEX_DIGITS = 9
+"""The most digits a readable ``params[i]`` index may have."""
+
+_MAX_LISTED_INDICES = 12
+
+_INDEXED = re.compile(r"(?<!\w)params\s*\[([^\[\],;]*)\][*`\s]*[:=]\s*([^\s,;\]\)]+)", re.I)
+_LISTED = re.compile(r"(?<!\w)params[\"'*`]*\s*[:=]\s*\[([^\[\]]*)\]", re.I)
+_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2013": "-", "\ufe63": "-", "\uff0d": "-"})
+_QUOTES = "\"'`*"
+_WORD = re.compile(r"[^\W\d_]{2,}")
+_NON_FINITE_WORDS = ("nan", "inf", "infinity")
+_GROUPED_AFTER_VALUE = re.compile(r"(?:,\d|[^\S\r\n]+\d)[\d.,]{0,20}")  # 0,5 / 1,000 / 1 000 after an indexed value
+_DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
+_COMMA_SPACE = re.compile(r",[^\S\r\n]")
+_COMMA_LEADING_ZERO = re.compile(r"\d,[^\S\r\n]*[-+]?0\d")
+
+_RAW_FINAL = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
+_RAW_FINAL_END = re.compile(
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>.*?(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+)
+_RAW_FINAL_START = re.compile(r"<\|channel\|>\s*final(?![A-Za-z0-9_])")
+_RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
+_FLAT_FINAL_MARK = "assistantfinal"
+_FLAT_ANALYSIS = re.compile(r"^\s*(?:assistant)?analysis[^\s:;,.!?\-]")
+_TRAILING_SPECIALS = ("<|return|>", "<|end|>", "<|call|>", "<|endoftext|>")
+
+
+def _without_trailing_specials(text: str) -> str:
+    """``text`` without the special tokens and whitespace at its end (in linear time)."""
+    end = len(text.rstrip())
+    while True:
+        while end and text[end - 1].isspace():
+            end -= 1
+        token = next((t for t in _TRAILING_SPECIALS if text.endswith(t, 0, end)), None)
+        if token is None:
+            return text[:end]
+        end -= len(token)
+
+
+def _is_raw(text: str) -> bool:
+    return any(m in text for m in _RAW_MARKERS)
+
+
+def is_harmony(text: str) -> bool:
+    """Whether ``text`` looks like harmony output (raw or flattened)."""
+    return _is_raw(text) or bool(_FLAT_ANALYSIS.match(text)) or _FLAT_FINAL_MARK in text
+
+
+def final_channel(text: str) -> str | None:
+    """The last final channel of harmony ``text``, stripped (``None``: there is none); other text unchanged."""
+    if _is_raw(text):
+        finals = _RAW_FINAL.findall(text)
+        return finals[-1].strip() if finals else None
+    if _FLAT_FINAL_MARK in text:
+        answer = text.rpartition(_FLAT_FINAL_MARK)[2]
+        return _without_trailing_specials(answer).strip()
+    if _FLAT_ANALYSIS.match(text):
+        return None
+    return text
+
+
+def final_is_truncated(text: str) -> bool:
+    """Whether raw harmony ``text`` ends inside its final channel (the token budget ran out while the answer was being
+    written); ``False`` for flattened and non-harmony text, which cannot tell."""
+    if not _is_raw(text):
+        return False
+    matches = list(_RAW_FINAL_END.finditer(text))
+    return bool(matches) and matches[-1].group(1) == ""
+
+
+def cut_off_lines(text: str) -> str:
+    """The complete lines of the cut-off last final channel of raw harmony ``text`` (up to its last line break)."""
+    last = None
+    for last in _RAW_FINAL_START.finditer(text):  # noqa: B007  (the last final channel is wanted)
+        pass
+    start = -1 if last is None else text.find("<|message|>", last.end())
+    return "" if start < 0 else text[start + len("<|message|>") :].rpartition("\n")[0]
+
+
+def as_cut_off(text: str) -> str:
+    """The cut-off output ``text`` as raw harmony whose final channel is not ended (:func:`final_is_truncated`), what
+    came before it kept as analysis; harmony text without a final channel unchanged."""
+    if _is_raw(text) and final_is_truncated(text):
+        return text
+    final = final_channel(text)
+    if final is None:  # no answer had begun: nothing to read
+        return text
+    before = before_final(text) if is_harmony(text) else ""
+    analysis = f"<|channel|>analysis<|message|>{before}<|end|><|start|>assistant" if before.strip() else ""
+    return f"{analysis}<|channel|>final<|message|>{final}"
+
+
+def complete_answer(text: str) -> str | None:
+    """The final channel of ``text``, or ``None`` when it has none or it was cut off (:func:`final_is_truncated`)."""
+    final = final_channel(text)
+    return None if final is None or final_is_truncated(text) else final
+
+
+def before_final(text: str) -> str:
+    """What comes before the first final channel of (raw or flattened) harmony ``text``; all of any other ``text``."""
+    if _is_raw(text):
+        match = _RAW_FINAL_START.search(text)
+        return text[: match.start()] if match else text
+    if _FLAT_FINAL_MARK in text:
+        return text.partition(_FLAT_FINAL_MARK)[0]
+    return text
+
+
+NO_FINAL_ANSWER = "the reply has no complete final answer (no final channel, or the reply was cut off at the token limit)"
+CUT_OFF = "the reply was cut off at the token limit"
+
+Reading = Literal["first", "last", "first_line", "last_vector"]
+"""Which values of a reply make the vector: ``first``, the first ``params[i]: v`` of each index ``0..n-1`` anywhere
+(words in a value's place and indices ``>= n`` ignored; else the first list); ``last``, the last of each; ``first_line``,
+the vector on the answer's first line; ``last_vector`` (ours), the last vector anywhere."""
+
+READINGS: tuple[Reading, ...] = ("first", "last", "first_line", "last_vector")
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """
+    The outcome of :func:`parse_params`.
+
+    :param params: The legal vector, or ``None`` when the reply could not be used.
+    :param error: Why the reply could not be used (at most :data:`MAX_REASON_CHARS` characters).
+    :param notes: Values that were clipped or rounded.
+    """
+
+    params: np.ndarray | None
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.params is not None
+
+
+def bound_reason(reason: str, limit: int = MAX_REASON_CHARS) -> str:
+    """``reason`` cut to at most ``limit`` characters (a marker included that says how many it had)."""
+    if len(reason) <= limit:
+        return reason
+    marker = f" [... {len(reason)} characters, cut]"
+    return (reason[: max(0, limit - len(marker))] + marker)[:limit]
+
+
+def quote(piece: str) -> str:
+    """``piece`` of a reply as a reason quotes it: ``repr`` (control characters escaped), at most
+    :data:`MAX_QUOTED_CHARS` characters of it, then ``...`` and its length when it was longer."""
+    if len(piece) <= MAX_QUOTED_CHARS:
+        return repr(piece)
+    return f"{piece[:MAX_QUOTED_CHARS]!r}... ({len(piece)} characters)"
+
+
+def _check_closed(text: str) -> None:
+    """Raise when ``text`` opens quotes, backticks or emphasis that it does not close (``"0`` of ``"0,5"``)."""
+    if not text or text[0] not in _QUOTES:
+        return
+    if len(text) > 1 and text.endswith(".") and text[-2] in _QUOTES:
+        text = text[:-1]  # a sentence-ending period after the closing quote
+    body = text.lstrip(_QUOTES)
+    opened = text[: len(text) - len(body)]
+    closed = body[len(body.rstrip(_QUOTES)) :]
+    if opened and body and not closed.startswith(opened[::-1]):
+        raise ValueError(
+            f"{quote(text)} opens {opened!r} without closing it (a comma inside a quoted value, such as a decimal "
+            "comma, splits it)"
+        )
+
+
+def to_number(token: str) -> float:
+    """
+    The number of one value token as written in the reply (quotes, backticks, emphasis and one sentence-ending period
+    dropped); a finite-looking literal too large for a float becomes the largest float of its sign.
+
+    :raises ValueError: for anything that is not a number, for NaN and infinities, and for unclosed quotes.
+    """
+    text = token.strip()
+    _check_closed(text)
+    text = text.strip(_QUOTES).translate(_MINUS_SIGNS)
+    if len(text) > 1 and text.endswith("."):
+        text = text[:-1].strip(_QUOTES)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{quote(token.strip())} is not a number") from None
+    if math.isinf(value) and not any(word in text.lower() for word in ("inf", "nan")):
+        return math.copysign(sys.float_info.max, value)  # overflow of a finite literal
+    if not math.isfinite(value):
+        raise ValueError(f"{quote(token.strip())} is not a finite number")
+    return value
+
+
+def _index(spelling: str) -> int | None:
+    """The index written inside ``params[...]``, or ``None`` when it is not a readable index."""
+    digits = spelling if spelling.isdecimal() else spelling.strip().strip(_QUOTES).strip()
+    if not digits.isdecimal() or len(digits) > MAX_INDEX_DIGITS:
+        return None
+    return int(digits)
+
+
+def _indexed_blocks(text: str) -> list[list[re.Match[str]]]:
+    """The ``params[i]: v`` matches of ``text`` as indexed vectors (a new one starts at every index 0)."""
+    blocks: list[list[re.Match[str]]] = []
+    for match in _INDEXED.finditer(text):
+        if not blocks or _index(match.group(1)) == 0:
+            blocks.append([])
+        blocks[-1].append(match)
+    return blocks
+
+
+def _spelled_indices(entries: Sequence[re.Match[str]]) -> str:
+    """The indices of ``entries`` as written, for a reason: the first few, and how many in all."""
+    shown = []
+    for match in entries[:_MAX_LISTED_INDICES]:
+        index = _index(match.group(1))
+        shown.append(str(index) if index is not None else quote(match.group(1)))
+    more = f", ... ({len(entries)} in all)" if len(entries) > _MAX_LISTED_INDICES else ""
+    return "[" + ", ".join(shown) + more + "]"
+
+
+def _grouped_value(text: str, entries: Sequence[re.Match[str]]) -> str | None:
+    """Why a value of an indexed vector is ambiguous (a decimal comma, a digit group), or ``None``."""
+    for match in entries:
+        after = _GROUPED_AFTER_VALUE.match(text, match.end())
+        if after is not None:
+            written = quote(match.group(2) + after.group())
+            return (
+                f"params[{_index(match.group(1))}] is written {written}: a decimal comma or a digit group (0,5 or "
+                "1,000 or 1 000) can be read in more than one way; write each number with a decimal point and "
+                "no grouping (0.5, 1000)"
+            )
+    return None
+
+
+def _indexed_vector(text: str, entries: list[re.Match[str]], size: int) -> list[str] | str:
+    """The value tokens of one block of ``params[i]: v`` matches, or why the block is not a vector."""
+    run = 0
+    while run < len(entries) and _index(entries[run].group(1)) == run:
+        run += 1
+    if run < len(entries) and run == size and _WORD.search(text[entries[run - 1].end() : entries[run].start()]):
+        entries = entries[:run]  # a complete vector, then commentary mentioning single values
+    elif run < len(entries):
+        return (
+            "the indices must be params[0], params[1], ... (decimal digits) in order without gaps or repeats, "
+            f"got {_spelled_indices(entries)}"
+        )
+    return _grouped_value(text, entries) or [m.group(2) for m in entries]
+
+
+def _listed_vector(inner: str, size: int) -> list[str] | str:
+    """The value tokens of the inside of ``params: [...]``, or why it is not a vector."""
+    if _DIGIT_COMMA_DIGIT.search(inner) and (_COMMA_SPACE.search(inner) or _COMMA_LEADING_ZERO.search(inner)):
+        return (
+            f"expected exactly {size} values, but the list can be read in more than one way: it has a comma between "
+            "digits (a decimal comma 0,5 or a thousands separator 1,000) besides commas between values; write each "
+            "number with a decimal point and no grouping, separated by ', '"
+        )
+    tokens = inner.split(",")
+    if not tokens[-1].strip():
+        tokens.pop()  # one trailing comma, or an empty list
+    empty = [i for i, token in enumerate(tokens) if not token.strip()]
+    if empty:
+        return f"the list has an empty slot at position {empty[0]} (two commas with no value between them); write every value"
+    return tokens
+
+
+def _last_vector(text: str, size: int) -> list[str] | str | None:
+    """The value tokens of the last vector in the text (indexed or listed), why it is not one, or ``None``: none."""
+    block = (_indexed_blocks(text) or [[]])[-1]
+    listed = max(_LISTED.finditer(text), key=lambda m: m.start(), default=None)
+    if listed is not None and (not block or listed.start() > block[0].start()):
+        return _listed_vector(listed.group(1), size)
+    return _indexed_vector(text, block, size) if block else None
+
+
+def _values(tokens: list[str]) -> list[float] | str:
+    """The numbers of the value tokens, or why one could not be read."""
+    values = []
+    for i, token in enumerate(tokens):
+        try:
+            values.append(to_number(token))
+        except ValueError as exc:
+            return f"a value could not be read as a finite number: params[{i}]: {exc}"
+    return values
+
+
+def _not_a_value(token: str) -> bool:
+    """Whether ``token`` after ``params[i]:`` is a word such as ``the`` (NaN and infinities count as values)."""
+    word = token.strip(_QUOTES).rstrip(".").lower()
+    return word.isalpha() and word not in _NON_FINITE_WORDS
+
+
+def _occurrences(text: str, size: int, first: bool) -> list[re.Match[str]] | None:
+    """The first (or last) ``params[i]: v`` match of each index ``0..size-1``, in index order (``None``: none)."""
+    found: dict[int, re.Match[str]] = {}
+    for match in _INDEXED.finditer(text):
+        index = _index(match.group(1))
+        if index is None or index >= size or _not_a_value(match.group(2)):
+            continue  # as the reference's pattern, which matches a number only: "params[0]: the weight" is not a value
+        if not (first and index in found):
+            found[index] = match
+    return [found[i] for i in range(size) if i in found] if found else None
+
+
+def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | None:
+    """The value tokens of the first (or last) occurrence of each index, else of the first (or last) listed vector;
+    why it is not a vector; or ``None`` when the text holds none."""
+    entries = _occurrences(text, size, first)
+    if entries is None:
+        matches = _LISTED.finditer(text)
+        listed = next(matches, None) if first else max(matches, key=lambda m: m.start(), default=None)
+        return None if listed is None else _listed_vector(listed.group(1), size)
+    if len(entries) < size:
+        missing = sorted(set(range(size)) - {_index(m.group(1)) for m in entries})
+        shown = ", ".join(f"params[{i}]" for i in missing[:_MAX_LISTED_INDICES])
+        more = f", ... ({len(missing)} in all)" if len(missing) > _MAX_LISTED_INDICES else ""
+        return f"expected all {size} values params[0]..params[{size - 1}], missing {shown}{more}"
+    return _grouped_value(text, entries) or [m.group(2) for m in entries]
+
+
+def _first_line_vector(text: str, size: int) -> list[str] | str | None:
+    """The value tokens of the vector on the first non-blank line of ``text``, why it is not one, or ``None``."""
+    line = text.lstrip().partition("\n")[0]
+    blocks = _indexed_blocks(line)
+    return _indexed_vector(line, blocks[0], size) if blocks else _last_vector(line, size)
+
+
+def _vector(text: str, size: int, reading: Reading) -> list[str] | str | None:
+    if reading == "first_line":
+        return _first_line_vector(text, size)
+    if reading == "last_vector":
+        return _last_vector(text, size)
+    return _occurrence_vector(text, size, first=reading == "first")
+
+
+def _answer(reply: str, reject_cut_off: bool) -> str | ParseResult:
+    """The answer text of ``reply`` (of a cut-off reply: its complete lines), or the failed result."""
+    text = final_channel(reply)
+    if text is None:
+        return ParseResult(None, NO_FINAL_ANSWER)
+    if not final_is_truncated(reply):
+        return text
+    if reject_cut_off:
+        return ParseResult(None, f"{CUT_OFF} (cut-off replies are rejected)")
+    lines = cut_off_lines(reply)
+    if not lines.strip():
+        return ParseResult(None, f"{CUT_OFF} before its first line ended")
+    return lines
+
+
+def _parse(reply: str, space: ParameterSpace, reading: Reading, reject_cut_off: bool) -> ParseResult:
+    if not isinstance(reply, str) or not reply.strip():
+        return ParseResult(None, "the reply was empty")
+    text = _answer(reply, reject_cut_off)
+    if isinstance(text, ParseResult):
+        return text
+    last = _vector(text, space.size, reading)
+    if last is None:
+        where = "on the first line" if reading == "first_line" else "in the reply"
+        return ParseResult(
+            None, f"no parameter vector found {where}; expected one line with all {space.size} values in the reply format"
+        )
+    values = last if isinstance(last, str) else _values(last)
+    if isinstance(values, str):
+        return ParseResult(None, values)
+    try:
+        projection = space.project(np.array(values, dtype=np.float64))
+    except InvalidParameters as exc:
+        return ParseResult(None, str(exc))
+    return ParseResult(projection.params, None, projection.notes)
+
+
+def parse_params(reply: str, space: ParameterSpace, reading: Reading = "first", reject_cut_off: bool = False) -> ParseResult:
+    """
+    Parse a reply into a legal parameter vector for ``space``.
+
+    :param reply: The raw reply text.
+    :param space: The parameter space (count, bounds and precision, or action set).
+    :param reading: Which values make the vector (see :data:`Reading`); ``first`` is the reference's R2PO reading.
+    :param reject_cut_off: *Ours*: a reply cut off at the token limit is unusable (the reference reads its complete lines).
+    :return: The vector, or the reason it could not be read (at most :data:`MAX_REASON_CHARS` characters).
+    """
+    result = _parse(reply, space, reading, reject_cut_off)
+    if result.error is not None and len(result.error) > MAX_REASON_CHARS:
+        return ParseResult(None, bound_reason(result.error))
+    return result

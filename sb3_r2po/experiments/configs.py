@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 
 from sb3_r2po.prompts import prompt_preset
-from sb3_r2po.variants import VARIANTS
+from sb3_r2po.r2po.arguments import VARIANTS
 from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, resolve_train_args
 from sb3_r2po.zoo.settings import apply_variant, read_entries
 

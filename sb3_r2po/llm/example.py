@@ -17,8 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import parse_params
+from sb3_r2po.common.parameters import ParameterSpace, parse_params
 from sb3_r2po.llm.base import ChatReply, Message
 
 _VECTOR = r"params(?:\[0\]|: \[)[^\n;]*"  # a vector in either reply style, indexed or list

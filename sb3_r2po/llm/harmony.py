@@ -1,12 +1,12 @@
 """gpt-oss "harmony" replies on the backends' side: stop tokens, reasoning effort, and replies without an answer.
 
-Reading a reply (where its answer is) is :mod:`sb3_r2po.common.parsing`'s. No final channel is no answer (backends
+Reading a reply (where its answer is) is :mod:`sb3_r2po.common.parameters`'s. No final channel is no answer (backends
 retry once, then return the raw text); a reply cut off while its answer was written is a cut-off reply.
 """
 
 from __future__ import annotations
 
-from sb3_r2po.common.parsing import as_cut_off, before_final, final_channel
+from sb3_r2po.common.parameters import as_cut_off, before_final, final_channel
 
 HARMONY_STOP_TOKENS = ("<|return|>", "<|call|>")
 """Tokens that end a harmony reply (``<|end|>`` only ends one message, e.g. the analysis, so it is not one)."""

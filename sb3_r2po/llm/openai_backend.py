@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
 
-from sb3_r2po.common.parsing import complete_answer, final_channel, is_harmony
+from sb3_r2po.common.parameters import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
 from sb3_r2po.llm.harmony import analysis_only, check_reasoning_effort, cut_off_reply, retry_request, without_answer
 from sb3_r2po.llm.redaction import KEY_LIKE_RE, REDACTED, redact, redact_spec

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.common.parsing import complete_answer, final_channel, is_harmony
+from sb3_r2po.common.parameters import complete_answer, final_channel, is_harmony
 from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
 from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, check_reasoning_effort, cut_off_reply, retry_request, without_answer
 

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import jinja2
 
-from sb3_r2po.common.evidence import EvidencePackage, digits_apart, reference_number, sig
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
+from sb3_r2po.common.rollouts import EvidencePackage, digits_apart, reference_number, sig
 from sb3_r2po.llm.base import Message
 from sb3_r2po.prompts.tasks import TaskDescription
 
@@ -27,7 +27,7 @@ TRAJECTORY_TITLES = {
 }
 
 SEARCH_TEMPLATES = {"r2po": "search_r2po.j2", "props": "search_props.j2", "props_plus": "search_props_plus.j2"}
-"""The Search template of each :data:`~sb3_r2po.variants.SearchPrompt`."""
+"""The Search template of each :data:`~sb3_r2po.r2po.arguments.SearchPrompt`."""
 
 PromptLayout = Literal["reference", "compact"]
 """How prompts write their data: ``reference``, the reference's formats; ``compact``, ours (vectors in the reply
@@ -41,7 +41,7 @@ CRITIC_TEMPLATES = {
     "three_traj": "critic_three_traj.j2",
     "critic_only": "critic_only.j2",
 }
-"""The Critic template of each :data:`~sb3_r2po.variants.CriticPrompt`."""
+"""The Critic template of each :data:`~sb3_r2po.r2po.arguments.CriticPrompt`."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +216,7 @@ class PromptBuilder:
 
         :param ctx: What the prompt shows.
         :param prompt: The template: ``"r2po"``, ``"props"`` or ``"props_plus"`` (:data:`SEARCH_TEMPLATES`).
-        :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
+        :param history: How the history is written (:data:`~sb3_r2po.r2po.arguments.HistoryStyle`).
         """
         text = self._render(SEARCH_TEMPLATES[prompt], history_style=history, critic=False, **self._common(ctx))
         return [{"role": "user", "content": text}]
@@ -237,7 +237,7 @@ class PromptBuilder:
         :param evidence: The evidence package.
         :param prompt: The template: ``"r2po"``, ``"rep_traj"``, ``"three_traj"`` or ``"critic_only"``
             (:data:`CRITIC_TEMPLATES`).
-        :param history: How the history is written (:data:`~sb3_r2po.variants.HistoryStyle`).
+        :param history: How the history is written (:data:`~sb3_r2po.r2po.arguments.HistoryStyle`).
         """
         values = dict(candidate=candidate, evidence=evidence, history_style=history, critic=True, **self._common(ctx))
         text = self._render(CRITIC_TEMPLATES[prompt], **values)

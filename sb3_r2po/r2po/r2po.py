@@ -2,20 +2,19 @@
 
 One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs it, and the file of each step::
 
-    theta_init = Search-LLM(history)                     # 1. r2po/roles.py (the variant's pattern; asks)
-                                                         #    prompt: r2po/prompting.py -> prompts/builder.py
-                                                         #    reply parsed: llm/asking.py -> common/parsing.py
+    theta_init = Search-LLM(history)                     # 1. r2po/roles.py: the variant's pattern, the prompt
+                                                         #    (PromptView -> prompts/builder.py), the reply parsed
+                                                         #    (ask_for_params -> common/parameters.py)
     init       = evaluate(theta_init, K episodes)        # 2. R2PO._evaluate -> common/rollouts.py (episodes)
-    evidence   = statistics + median trajectory + rule   # 3. r2po/prompting.py -> common/evidence.py
+    evidence   = statistics + median trajectory + rule   # 3. PromptView.evidence -> common/rollouts.py
     theta_rev  = Critic-LLM(theta_init, evidence)        # 4. r2po/roles.py, as step 1
     rev        = evaluate(theta_rev, K episodes)         # 5. as step 2
-    kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision (r2po/records.py)
+    kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision (r2po/run_state.py)
     history.append(kept)                                 # 7. R2PO._commit; the run saved by r2po/run_state.py
 
-An iteration runs 16 files of the package, at most 6 calls deep from ``learn`` to the env (checked by
-the structure tests).
-The settings are one :class:`~sb3_r2po.r2po.arguments.R2POSettings` (``model.settings``); the variants are data
-(:mod:`sb3_r2po.variants`). Not "R²PO, Residual Rollout Policy Optimization".
+An iteration runs 8 files (these, r2po/policies.py and r2po/arguments.py: the settings, one
+:class:`~sb3_r2po.r2po.arguments.R2POSettings`, and the variants as data), the LLM backend and templates aside, at
+most 6 calls deep from ``learn`` to the env (tests/test_structure.py). Not "R²PO, Residual Rollout Policy Optimization".
 """
 
 from __future__ import annotations
@@ -43,13 +42,12 @@ from sb3_r2po.common.rollouts import RolloutResult, VecStep, cap_episodes, check
 from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
-from sb3_r2po.r2po import arguments
+from sb3_r2po.r2po import arguments, run_state
 from sb3_r2po.r2po.arguments import SETTINGS, check_int
 from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
-from sb3_r2po.r2po.records import Candidate, Clock, DiscardedAttempt, HistoryEntry, Revision, best_record, reached
 from sb3_r2po.r2po.reporting import Progress, planned_episodes, record_metrics, warn_before_first_iteration, with_progress_bar
 from sb3_r2po.r2po.roles import LLMRoles, Start, make_llm, new_llm_stats, pattern_for
-from sb3_r2po.r2po.run_state import COMMITTED_STATE, RunState, check_model_file, evaluation_seed, loaded_checkpoint_dir
+from sb3_r2po.r2po.run_state import COMMITTED_STATE, Candidate, Clock, Revision, RunState, best_record
 from sb3_r2po.zoo.settings import reference_env, reference_settings
 
 SelfR2PO = TypeVar("SelfR2PO", bound="R2PO")
@@ -67,7 +65,7 @@ class R2PO(BaseAlgorithm):
     :param env: The environment (a gymnasium id, an env or a VecEnv).
     :param llm: A string (:mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable ``(messages) -> str``; used from
         the first ``learn()``, saved only as a string.
-    :param variant: ``"r2po"`` or one of the paper's baselines and ablations (see :mod:`sb3_r2po.variants`).
+    :param variant: ``"r2po"`` or one of the paper's baselines and ablations (see :mod:`sb3_r2po.r2po.arguments`).
     :param n_eval_episodes: K, the episodes per evaluated candidate.
     :param warmup_episodes: Random candidates run for one episode each before the first iteration (``None``: see below).
     :param target_return: The target mean return shown to the LLM (``None``: see below).
@@ -117,7 +115,7 @@ class R2PO(BaseAlgorithm):
     :param _init_setup_model: Whether to build the policy at construction (``load()``: no, nor read the table).
 
     ``None`` for the seven settings above: the table's (:mod:`sb3_r2po.zoo.settings`, the reference's settings per env,
-    variant and policy), else derived (:data:`~sb3_r2po.zoo.settings.WITHOUT_TABLE`). ``settings.sources`` says which
+    variant and policy), else derived (:data:`~sb3_r2po.r2po.arguments.WITHOUT_TABLE`). ``settings.sources`` says which
     applied (``"given"``, ``"reference"`` or ``"derived"``); ``verbose >= 1`` prints it. The settings (every argument
     but ``policy``, ``env``, ``llm`` and SB3's) are ``model.settings``, an immutable, checked ``R2POSettings``.
     """
@@ -262,9 +260,9 @@ class R2PO(BaseAlgorithm):
         if kwargs.get("llm") is not None:  # checked before it is stored (a credential in a URL is refused)
             check_llm_spec(kwargs["llm"])
         changes = {name: kwargs.pop(name) for name in SETTINGS if name in kwargs}  # settings given: checked by replace
-        model = super().load(check_model_file(path) if isinstance(path, (str, Path)) else path, env, *args, **kwargs)
+        model = super().load(run_state.check_model_file(path) if isinstance(path, (str, Path)) else path, env, *args, **kwargs)
         if "checkpoint_dir" not in changes:  # a run directory copied or moved since continues where it is now
-            changes["checkpoint_dir"] = loaded_checkpoint_dir(path, model.settings.checkpoint_dir)
+            changes["checkpoint_dir"] = run_state.loaded_checkpoint_dir(path, model.settings.checkpoint_dir)
         model.settings = dataclasses.replace(model.settings, **changes)
         model.llm_confirmed = "llm" in kwargs or not (isinstance(model.llm, str) and imports_a_module(model.llm))
         return model
@@ -280,13 +278,13 @@ class R2PO(BaseAlgorithm):
         self.llm, self.llm_confirmed, self._backend = llm, True, None
 
     def best_record(self) -> dict[str, Any] | None:
-        """The best history record (see :func:`~sb3_r2po.r2po.records.best_record`); ``None`` for an empty history."""
+        """The best history record (see :func:`~sb3_r2po.r2po.run_state.best_record`); ``None`` for an empty history."""
         return best_record(self.history)
 
     def target_confirmed(self) -> bool:
         """Whether a candidate evaluated for K episodes reached the target in every one of them."""
         target = self.settings.target
-        return target is not None and reached(self.history, target, self.settings.n_eval_episodes)
+        return target is not None and run_state.reached(self.history, target, self.settings.n_eval_episodes)
 
     def learn(
         self: SelfR2PO,
@@ -355,12 +353,12 @@ class R2PO(BaseAlgorithm):
             candidate.result, first = self._evaluate(candidate.params, k if first else 1, callback), False
             if candidate.result is None:
                 return False
-            self._commit(HistoryEntry(self.iteration, candidate))
+            self._commit(run_state.HistoryEntry(self.iteration, candidate))
             if self._stop_requested:
                 return False
         return True
 
-    def _iterate(self, callback: BaseCallback, discarded: list[DiscardedAttempt]) -> bool:
+    def _iterate(self, callback: BaseCallback, discarded: list[run_state.DiscardedAttempt]) -> bool:
         """One iteration: steps 1-7 of the algorithm in the module docstring. False when training must stop."""
         s, llm = self.settings, self._llm
         assert llm is not None
@@ -391,7 +389,7 @@ class R2PO(BaseAlgorithm):
         self.iteration += 1
         search, revision_field = pattern.entry(first, revision)
         diagnostics = pattern.diagnose(first, revision, start, self.history)
-        entry = HistoryEntry(self.iteration, kept, {}, search, revision_field, diagnostics, tuple(discarded))
+        entry = run_state.HistoryEntry(self.iteration, kept, {}, search, revision_field, diagnostics, tuple(discarded))
         self._commit(entry)  # 7. only the kept candidate enters the history
         return revision.status != "interrupted" and not self._stop_requested
 
@@ -415,7 +413,7 @@ class R2PO(BaseAlgorithm):
             run = lambda m: self._evaluate(params, m, callback)  # noqa: E731
             return run_race(run, n_episodes, s.racing_chunk, incumbent, s.racing_z, lambda: self._stop_requested)
         if self.seed is not None:  # the run's own stream of env seeds, at its position (resumable: evaluation_seed)
-            env.seed(evaluation_seed(self.seed, self._n_evaluations))
+            env.seed(run_state.evaluation_seed(self.seed, self._n_evaluations))
         self._n_evaluations += 1
         callback.on_rollout_start()
 
@@ -435,7 +433,7 @@ class R2PO(BaseAlgorithm):
         self._stop_requested = self._stop_requested or result.stop_requested
         return None if result.stopped else result
 
-    def _commit(self, entry: HistoryEntry) -> None:
+    def _commit(self, entry: run_state.HistoryEntry) -> None:
         """Append a history entry, keep the best candidate in the policy, and save the state as of this entry."""
         assert entry.kept.result is not None and self._llm is not None
         entry.shown = self._llm.view.stored_fields(entry.kept.result)  # what later prompts show of its episodes

@@ -16,9 +16,8 @@ from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import safe_mean
 
 from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.llm.asking import LLMCall
 from sb3_r2po.r2po.arguments import R2POSettings
-from sb3_r2po.r2po.records import Clock, best_record
+from sb3_r2po.r2po.run_state import Clock, LLMCall, best_record
 
 TEXT_ONLY = ("stdout", "log", "json", "csv")  # logger formats that get no prompts, replies or histograms
 

@@ -2,8 +2,8 @@
 Critic revises one from its evidence.
 
 :class:`LLMRoles` asks the backend (made once by :func:`make_llm`), re-asks or reruns after an unusable reply and counts
-every call in ``llm_stats``. Replies are parsed (:mod:`sb3_r2po.common.parsing`), never executed. ``R2PO._iterate``
-runs every variant through one loop; a search pattern (one per :data:`~sb3_r2po.variants.SearchMode`) supplies its LLM
+every call in ``llm_stats``. Replies are parsed (:mod:`sb3_r2po.common.parameters`), never executed. ``R2PO._iterate``
+runs every variant through one loop; a search pattern (one per :data:`~sb3_r2po.r2po.arguments.SearchMode`) supplies its LLM
 steps, the proposal (step 1) and the challenger (step 4): ``one``: a Search proposal, then the Critic's revision of it
 (none without a Critic); ``two_independent``: two Search proposals asked as one batch; ``two_sequential``: a second
 Search proposal that sees the first's return; ``none``: the Critic's revision of the last history entry, always kept.
@@ -12,6 +12,7 @@ A Critic revision's salience diagnostics (:func:`diagnose_revision`) are compute
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import time
@@ -21,21 +22,53 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
-from sb3_r2po.common.evidence import EvidencePackage
-from sb3_r2po.common.parameters import ParameterSpace
-from sb3_r2po.common.parsing import Reading
-from sb3_r2po.common.rollouts import RolloutResult, finite_mean
-from sb3_r2po.llm.asking import Answer, ask_for_params, ask_together
-from sb3_r2po.llm.base import ChatBackend, ChecksResources, Constrainable, Message, Preparable, log_progress
+from sb3_r2po.common.parameters import ParameterSpace, Reading, bound_reason, parse_params
+from sb3_r2po.common.rollouts import (
+    EvidencePackage,
+    ReferenceTrace,
+    RolloutResult,
+    TraceStyle,
+    ValueStyle,
+    build_evidence,
+    finite_mean,
+    mean_closest_index,
+    reference_excerpt,
+    reference_table,
+    render_excerpt,
+    render_trajectory,
+)
+from sb3_r2po.llm.base import (
+    ChatBackend,
+    ChatReply,
+    ChecksResources,
+    Constrainable,
+    Message,
+    Preparable,
+    chat_batch,
+    log_progress,
+)
 from sb3_r2po.llm.resolve import make_backend
-from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
-from sb3_r2po.r2po.arguments import R2POSettings
+from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
+from sb3_r2po.prompts.tasks import describe_task
+from sb3_r2po.r2po.arguments import EXCERPT_STEPS, R2POSettings, SearchMode, Variant
 from sb3_r2po.r2po.policies import CompactPolicy
-from sb3_r2po.r2po.prompting import PromptView, Shown
-from sb3_r2po.r2po.records import Candidate, Clock, DiscardedAttempt, Revision, Role, duplicate_error, perturb_best
 from sb3_r2po.r2po.reporting import call_line
-from sb3_r2po.variants import SearchMode, Variant
+from sb3_r2po.r2po.run_state import (
+    Answer,
+    Candidate,
+    Clock,
+    DiscardedAttempt,
+    LLMCall,
+    Revision,
+    Role,
+    best_record,
+    duplicate_error,
+    perturb_best,
+    shown_history,
+)
+from sb3_r2po.zoo.settings import default_history_excerpts
 
 Check = Callable[[np.ndarray], "str | None"]  # extra validation of a parsed vector: an error to state in a re-ask
 
@@ -409,7 +442,7 @@ class CriticOnly(SearchPattern):
 
 
 def pattern_for(variant: Variant) -> SearchPattern:
-    """The search pattern of ``variant`` (one per :data:`~sb3_r2po.variants.SearchMode`)."""
+    """The search pattern of ``variant`` (one per :data:`~sb3_r2po.r2po.arguments.SearchMode`)."""
     patterns: dict[SearchMode, type[SearchPattern]] = {
         "one": SearchPattern,
         "two_independent": PairedSearch,
@@ -424,3 +457,241 @@ def _holds(result: RolloutResult | None, record: dict[str, Any]) -> bool:
     if result is None or len(result.episodes) != record["n_episodes"]:
         return False
     return bool(np.isclose(finite_mean(result.returns), record["mean_return"]))
+
+
+MAX_ECHOED_REPLY_CHARS = 2000  # a re-ask quotes at most this much of the unusable reply back to the model
+
+
+def ask_for_params(
+    backend: ChatBackend,
+    messages: Sequence[Message],
+    space: ParameterSpace,
+    *,
+    role: str,
+    retry_message: Callable[[str], Message],
+    check: Callable[[np.ndarray], str | None] = lambda params: None,
+    temperature: float = 0.0,
+    max_retries: int = 1,
+    first_reply: ChatReply | None = None,
+    reading: Reading = "first",
+    reject_cut_off: bool = False,
+) -> Answer:
+    """
+    Ask for a vector, re-asking up to ``max_retries`` times with the reason of the failure.
+
+    :param backend: The chat backend.
+    :param messages: The prompt.
+    :param space: The parameter space the reply must fit.
+    :param role: ``"search"`` or ``"critic"`` (for the logs).
+    :param retry_message: Builds the follow-up user message from a failure reason.
+    :param check: Extra validation of a parsed vector (e.g. "already in the history"); returns an error or ``None``
+        (cut like the parser's reasons).
+    :param temperature: Sampling temperature passed to the backend.
+    :param max_retries: Number of re-asks after the first unusable reply.
+    :param first_reply: The reply to the first attempt when it was already asked (see :func:`ask_together`).
+    :param reading: Which values of a reply make the vector (:data:`~sb3_r2po.common.parameters.Reading`).
+    :param reject_cut_off: Whether a reply cut off at the token limit is unusable (see
+        :func:`~sb3_r2po.common.parameters.parse_params`).
+    """
+    conversation = [dict(m) for m in messages]
+    answer = Answer(params=None)
+    for attempt in range(1 + max(0, max_retries)):
+        reply = (
+            first_reply if attempt == 0 and first_reply is not None else backend.chat(conversation, temperature=temperature)
+        )
+        result = parse_params(reply.text, space, reading, reject_cut_off)
+        error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
+        if error is not None:
+            error = bound_reason(str(error))
+        tokens = (reply.prompt_tokens, reply.completion_tokens, reply.prompt_tokens_cached)
+        answer.calls.append(LLMCall(role, conversation, reply.text, error, reply.seconds, *tokens))
+        if error is None:
+            answer.params, answer.notes = result.params, result.notes
+            return answer
+        conversation = [
+            *conversation,
+            {"role": "assistant", "content": reply.text[:MAX_ECHOED_REPLY_CHARS]},
+            retry_message(error),
+        ]
+    return answer
+
+
+def ask_together(
+    backend: ChatBackend,
+    conversations: Sequence[Sequence[Message]],
+    space: ParameterSpace,
+    *,
+    role: str,
+    retry_message: Callable[[str], Message],
+    checks: Sequence[Callable[[list[Answer]], Callable[[np.ndarray], str | None]]],
+    temperature: float = 0.0,
+    max_retries: int = 1,
+    reading: Reading = "first",
+    reject_cut_off: bool = False,
+) -> list[Answer]:
+    """
+    Ask several independent prompts (the other arguments as :func:`ask_for_params`): the first attempts as one batch
+    (:func:`~sb3_r2po.llm.base.chat_batch`), the re-asks one by one, in order; one :class:`Answer` per prompt.
+
+    :param conversations: The prompts.
+    :param checks: One factory per prompt: given the answers settled so far, it returns this prompt's extra check.
+    """
+    firsts = chat_batch(backend, conversations, temperature=temperature)
+    answers: list[Answer] = []
+    for messages, make_check, first in zip(conversations, checks, firsts, strict=True):
+        answers.append(
+            ask_for_params(
+                backend,
+                messages,
+                space,
+                role=role,
+                retry_message=retry_message,
+                check=make_check(answers),
+                temperature=temperature,
+                max_retries=max_retries,
+                first_reply=first,
+                reading=reading,
+                reject_cut_off=reject_cut_off,
+            )
+        )
+    return answers
+
+
+REFERENCE_TRACES: dict[str, TraceStyle] = {"r2po": "chain", "three_traj": "ends", "rep_traj": "steps", "critic_only": "steps"}
+"""The reference's trajectory format of each Critic template (see :data:`~sb3_r2po.common.rollouts.TraceStyle`)."""
+
+Shown = tuple[tuple[np.ndarray, RolloutResult], ...]  # candidates evaluated earlier in the iteration (actor_second_pass)
+
+
+class PromptView:
+    """Builds what a prompt shows from the run's ``settings``, ``history`` and ``policy`` (spaces and layout)."""
+
+    def __init__(self, settings: R2POSettings, history: list[dict[str, Any]], policy: CompactPolicy) -> None:
+        self.settings, self.history, self.policy, self.space = settings, history, policy, policy.parameter_space
+        self.task = describe_task(settings.env_id, policy.observation_space, policy.action_space, type(policy).__name__)
+
+    def format(self, params: list[float] | np.ndarray) -> str:
+        """A vector in the settings' reply style."""
+        return self.space.format(np.asarray(params, dtype=np.float64), self.settings.reply_style)
+
+    def context(self, clock: Clock, shown: Shown = (), critic: bool = False) -> PromptContext:
+        """What a prompt shows; ``shown``: candidates evaluated earlier in this iteration; ``critic``: the Critic's
+        (its history shows excerpts where the variant's does; the Search's, props_plus's first episodes)."""
+        s, spec, policy, history = self.settings, self.settings.variant_spec, self.policy, self.history
+        best = best_record(history)
+        planned = s.max_iterations  # the plan, or fewer: the iterations a max_episodes cap still pays for
+        if s.max_episodes is not None:
+            per_iteration = spec.candidates_per_iteration * s.n_eval_episodes
+            paid = clock.iteration + max(1, math.ceil(clock.episodes_left / max(1, per_iteration)))
+            planned = paid if planned is None else min(planned, paid)
+        shown_entries = shown_history(history, s.history_best_k, s.history_recent, s.history_slack)
+        lines = self._history_lines(shown_entries, critic)
+        n = len(history)
+        lines += [
+            HistoryLine(self.format(p), finite_mean(res.returns), len(res.episodes), index=n + j, values=self.values(p))
+            for j, (p, res) in enumerate(shown)
+        ]
+        return PromptContext(
+            task=self.task,
+            layout=policy.layout_lines(s.actions_clipped),
+            space=self.space,
+            target=s.target,
+            history=tuple(lines),
+            iteration=clock.iteration + 1,
+            total_iterations=planned,
+            step_size=s.step_size,
+            best=None if best is None else best["mean_return"],
+            best_episodes=0 if best is None else int(best["n_episodes"]),
+            best_warmup=best is not None and best["kind"] == "warmup",
+            search_sees_task=s.search_sees_task,
+            selection_hints=s.critic_selection_hints,
+            extra_statistics=s.extra_statistics,
+            keep_best=spec.keep_best,
+            history_omitted=n - len(shown_entries),
+            reuse_order=s.compressed or s.search_sees_task or s.critic_selection_hints or s.extra_statistics,
+            prompt_layout=s.prompt_layout,
+            extra={"policy_kind": policy.kind, "policy_summary": policy.summary_lines()},
+        )
+
+    @staticmethod
+    def values(params: list[float] | np.ndarray) -> tuple[float, ...]:
+        """A vector's values as the reference layout writes them (:class:`~sb3_r2po.prompts.builder.HistoryLine`)."""
+        return tuple(np.asarray(params, dtype=np.float64).reshape(-1).tolist())
+
+    def reference_trace(self) -> ReferenceTrace:
+        """The reference's trajectory format for the variant, spaces and policy (step cap: ``max_episode_steps``)."""
+        spec = self.settings.variant_spec.critic
+        observation: ValueStyle = "int" if isinstance(self.policy.observation_space, spaces.Discrete) else "list"
+        action: ValueStyle = "nested"
+        if self.space.is_discrete:
+            action = "int"
+        elif isinstance(self.policy.action_space, spaces.Discrete):
+            action = "wrapped"
+        trace = REFERENCE_TRACES.get(spec.prompt, "chain") if spec is not None else "chain"
+        return ReferenceTrace(trace, observation, action, int(self.settings.max_episode_steps))
+
+    def _history_lines(self, shown: list[dict[str, Any]], critic: bool) -> list[HistoryLine]:
+        spec = self.settings.variant_spec
+        n, position = len(self.history), {id(r): i for i, r in enumerate(self.history)}
+        excerpts = self.excerpted_entries() if critic and spec.critic is not None and spec.critic.excerpts else 0
+        trajectories = not critic and spec.search_trajectories and self.space.is_discrete
+        return [
+            HistoryLine(
+                self.format(r["params"]),
+                r["mean_return"],
+                r["n_episodes"],
+                r["kind"] == "warmup",
+                excerpt=r.get("rollout_excerpt") if n - position[id(r)] <= excerpts else None,
+                trajectory=tuple(r["first_episode"]) if trajectories and r.get("first_episode") else None,
+                index=position[id(r)],
+                values=self.values(r["params"]),
+            )
+            for r in shown
+        ]
+
+    def excerpted_entries(self) -> int:
+        """How many of the latest history entries the Critic shows a rollout excerpt of (``history_excerpts``)."""
+        s = self.settings
+        if s.history_excerpts is not None:
+            return int(s.history_excerpts)
+        return default_history_excerpts(s.env_id, s.variant, self.space.is_discrete)
+
+    def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
+        """What later prompts show of an entry's episodes, stored in its record: ``rollout_excerpt`` (the episode closest
+        to the mean return, 8 steps; Critics shown excerpts) and ``first_episode`` (props_plus on tabular tasks)."""
+        s, spec, fields = self.settings, self.settings.variant_spec, dict[str, Any]()
+        if spec.critic is not None and spec.critic.excerpts and result.episodes:
+            episode = result.episodes[mean_closest_index([float(r) for r in result.returns])]
+            if s.prompt_layout == "reference":
+                trace = self.reference_trace()
+                fields["rollout_excerpt"] = reference_excerpt(episode, trace, EXCERPT_STEPS, s.trajectory_digits)
+            else:
+                fields["rollout_excerpt"] = render_excerpt(episode, EXCERPT_STEPS, s.trajectory_digits)
+        if spec.search_trajectories and self.space.is_discrete and result.episodes:
+            if s.prompt_layout == "reference":
+                lines = reference_table(result.episodes[0], self.reference_trace())
+            else:
+                lines = render_trajectory(result.episodes[0], None, s.trajectory_digits, fold=False).lines
+            fields["first_episode"] = list(lines)
+        return fields
+
+    def evidence(self, result: RolloutResult | None) -> EvidencePackage:
+        """The Critic's evidence package from a candidate's episodes (``None``: critic_only after a load)."""
+        s, spec = self.settings, self.settings.variant_spec.critic
+        assert spec is not None
+        if result is None:  # critic_only after a load: the last candidate's episodes are not saved
+            return EvidencePackage(None, {}, {}, None, False, spec.step_rewards)
+        max_steps = spec.max_steps if spec.max_steps is not None else s.max_trajectory_steps
+        return build_evidence(
+            result.episodes,
+            s.target,
+            s.revision_threshold,
+            max_steps,
+            digits=s.trajectory_digits,
+            fold=s.fold_repeated_steps,
+            statistics=spec.statistics,
+            trajectories=spec.trajectories,
+            rule=spec.rule,
+            step_rewards=spec.step_rewards,
+            reference=self.reference_trace() if s.prompt_layout == "reference" else None,
+        )

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sb3_r2po.r2po.arguments import VARIANTS, WITHOUT_TABLE
+
 VARIANTS_KEY = "variants"  # an env entry's per-variant overrides, {variant: {key: value}}
 HISTORY_EXCERPTS_KEY = "history_excerpts"  # the reference's traj_history_last_n
 POLICIES_KEY = "policies"  # an env entry's settings per policy alias: {policy: {key: value, ..., variants: {...}}}
@@ -22,24 +24,11 @@ DEFAULT_VARIANT = "r2po"
 
 SETTINGS_FILE = Path(__file__).resolve().parent / "configs" / "r2po.yml"  # R2PO(...) reads it whatever the env var says
 
-WITHOUT_TABLE: dict[str, Any] = {
-    "target_return": None,
-    "tau_c": None,
-    "warmup_episodes": 20,
-    "step_size": 1.0,
-    "max_episode_steps": 1000,
-    "history_excerpts": None,
-    "max_iterations": None,
-}
-"""The constructor arguments a plain ``R2PO(...)`` takes from the table when not given, with R2PO's value for an env
-the table lacks (``None``: derived where it is used, or no planned iteration count)."""
-
 REFERENCE_KEYS = tuple(WITHOUT_TABLE)
 
 
 def variant_overrides(entry: Mapping[str, Any], variant: str) -> dict[str, Any]:
     """The settings the entry's ``variants:`` gives ``variant`` (``ValueError`` for a malformed mapping)."""
-    from sb3_r2po.variants import VARIANTS
 
     table = entry.get(VARIANTS_KEY) or {}
     if not isinstance(table, Mapping):
