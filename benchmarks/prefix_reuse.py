@@ -62,7 +62,7 @@ from typing import Any
 from sb3_r2po import R2PO
 from sb3_r2po.llm.recording import read_records
 from sb3_r2po.prompts import prompt_preset
-from sb3_r2po.r2po import records as history_module
+from sb3_r2po.r2po import run_state as history_module
 
 CRITIC_OPENING = "You are an optimization agent"
 """How R2PO's Critic prompts start (its Search prompts are a global optimizer's)."""
@@ -218,17 +218,13 @@ def shares_main(args: argparse.Namespace) -> None:
     for order, slack in itertools.product(args.order, slacks):
         chosen = ORDERS[order]
         original = history_module.shown_history
-        if chosen is not None:  # the prompt view imports the function by name: replace it where it is used
-            import sb3_r2po.r2po.roles as prompting
-
-            prompting.shown_history = chosen  # type: ignore[assignment]
+        if chosen is not None:  # the prompt view calls run_state.shown_history: replace it there
+            history_module.shown_history = chosen  # type: ignore[assignment]
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 records = example_transcript(Path(tmp) / "run", args.preset, args.episodes, slack=slack)
         finally:
-            import sb3_r2po.r2po.roles as prompting
-
-            prompting.shown_history = original  # type: ignore[assignment]
+            history_module.shown_history = original  # type: ignore[assignment]
         for start in (1, 5):
             s = prefix_shares(records, from_iteration=start)
             print(

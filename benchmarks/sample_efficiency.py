@@ -1,6 +1,6 @@
 """Training episodes until CartPole is solved: R2PO (embedded model, task description on) vs ARS vs PPO, 3 seeds.
 
-"Solved" is the 20-episode rolling mean of training returns first reaching 475 (``sb3_r2po.experiments.stats``).
+"Solved" is the 20-episode rolling mean of training returns first reaching 475 (``sb3_r2po.experiments.report``).
 Every method is charged only for its training episodes. Every run is built through the experiment layer
 (:func:`sb3_r2po.experiments.run_one`: RL Zoo's tuned hyperparameters through the zoo's ``ExperimentManager``, the
 same path as ``python -m sb3_r2po.zoo train`` and ``python -m sb3_r2po.compare``). The baselines get their own budget,
@@ -42,7 +42,7 @@ from typing import Any
 
 from sb3_r2po.common.files import atomic_write
 from sb3_r2po.experiments import ResultsStore, RunResult, RunSpec, SerialExecutor
-from sb3_r2po.experiments.stats import interval_note, iqm_cell, iqm_interval, rolling_mean, summarize
+from sb3_r2po.experiments.report import interval_note, iqm_cell, iqm_interval, rolling_mean, summarize
 from sb3_r2po.prompts import prompt_preset
 
 ENV_ID = "CartPole-v1"
@@ -110,7 +110,7 @@ def at_episode(returns: list[float], episode: int) -> float | None:
 
 def cell(values: list[int | None], budget: int) -> str:
     """Episodes to the threshold per seed; when every seed got there (two or more), their mean +- std and their IQM
-    with its 95 % bootstrap interval (:func:`sb3_r2po.experiments.stats.iqm_interval`)."""
+    with its 95 % bootstrap interval (:func:`sb3_r2po.experiments.report.iqm_interval`)."""
     shown = ", ".join(str(v) if v is not None else f"not within {budget}" for v in values)
     reached = [v for v in values if v is not None]
     if len(reached) == len(values) and len(values) > 1:
@@ -123,7 +123,7 @@ def cell(values: list[int | None], budget: int) -> str:
 
 
 def interval_cell(values: list[float | None]) -> str:
-    """IQM [95 % CI] over seeds of a figure every seed has (:func:`sb3_r2po.experiments.stats.iqm_cell`), ``-`` else."""
+    """IQM [95 % CI] over seeds of a figure every seed has (:func:`sb3_r2po.experiments.report.iqm_cell`), ``-`` else."""
     return "-" if not values or any(v is None for v in values) else iqm_cell([float(v) for v in values if v is not None])
 
 

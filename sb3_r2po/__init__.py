@@ -6,15 +6,5 @@ from sb3_r2po.r2po import R2PO, LinearPolicy, ProjectedMlpPolicy, RandomFeatures
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "R2PO",
-    "ChatBackend",
-    "ChatReply",
-    "ExampleLLM",
-    "LinearPolicy",
-    "ProjectedMlpPolicy",
-    "RandomFeaturesPolicy",
-    "TabularPolicy",
-    "__version__",
-    "make_backend",
-]
+__all__ = ["R2PO", "ChatBackend", "ChatReply", "ExampleLLM", "LinearPolicy", "ProjectedMlpPolicy", "RandomFeaturesPolicy"]
+__all__ += ["TabularPolicy", "__version__", "make_backend"]

@@ -3,21 +3,19 @@
     python -m sb3_r2po.ablate --llm example --envs CartPole-v1 --variants r2po props rep_traj --seeds 0 1 2 \\
         --max-episodes 200 --out ablation.md
 
-Every run is built by RL Zoo's ``ExperimentManager`` from the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` with
-its ``variants:`` settings for the variant (the reference's, budget included), as ``compare`` builds it;
-``--max-episodes``, ``--n-eval-episodes`` and ``--warmup-episodes`` replace the file's values when given.
-
-Writes a markdown report (mean return over iterations and best iteration, mean +- std and IQM [95 % CI] over seeds;
-the salience summary per variant; the settings, the command and the versions) and ``<out>.runs.json`` (each run's
-history and settings). The runs are kept in a results store (``--store``, default ``<out>.store/``): the same command
-again reruns nothing that finished and resumes a cut run. One backend answers every run in turn, so ``--llm
-replay:FILE`` of a file recorded with ``--record FILE`` (from an empty store) reproduces the table exactly.
+Every run starts from the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` for the variant (the reference's settings,
+budget included), as ``compare`` builds it; ``--max-episodes``, ``--n-eval-episodes`` and ``--warmup-episodes`` replace
+the file's values when given. Writes a markdown report (mean and best iteration return per variant over seeds, the
+salience summary, the settings, the command) and ``<out>.runs.json``; the results store (``--store``, default
+``<out>.store/``) lets the same command rerun nothing that finished. One backend answers every run in turn, so
+``--llm replay:FILE`` of a ``--record FILE`` (from an empty store) reproduces the table exactly.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
 import shlex
 import sys
@@ -26,39 +24,35 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.diagnostics import salience_summary
-from sb3_r2po.experiments.configs import r2po_entry, r2po_overrides, r2po_settings
 from sb3_r2po.experiments.executors import EXECUTORS, make_executor
-from sb3_r2po.experiments.report import ablation_report
-from sb3_r2po.experiments.runs import ResultsStore, RunResult, RunSpec
+from sb3_r2po.experiments.report import ablation_report, iteration_figures
+from sb3_r2po.experiments.runs import ResultsStore, RunResult, RunSpec, r2po_entry, r2po_overrides, r2po_settings
 from sb3_r2po.experiments.runs import run_one as run_spec
-from sb3_r2po.experiments.stats import iteration_figures
 from sb3_r2po.llm.base import ChatBackend
+from sb3_r2po.llm.recording import RecordingBackend
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.r2po.arguments import VARIANTS
 
 ZOO_STEP_KEYS = ("n_timesteps", "callback")  # read only by the zoo's step-horizon training; a run stops at max_episodes
 
 
+class _DictCalls(ast.NodeTransformer):
+    """Rewrites ``dict(key=value, ...)`` calls as dict displays, so that :func:`ast.literal_eval` reads them."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if not (isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args):
+            return node
+        if any(kw.arg is None for kw in node.keywords):
+            raise ValueError("dict(**...) is not a literal")
+        return ast.Dict([ast.Constant(kw.arg) for kw in node.keywords], [self.visit(kw.value) for kw in node.keywords])
+
+
 def literal_policy_kwargs(text: str) -> Any:
-    """A zoo file's ``policy_kwargs`` string (``"dict(bias=False)"``, ``"{'bias': False}"``) as its value, by
-    :func:`ast.literal_eval` (nested ``dict(...)`` of literals too); not a literal: returned as it is."""
-
-    def value(node: ast.expr) -> Any:
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
-            if any(kw.arg is None for kw in node.keywords):
-                raise ValueError("dict(**...) is not a literal")
-            return {kw.arg: value(kw.value) for kw in node.keywords}
-        if isinstance(node, ast.Dict) and None not in node.keys:
-            return {ast.literal_eval(k): value(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
-        if isinstance(node, ast.List):
-            return [value(item) for item in node.elts]
-        if isinstance(node, ast.Tuple):
-            return tuple(value(item) for item in node.elts)
-        return ast.literal_eval(node)
-
+    """A zoo file's ``policy_kwargs`` string (``"dict(bias=False)"``, ``"{'bias': False}"``, nested) as its value;
+    not a literal: returned as it is (never evaluated)."""
     try:
-        return value(ast.parse(text.strip(), mode="eval").body)
-    except (SyntaxError, ValueError):
+        return ast.literal_eval(_DictCalls().visit(ast.parse(text.strip(), mode="eval")))
+    except (SyntaxError, ValueError, TypeError):  # TypeError: a dict as a key or in a set
         return text
 
 
@@ -75,9 +69,7 @@ def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = N
     :raises ValueError: for an entry without an episode budget.
     """
     overrides = dict(overrides or {})
-    entry = r2po_entry(env_id, variant)
-    for key in ZOO_STEP_KEYS:
-        entry.pop(key, None)
+    entry = {key: value for key, value in r2po_entry(env_id, variant).items() if key not in ZOO_STEP_KEYS}
     budget = overrides.pop("max_episodes", entry.get("max_episodes"))
     if budget is None:
         raise ValueError(f"{env_id}: no episode budget (max_episodes) in sb3_r2po/zoo/configs/r2po.yml: give --max-episodes")
@@ -122,24 +114,18 @@ def run_one(env_id: str, variant: str, seed: int, llm: Any, settings: dict[str, 
     :param env_id: The gymnasium id.
     :param variant: The R2PO variant.
     :param seed: The run's seed.
-    :param llm: The LLM: an ``llm`` string, or a backend object (shared by the runs of :func:`main`).
+    :param llm: An ``llm`` string, or a backend object (shared by the runs of :func:`main`).
     :param settings: Overrides of the env's settings in ``sb3_r2po/zoo/configs/r2po.yml`` (see :func:`run_settings`).
     """
     spec = run_spec_of(env_id, variant, seed, llm if isinstance(llm, str) else f"<{type(llm).__name__} object>", settings)
     with tempfile.TemporaryDirectory(prefix="sb3_r2po_ablate_") as directory:
-        result = run_spec(spec, directory, None if isinstance(llm, str) else llm)
-        return record(result, Path(directory))
+        return record(run_spec(spec, directory, None if isinstance(llm, str) else llm), Path(directory))
 
 
 def resolve_llm(llm: str, record: str | None = None) -> ChatBackend:
     """The one backend of ``llm`` that answers every run in turn, recording every call to the JSONL file ``record``
-    (when given), so a ``replay:FILE`` of it replays exactly. Built lazily."""
-    backend = make_backend(llm)
-    if record:
-        from sb3_r2po.llm.recording import RecordingBackend
-
-        backend = RecordingBackend(backend, record)
-    return backend
+    (when given), so a ``replay:FILE`` of it replays exactly."""
+    return RecordingBackend(make_backend(llm), record) if record else make_backend(llm)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -179,18 +165,13 @@ def main(argv: list[str] | None = None) -> None:
     overrides = r2po_settings(args.n_eval_episodes, args.warmup_episodes)
     if args.max_episodes is not None:
         overrides["max_episodes"] = args.max_episodes
-    specs = [
-        run_spec_of(env_id, variant, seed, args.llm, overrides)
-        for env_id in args.envs
-        for variant in args.variants
-        for seed in args.seeds
-    ]
+    product = itertools.product(args.envs, args.variants, args.seeds)
+    specs = [run_spec_of(env_id, variant, seed, args.llm, overrides) for env_id, variant, seed in product]
     out = Path(args.out)
     store = ResultsStore(args.store or out.with_name(out.name + ".store"))
 
     def on_result(result: RunResult) -> None:
-        figures = iteration_figures(result.iteration_returns or [])
-        spec = result.spec
+        figures, spec = iteration_figures(result.iteration_returns or []), result.spec
         print(
             f"{spec.env_id} {spec.method} seed {spec.seed}: mean {figures['mean_return']:.2f}, "
             f"best {figures['best_return']:.2f}",
@@ -199,9 +180,8 @@ def main(argv: list[str] | None = None) -> None:
 
     backend = None if args.executor == "ray" else resolve_llm(args.llm, args.record)
     executor = make_executor(args.executor, args.ray_address, llm=backend, on_result=on_result)
-    results = executor.run(specs, store)
-    runs = [record(result, store.run_dir(result.spec)) for result in results]
-    command = "python -m sb3_r2po.ablate " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    runs = [record(result, store.run_dir(result.spec)) for result in executor.run(specs, store)]
+    command = "python -m sb3_r2po.ablate " + shlex.join(sys.argv[1:] if argv is None else argv)
     out.write_text(ablation_report(runs, command))
     out.with_suffix(out.suffix + ".runs.json").write_text(json.dumps(runs, indent=1, default=repr))
     print(out.read_text())

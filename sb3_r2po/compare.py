@@ -6,23 +6,17 @@ Usage::
         --budget 300 --out comparison
     python -m sb3_r2po.compare --grid paper --llm http://HOST:PORT/v1 --executor ray --out results
 
-Every method is charged only for the episodes it trains on (the paper's SB3 protocol also charged 20 evaluation
-episodes after every training episode). Writes to ``--out``: ``results.md`` (per env: mean +- std and IQM [95 %
-CI] over seeds of the mean, best and final return and the episodes to the threshold; the settings, the command and
-the package versions), ``paper.md`` (the paper-format table beside the published numbers), ``curves[_<env>].png``,
-``intervals[_<env>].png``, ``runs.json`` (every run's training-episode returns and hyperparameters) and the results
-store ``runs/<run_id>/``: the same command again reruns nothing that finished and resumes a cut R2PO run.
-
-Seeds: 0-4 (``--grid paper``: 0-9, the paper's ten runs). ``--grid paper`` is the paper's ten envs, R2PO, its variants
-and the paper's SB3 algorithms at the paper's budgets, narrowed by ``--envs``/``--methods``/``--seeds``/``--budget``.
-Executors: ``serial``, ``lockstep`` (the seeds of an R2PO method train together, their LLM calls batched) or ``ray``
-(one Ray task per run on ``--ray-address``; default a local Ray). The intervals need rliable (the ``zoo`` extra).
+Evaluation episodes are not charged. Writes to ``--out``: ``results.md`` (per env: mean +- std and IQM [95 % CI]
+over seeds; the settings, the command, the versions), ``paper.md`` (the table beside the published numbers),
+``curves[_<env>].png``, ``intervals[_<env>].png``, ``runs.json`` and the results store ``runs/<run_id>/``: the same
+command again reruns nothing that finished and resumes a cut R2PO run. The intervals need rliable (the ``zoo`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import shlex
 import sys
 import tempfile
@@ -31,29 +25,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch as th
+from tqdm.auto import tqdm
+
 from sb3_r2po.common.files import atomic_write
-from sb3_r2po.experiments.configs import (
+from sb3_r2po.experiments import report as reports
+from sb3_r2po.experiments.executors import EXECUTORS, make_executor
+from sb3_r2po.experiments.grids import GRIDS, PUBLISHED, grid, paper_grid
+from sb3_r2po.experiments.runs import (
     BASELINES,
     R2PO_METHODS,
+    ResultsStore,
+    RunResult,
+    RunSpec,
     comparison_env_settings,
     episodes_used,
     method_algo,
     r2po_entry,
     r2po_settings,
 )
-from sb3_r2po.experiments.executors import EXECUTORS, make_executor
-from sb3_r2po.experiments.grids import GRIDS, PUBLISHED, grid, paper_grid
-from sb3_r2po.experiments.report import (
-    compare_report,
-    env_settings,
-    paper_document,
-    paper_table,
-    plot_curves,
-    plot_intervals,
-    versions,
-)
-from sb3_r2po.experiments.runs import ResultsStore, RunResult, RunSpec
-from sb3_r2po.experiments.stats import WINDOW, summarize
 from sb3_r2po.prompts import PROMPT_PRESETS
 
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)  # without --grid and --seeds: five runs per method
@@ -79,7 +69,7 @@ def run_comparison(
     seeds: Sequence[int],
     budget: int | None,
     llm: str | None = None,
-    window: int = WINDOW,
+    window: int = reports.WINDOW,
     threshold: float | None = None,
     n_eval_episodes: int | None = None,
     warmup_episodes: int | None = None,
@@ -108,10 +98,6 @@ def run_comparison(
     :param ray_address: The Ray cluster (``ray`` only; ``None``: a local Ray).
     :param store: The results store's directory (``None``: a temporary one, removed afterwards).
     """
-    import torch as th
-
-    import sb3_r2po  # noqa: F401  (registers the custom envs)
-
     executor = executor or "serial"
     for method in methods:
         method_algo(method)  # fail on an unknown method before anything runs
@@ -150,30 +136,6 @@ def run_comparison(
         "envs": env_ids,
     }
     start = time.perf_counter()
-    results = _execute(specs, executor, ray_address, store, device, progress, window, per_env)
-    result_settings = {**common, **per_env[env_ids[0]]} if len(env_ids) == 1 else {**common, "per_env": per_env}
-    return {
-        "settings": result_settings,
-        "runs": [r.record() for r in results],
-        "command": command,
-        "versions": versions(),
-        "wall_time_s": time.perf_counter() - start,
-    }
-
-
-def _execute(
-    specs: list[RunSpec],
-    executor: str,
-    ray_address: str | None,
-    store: str | Path | None,
-    device: str,
-    progress: bool,
-    window: int,
-    per_env: dict[str, dict[str, Any]],
-) -> list[RunResult]:
-    """Run ``specs`` with the named executor into the store, printing a line per finished run."""
-    from tqdm.auto import tqdm
-
     directory = contextlib.nullcontext(store) if store is not None else tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_")
     with directory as root:  # a temporary store is removed at the end
         results_store = ResultsStore(root)
@@ -184,7 +146,7 @@ def _execute(
 
             def on_result(result: RunResult) -> None:
                 spec = result.spec
-                stats = summarize(result.returns, window, per_env[spec.env_id]["threshold"])
+                stats = reports.summarize(result.returns, window, per_env[spec.env_id]["threshold"])
                 bar.write(
                     f"{spec.env_id} {spec.method} seed {spec.seed}: {len(result.returns)} episodes, mean "
                     f"{stats['mean']:.2f}, final {stats['final']:.2f}, {result.wall_time_s:.1f} s",
@@ -192,50 +154,53 @@ def _execute(
                 )
                 bar.update(1)
 
-            options = {"device": device, "progress": progress, "on_result": on_result}
-            return make_executor(executor, ray_address, **options).run(specs, results_store)
+            executor_options = {"device": device, "progress": progress, "on_result": on_result}
+            results = make_executor(executor, ray_address, **executor_options).run(specs, results_store)
+    return {
+        "settings": {**common, **per_env[env_ids[0]]} if len(env_ids) == 1 else {**common, "per_env": per_env},
+        "runs": [r.record() for r in results],
+        "command": command,
+        "versions": reports.versions(),
+        "wall_time_s": time.perf_counter() - start,
+    }
 
 
-def _curves_name(env_id: str, several: bool, kind: str = "curves") -> str:
-    return f"{kind}_{env_id.replace('/', '_')}.png" if several else f"{kind}.png"
+def _figure_names(envs: Sequence[str], kind: str) -> dict[str, str]:
+    return {e: f"{kind}_{e.replace('/', '_')}.png" if len(envs) > 1 else f"{kind}.png" for e in envs}
 
 
 def report(result: dict[str, Any]) -> str:
     """The markdown report (``results.md``) of :func:`run_comparison`'s result."""
     envs = result["settings"].get("envs") or [result["settings"]["env"]]
-    several = len(envs) > 1
-    curves = {e: _curves_name(e, several) for e in envs}
-    return compare_report(result, curves, {e: _curves_name(e, several, "intervals") for e in envs})
+    return reports.compare_report(result, _figure_names(envs, "curves"), _figure_names(envs, "intervals"))
 
 
 def write_outputs(result: dict[str, Any], out: Path) -> None:
     """Write ``results.md``, ``paper.md``, the learning curves, the interval figures and ``runs.json`` to ``out``."""
-    import json
-
     out.mkdir(parents=True, exist_ok=True)
-    per_env = env_settings(result["settings"])
+    per_env = reports.env_settings(result["settings"])
+    curves, intervals = _figure_names(list(per_env), "curves"), _figure_names(list(per_env), "intervals")
     for env_id, s in per_env.items():
         runs = [r for r in result["runs"] if r["env"] == env_id]
         budget = max(len(r["returns"]) for r in runs) if isinstance(s["budget"], str) else s["budget"]
-        plot_curves(runs, out / _curves_name(env_id, len(per_env) > 1), env_id, s["window"], s["threshold"], budget)
-        plot_intervals(runs, out / _curves_name(env_id, len(per_env) > 1, "intervals"), env_id, s["window"])
+        reports.plot_curves(runs, out / curves[env_id], env_id, s["window"], s["threshold"], budget)
+        reports.plot_intervals(runs, out / intervals[env_id], env_id, s["window"])
     atomic_write(out / "runs.json", json.dumps(result, indent=1).encode("utf-8"))
     (out / "results.md").write_text(report(result))
     thresholds = {e: s["threshold"] for e, s in per_env.items()}
-    paper = paper_table(result["runs"], result["settings"]["window"], thresholds, PUBLISHED)
-    (out / "paper.md").write_text(paper_document(paper, result))
+    paper = reports.paper_table(result["runs"], result["settings"]["window"], thresholds, PUBLISHED)
+    (out / "paper.md").write_text(reports.paper_document(paper, result))
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sb3_r2po.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    methods = [*R2PO_METHODS, *BASELINES]
     parser.add_argument("--grid", default=None, choices=GRIDS, help="a named grid (paper: ten envs, ten seeds, ...)")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
     parser.add_argument("--envs", nargs="+", default=None, help="several env ids (wins over --env)")
     parser.add_argument(
-        "--methods", nargs="+", default=None, choices=methods, metavar="METHOD",
+        "--methods", nargs="+", default=None, choices=[*R2PO_METHODS, *BASELINES], metavar="METHOD",
         help=f"R2PO or a variant ({', '.join(R2PO_METHODS)}) and baselines ({', '.join(BASELINES)}); default r2po ppo ars",
     )  # fmt: skip
     parser.add_argument(
@@ -256,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
         "--prompts", default=None, choices=sorted(PROMPT_PRESETS),
         help="R2PO's prompt preset (sb3_r2po.prompts.PROMPT_PRESETS; default: the settings of sb3_r2po/zoo/configs/r2po.yml)",
     )  # fmt: skip
-    parser.add_argument("--window", type=int, default=WINDOW, help="rolling-mean window")
+    parser.add_argument("--window", type=int, default=reports.WINDOW, help="rolling-mean window")
     parser.add_argument("--threshold", type=float, default=None, help="default: reward_threshold, else R2PO's target")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads during the runs")
@@ -291,12 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
     _check(parser, args)
-
-    import torch as th
-
     threads = th.get_num_threads()
     th.set_num_threads(args.torch_threads)  # tiny networks: one thread is faster, and far faster on a busy machine
-    command = "python -m sb3_r2po.compare " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m sb3_r2po.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
     out = Path(args.out)
     try:
         result = run_comparison(

@@ -4,8 +4,8 @@
     learn_in_lockstep(models, total_timesteps=100_000)
 
 Each model learns in its own thread; one :class:`~sb3_r2po.llm.batching.BatchingBackend` holds every LLM call until
-all models still training wait for the LLM, then sends them as one batch. Every model keeps its own env, generator,
-history and checkpoint directory: with a deterministic LLM a seed gives the same history as alone (tested).
+all models still training wait for the LLM, then sends them as one batch. Each model keeps its own env, generator,
+history and checkpoint directory: with a deterministic LLM a seed gives the same history as alone.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ class LockstepError(RuntimeError):
 
 
 def _with_stop(callback: MaybeCallback, event: threading.Event) -> list[BaseCallback]:
+    """``callback`` and one that stops training once ``event`` is set (the caller's Ctrl-C)."""
     others = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
-    stop = ConvertCallback(lambda _locals, _globals: not event.is_set())  # stops once event is set (the caller's Ctrl-C)
+    stop = ConvertCallback(lambda _locals, _globals: not event.is_set())
     return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in others] + [stop]
 
 
@@ -46,7 +47,7 @@ def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[An
             raise ValueError(f"learn_in_lockstep needs one llm for all models; model 0 has {llm!r}, model {i} {model.llm!r}")
     if llm is None:
         raise ValueError("the models have no llm (llm=None): give one, e.g. R2PO.load(path, env=env, llm=...)")
-    backend = BatchingBackend(llm, max_batch=max_batch)  # built once, here
+    backend = BatchingBackend(llm, max_batch=max_batch)
     spaces = {str(m.policy.parameter_space) for m in models}
     if len(spaces) > 1 and isinstance(backend.inner, Constrainable):
         raise ValueError(f"{backend.inner!r} constrains decoding to one parameter space; the models have {len(spaces)}")
@@ -56,15 +57,15 @@ def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[An
 def _run_threads(
     threads: Sequence[threading.Thread], finished: Sequence[threading.Event], stop: threading.Event, ready: threading.Barrier
 ) -> None:
-    """Start ``threads``; wait for their ``finished`` events (never ``Thread.join()``: a KeyboardInterrupt inside it
-    marks a running thread stopped, CPython issue 90882). An exception meanwhile (Ctrl-C) sets ``stop``, breaks
-    ``ready`` and waits for every running thread."""
+    """Start ``threads`` and wait for their ``finished`` events (not ``Thread.join()``: a KeyboardInterrupt inside it
+    marks a running thread stopped, CPython issue 90882). On an exception (Ctrl-C) set ``stop``, break ``ready``, wait
+    for every running thread and raise it."""
     try:
         for thread in threads:
             thread.start()
         for done in finished:
             done.wait()
-    except BaseException:  # Ctrl-C here: stop the models at their next step, then let it propagate
+    except BaseException:
         stop.set()
         ready.abort()  # threads started before the interrupt may still wait for the others
         for thread, done in zip(threads, finished, strict=True):
@@ -81,8 +82,7 @@ def learn_in_lockstep(
     max_batch: int | None = None,
     **learn_kwargs: Any,
 ) -> list[R2PO]:
-    """
-    Train ``models`` together, each in its own thread, batching their LLM calls through one backend built once.
+    """Train ``models`` together, each in its own thread, batching their LLM calls through one backend built once.
 
     The models share one ``llm`` (equal strings, or one object) and, for a backend that constrains decoding, one
     parameter space. Afterwards each keeps its ``llm`` string (for ``save()``) and, until ``set_llm``, the backend.
@@ -94,8 +94,7 @@ def learn_in_lockstep(
     :param learn_kwargs: Other ``learn()`` arguments (``log_interval``, ``reset_num_timesteps``, ...), for every model.
     :return: The trained models.
     :raises LockstepError: when some models raised (the others are trained; every finished iteration is kept).
-
-    An exception in the calling thread (Ctrl-C) stops every model at its next step and waits for the threads.
+        An exception in the calling thread (Ctrl-C) stops every model at its next step and waits for the threads.
     """
     models = list(models)
     if not models:
@@ -106,7 +105,6 @@ def learn_in_lockstep(
     if len(callbacks) != len(models):
         raise ValueError(f"got {len(callbacks)} callbacks for {len(models)} models")
     llm, backend = _batching_backend(models, max_batch)
-
     errors: dict[int, BaseException] = {}
     ready = threading.Barrier(len(models))  # every worker registered before the first call: full first batch
     stop = threading.Event()

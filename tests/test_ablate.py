@@ -13,8 +13,8 @@ import sb3_r2po
 from sb3_r2po import R2PO
 from sb3_r2po.ablate import literal_policy_kwargs, main, resolve_llm, run_one, run_settings
 from sb3_r2po.diagnostics import salience_summary
-from sb3_r2po.experiments.configs import r2po_entry
 from sb3_r2po.experiments.report import ablation_report
+from sb3_r2po.experiments.runs import r2po_entry
 from sb3_r2po.llm.example import ExampleLLM
 from sb3_r2po.llm.recording import RecordingBackend, read_records
 from sb3_r2po.r2po.policies import LinearPolicy, TabularPolicy
@@ -262,7 +262,7 @@ def test_report_gives_each_figure_its_iqm_and_interval() -> None:
     seed renders as the point itself, marked as one run, and the note says how many runs the intervals rest on."""
     from scipy.stats import trim_mean
 
-    from sb3_r2po.experiments.stats import iqm_interval
+    from sb3_r2po.experiments.report import iqm_interval
 
     means, bests = [1.0, 2.0, 3.0, 4.0, 50.0], [10.0, 30.0, 20.0, 40.0, 0.0]
     runs = [_run("A-v0", "r2po", seed, m, b, []) for seed, (m, b) in enumerate(zip(means, bests, strict=True))]

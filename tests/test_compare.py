@@ -25,10 +25,8 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_r2po.compare import main, run_comparison
-from sb3_r2po.experiments.configs import hyperparams_file
-from sb3_r2po.experiments.report import table
-from sb3_r2po.experiments.runs import BudgetReached, EpisodeBudget
-from sb3_r2po.experiments.stats import rolling_mean, summarize
+from sb3_r2po.experiments.report import rolling_mean, summarize, table
+from sb3_r2po.experiments.runs import BudgetReached, EpisodeBudget, hyperparams_file
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.zoo import config_dir
 
@@ -316,7 +314,7 @@ def test_iqm_cells_are_the_interquartile_mean_with_a_deterministic_interval() ->
     same result gives the same report."""
     from scipy.stats import trim_mean
 
-    from sb3_r2po.experiments.stats import iqm_interval
+    from sb3_r2po.experiments.report import iqm_interval
 
     values = {"a": [1.0, 2.0, 3.0, 4.0, 100.0, 5.0, 6.0, 7.0], "b": [-3.0, 10.0, -1.0, 0.5, 2.0]}
     text = table(_runs_of(values), window=20, threshold=None)
@@ -329,7 +327,7 @@ def test_iqm_cells_are_the_interquartile_mean_with_a_deterministic_interval() ->
         assert cells[3] == cells[5] == cells[7] == f"{trim_mean(figures, 0.25):.2f} [{low:.2f}, {high:.2f}]"
         assert cells[2] == f"{np.mean(figures):.2f} +- {np.std(figures):.2f}"
     # the same figures give the same interval in another process too (not only from this process's cache) ...
-    code = f"from sb3_r2po.experiments.stats import iqm_interval; print(repr(iqm_interval({values['a']!r})))"
+    code = f"from sb3_r2po.experiments.report import iqm_interval; print(repr(iqm_interval({values['a']!r})))"
     other = subprocess.run([sys.executable, "-c", code], check=True, timeout=120, capture_output=True, text=True).stdout
     assert other.strip() == repr(iqm_interval(values["a"]))
     # ... and a bootstrap gives numpy's global generator (which rliable draws from) back as it was
@@ -377,7 +375,7 @@ def test_rliable_is_optional_and_named_when_missing(monkeypatch: pytest.MonkeyPa
     """The core package imports without rliable; an interval without it names the extra that installs it."""
     code = "import sys, sb3_r2po, sb3_r2po.compare, sb3_r2po.experiments.report; assert 'rliable' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-    from sb3_r2po.experiments.stats import iqm_cell
+    from sb3_r2po.experiments.report import iqm_cell
 
     monkeypatch.setitem(sys.modules, "rliable", None)
     with pytest.raises(ImportError, match=r"pip install 'sb3-r2po\[zoo\]'"):

@@ -21,8 +21,8 @@ from filelock import FileLock
 from sb3_r2po.experiments import LockstepExecutor, ResultsStore, RunResult, RunSpec, SerialExecutor, make_executor, run_one
 from sb3_r2po.experiments.executors import lockstep_groups
 from sb3_r2po.experiments.grids import PAPER_ENVS, PUBLISHED, grid, paper_grid
+from sb3_r2po.experiments.report import iteration_figures
 from sb3_r2po.experiments.runs import ATTEMPT_LOCK, AttemptInProgressError, EpisodeLog
-from sb3_r2po.experiments.stats import iteration_figures
 
 SETTINGS = {"n_eval_episodes": 3, "warmup_episodes": 4}
 BUDGET = 4 + 3 * 6
@@ -235,7 +235,7 @@ def test_every_paper_run_has_hyperparameters() -> None:
     """Every (env, algorithm) of the paper grid has an entry in the file the zoo reads (the zoo's or ours)."""
     import yaml
 
-    from sb3_r2po.experiments.configs import hyperparams_file, method_algo
+    from sb3_r2po.experiments.runs import hyperparams_file, method_algo
 
     files: dict[Path, dict] = {}
     for env_id, algo in {(s.env_id, method_algo(s.method)) for s in paper_grid("example")}:

@@ -96,7 +96,6 @@ def test_construction_is_lazy_and_validated(tmp_path: Path) -> None:
         {"n_threads": 0},
         {"reply_style": "json"},
         {"reason_chars": -1},
-        {"spin_count": -1},
     ):
         with pytest.raises(ValueError):
             EmbeddedBackend(**bad)  # type: ignore[arg-type]

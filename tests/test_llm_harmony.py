@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sb3_r2po.common.parameters import final_channel, final_is_truncated, is_harmony
-from sb3_r2po.llm.harmony import analysis_only, without_answer
+from sb3_r2po.llm.base import analysis_only, without_answer
 
 ANSWER = "params[0]: 1.0, params[1]: -2.5"
 

@@ -11,7 +11,7 @@ import pytest
 from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM
 
 from sb3_r2po import R2PO
-from sb3_r2po.llm.harmony import without_answer
+from sb3_r2po.llm.base import without_answer
 
 HARMONY_FINAL = "<|channel|>analysis<|message|>{a}<|end|><|start|>assistant<|channel|>final<|message|>{f}<|return|>"
 ECHOED_PROMPT = (

@@ -254,7 +254,7 @@ def test_the_paper_grid_holds_the_reference_swimmer_runs() -> None:
     """configs/swimmer/swimmer_props_random_projection_qr.yaml, swimmer_propsp_random_projection_qr.yaml and
     swimmer_propsp_random_features_tanh_same_dim.yaml: run s of the grid is the reference's run s + 1."""
     from sb3_r2po.experiments.grids import paper_grid
-    from sb3_r2po.experiments.stats import run_label
+    from sb3_r2po.experiments.report import run_label
 
     specs = [s for s in paper_grid("example:0", ["Swimmer-v5"], seeds=[0, 4]) if "policy" in s.settings_dict]
     found = {(s.method, s.settings_dict["policy"], s.seed): (s.budget, s.settings_dict) for s in specs}

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sb3_r2po.common.parameters import NO_FINAL_ANSWER, READINGS, InvalidParameters, ParameterSpace, parse_params
-from sb3_r2po.llm.harmony import without_answer
+from sb3_r2po.llm.base import without_answer
 
 SPACE = ParameterSpace(3, low=-6, high=6, decimals=1)
 ACTIONS = ParameterSpace(4, values=(0, 1, 2, 3))

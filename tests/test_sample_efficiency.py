@@ -107,7 +107,7 @@ def test_the_table_gives_each_figure_its_iqm_and_interval(capsys: pytest.Capture
     call; episodes to 475 add their IQM when every seed got there; the note says how many runs the intervals rest on."""
     from scipy.stats import trim_mean
 
-    from sb3_r2po.experiments.stats import iqm_interval
+    from sb3_r2po.experiments.report import iqm_interval
 
     script = _script()
     best, matched = [480.0, 300.0, 500.0, 20.0, 410.0], [100.0, 120.0, 90.0, 400.0, 110.0]

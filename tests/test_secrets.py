@@ -41,10 +41,9 @@ from fault_server import Action, FaultServer, ok, raw_body, status
 from helpers import UNTIL_BUDGET
 
 from sb3_r2po import R2PO
-from sb3_r2po.llm.base import ChatReply
+from sb3_r2po.llm.base import ChatReply, redact, redact_spec
 from sb3_r2po.llm.openai_backend import LLMServerError, OpenAIBackend, parse_server_url
 from sb3_r2po.llm.recording import RecordingBackend
-from sb3_r2po.llm.redaction import redact, redact_spec
 from sb3_r2po.llm.resolve import check_llm_spec, make_backend
 
 USER = [{"role": "user", "content": "Propose a parameter vector."}]

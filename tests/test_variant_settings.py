@@ -26,7 +26,7 @@ from helpers import ScriptedLLM, vector
 import sb3_r2po
 from sb3_r2po import R2PO
 from sb3_r2po.ablate import run_one, run_settings
-from sb3_r2po.experiments.configs import episode_cap, r2po_entry
+from sb3_r2po.experiments.runs import episode_cap, r2po_entry
 from sb3_r2po.r2po.arguments import VARIANTS as VARIANT_SPECS
 from sb3_r2po.r2po.roles import PromptView
 from sb3_r2po.zoo import config_dir, config_file
@@ -37,7 +37,7 @@ from sb3_r2po.zoo.settings import (
     SETTINGS_FILE,
     VARIANTS_KEY,
     apply_variant,
-    reference_env_ids,
+    read_entries,
     reference_settings,
 )
 
@@ -314,7 +314,7 @@ def test_compare_builds_each_variant_with_its_settings(env_id: str, variant: str
     finally:
         run.model.env.close()
         run.log_folder.cleanup()
-        run.bar.close()
+        run.callback.progress.close()
     if variant == "props" and env_id == "R2PO/Maze3x3-v0":  # the user's warm-up wins
         run = prepare_run(RunSpec(env_id, variant, 0, 1, "example:0", {"warmup_episodes": 3}))
         assert (
@@ -382,7 +382,7 @@ def test_a_plain_r2po_resolves_every_variant_as_the_zoo_file_does(env_id: str) -
     """``R2PO(policy, env_id, variant=...)`` without settings gets the reference's for every (env, variant) pair: the
     values the zoo, compare and ablate read from the file, and the reference's as this module states them."""
     _skip_without_mujoco(env_id)
-    assert env_id in reference_env_ids()
+    assert env_id in read_entries(SETTINGS_FILE)
     policy = "Tabular" if _raw_entries()[env_id]["policy"] == "Tabular" else "MlpLinear"
     for variant in ("r2po", *VARIANT_NAMES):
         model = R2PO(policy, env_id, llm="example:0", variant=variant)
@@ -430,7 +430,7 @@ def test_explicit_settings_win_over_the_table() -> None:
 
 def test_an_env_the_table_lacks_keeps_the_documented_derivation() -> None:
     model = R2PO("MlpLinear", "Acrobot-v1", llm="example:0")
-    assert "Acrobot-v1" not in reference_env_ids() and reference_settings("Acrobot-v1", "r2po") is None
+    assert "Acrobot-v1" not in read_entries(SETTINGS_FILE) and reference_settings("Acrobot-v1", "r2po") is None
     assert model.settings.target == -100 and model.settings.revision_threshold == pytest.approx(-105)  # reward_threshold - 5 %
     assert (
         model.settings.warmup_episodes,

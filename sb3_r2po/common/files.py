@@ -9,12 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-CACHE_ENV_VAR = "SB3_R2PO_CACHE"
-
 
 def default_cache_dir() -> Path:
     """``$SB3_R2PO_CACHE``, else ``$XDG_CACHE_HOME/sb3_r2po``, else ``~/.cache/sb3_r2po``."""
-    if override := os.environ.get(CACHE_ENV_VAR):
+    if override := os.environ.get("SB3_R2PO_CACHE"):
         return Path(override).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "sb3_r2po"
@@ -24,34 +22,28 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # the process's umask, read once at import: reading it means setting it, which is not thread-safe
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (best effort)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[BinaryIO]:
     """A temporary binary file beside ``path`` (named ``<name>.<random><suffix>``), synced, given the permissions of a
     file created normally and renamed over ``path`` when the block ends without an exception, else removed."""
     target = Path(path)
     fd, tmp_name = tempfile.mkstemp(prefix=target.name + ".", suffix=suffix, dir=target.parent)
-    tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out:
             yield out
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600
-        os.replace(tmp, target)
+        os.chmod(tmp_name, 0o666 & ~_UMASK)  # mkstemp makes 0600
+        os.replace(tmp_name, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        Path(tmp_name).unlink(missing_ok=True)
         raise
-    _fsync_directory(target.parent)
+    with contextlib.suppress(OSError):  # make the rename durable (best effort)
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:

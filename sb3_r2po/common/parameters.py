@@ -1,6 +1,5 @@
 """The parameter space of a compact policy: what the LLM may propose, how a vector is written, how a reply is read
-back into one (:func:`parse_params`; parsed, never executed) and made legal (clipped to ``[low, high]`` and rounded to
-``decimals``, or checked against a set of allowed values).
+back into one (:func:`parse_params`; parsed, never executed) and made legal (:meth:`ParameterSpace.project`).
 
 Reply forms: ``params[0]: v, ..., params[n-1]: v`` (``=`` also accepted) and ``params: [v0, ..., v(n-1)]`` (also as
 JSON); ``params`` must be a word of its own, Markdown emphasis or backticks around it or a value are ignored. Which
@@ -14,19 +13,15 @@ NaN and infinities are rejected, a finite-looking literal too large for a float 
 that opens quotes must close them. Decimal commas and thousands separators are rejected, never guessed (``0,5``,
 ``1,000``, ``1 000`` after an indexed value; a comma between digits in a list that also separates values by ``", "``,
 or a value after a comma starting with ``0`` and a digit); a list written without spaces (``[1,2,3]``) is read value
-by value. The vector is then made legal by :meth:`ParameterSpace.project`.
+by value.
 
-A reply without a final channel is rejected; a reply cut off at the token limit is read by its complete lines, as the
-reference does (``reject_cut_off=True``, ours, rejects it). :func:`parse_params` never raises; its reason is at most
-:data:`MAX_REASON_CHARS` characters and quotes at most :data:`MAX_QUOTED_CHARS` of the reply at a time (``repr``).
-Its time is linear in the reply's length.
-
-Where the answer is in a reply: the final channel of gpt-oss "harmony" output, raw
-(``<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>ANSWER<|return|>``) or
-flattened by a server that skips the special tokens (``analysis...assistantfinalANSWER``). Harmony output without a
-final channel is no answer (``None``); text that is not harmony output is its own answer. Flattened analysis is
-recognised by ``analysis`` (or ``assistantanalysis``) at the start directly followed by the reasoning (not by
-whitespace or ``:;,.!?-``, so a plain ``analysis: ...`` stays plain text).
+The answer is the final channel of gpt-oss "harmony" output, raw (``<|channel|>final<|message|>ANSWER<|return|>``) or
+flattened by a server that skips the special tokens (``analysis...assistantfinalANSWER``); harmony output without one
+is no answer, other text is its own answer. Flattened analysis is ``analysis`` (or ``assistantanalysis``) at the start
+directly followed by the reasoning (not by whitespace or ``:;,.!?-``: ``analysis: ...`` stays plain text). A reply cut
+off at the token limit is read by its complete lines, as the reference does (``reject_cut_off=True``, ours, rejects
+it). :func:`parse_params` never raises, takes time linear in the reply's length, and gives a reason of at most
+:data:`MAX_REASON_CHARS` characters that quotes at most :data:`MAX_QUOTED_CHARS` of the reply at a time (``repr``).
 """
 
 from __future__ import annotations
@@ -48,8 +43,7 @@ REPLY_STYLES: tuple[str, ...] = ("indexed", "list")
 
 @dataclass(frozen=True)
 class Projection:
-    """
-    A proposal made legal by :meth:`ParameterSpace.project`.
+    """A proposal made legal by :meth:`ParameterSpace.project`.
 
     :param params: The projected parameter vector (float64).
     :param notes: One line per value that was clipped or rounded, for the logs.
@@ -65,8 +59,7 @@ class InvalidParameters(ValueError):
 
 @dataclass(frozen=True)
 class ParameterSpace:
-    """
-    The flat parameter vector of a policy as the LLM sees it: a range and a precision, or a set of allowed values.
+    """The flat parameter vector of a policy as the LLM sees it: a range and a precision, or a set of allowed values.
 
     :param size: Number of parameters.
     :param low: Lower bound of every parameter (continuous spaces).
@@ -147,8 +140,7 @@ class ParameterSpace:
         for i in np.flatnonzero(rounded != vec):
             how = "clipped and rounded" if clipped[i] != vec[i] else "rounded"
             notes.append(f"params[{i}]: {float(vec[i])!r} {how} to {rounded[i]:.6g}")
-        # -0.0 is shown as 0.0 and compares equal to it; normalise so saved vectors read well
-        rounded[rounded == 0.0] = 0.0
+        rounded[rounded == 0.0] = 0.0  # -0.0 becomes 0.0, so saved vectors read well
         return Projection(rounded, tuple(notes))
 
     def sample(self, rng: np.random.Generator, std: float | None = None) -> np.ndarray:
@@ -183,12 +175,9 @@ class ParameterSpace:
         return f"{value:.{self.decimals}f}"
 
 
-MAX_REASON_CHARS = 400
-"""The longest failure reason :func:`parse_params` gives (cut by :func:`bound_reason`)."""
-MAX_QUOTED_CHARS = 40
-"""A reason quotes at most this much of one piece of the reply (a value, an index)."""
-MAX_INDEX_DIGITS = 9
-"""The most digits a readable ``params[i]`` index may have."""
+MAX_REASON_CHARS = 400  #: The longest failure reason :func:`parse_params` gives (cut by :func:`bound_reason`).
+MAX_QUOTED_CHARS = 40  #: A reason quotes at most this much of one piece of the reply (a value, an index).
+MAX_INDEX_DIGITS = 9  #: The most digits a readable ``params[i]`` index may have.
 
 _MAX_LISTED_INDICES = 12
 
@@ -203,11 +192,8 @@ _DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
 _COMMA_SPACE = re.compile(r",[^\S\r\n]")
 _COMMA_LEADING_ZERO = re.compile(r"\d,[^\S\r\n]*[-+]?0\d")
 
-_RAW_FINAL = re.compile(
-    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
-)
-_RAW_FINAL_END = re.compile(
-    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>.*?(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
+_RAW_FINAL = re.compile(  # the final channel's text, and the token that ends it ("": the text ran out)
+    r"<\|channel\|>\s*final\s*(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)(<\|return\|>|<\|end\|>|<\|call\|>|$)", re.S
 )
 _RAW_FINAL_START = re.compile(r"<\|channel\|>\s*final(?![A-Za-z0-9_])")
 _RAW_MARKERS = ("<|channel|>", "<|message|>", "<|start|>")
@@ -218,7 +204,7 @@ _TRAILING_SPECIALS = ("<|return|>", "<|end|>", "<|call|>", "<|endoftext|>")
 
 def _without_trailing_specials(text: str) -> str:
     """``text`` without the special tokens and whitespace at its end (in linear time)."""
-    end = len(text.rstrip())
+    end = len(text)
     while True:
         while end and text[end - 1].isspace():
             end -= 1
@@ -241,7 +227,7 @@ def final_channel(text: str) -> str | None:
     """The last final channel of harmony ``text``, stripped (``None``: there is none); other text unchanged."""
     if _is_raw(text):
         finals = _RAW_FINAL.findall(text)
-        return finals[-1].strip() if finals else None
+        return finals[-1][0].strip() if finals else None
     if _FLAT_FINAL_MARK in text:
         answer = text.rpartition(_FLAT_FINAL_MARK)[2]
         return _without_trailing_specials(answer).strip()
@@ -251,19 +237,16 @@ def final_channel(text: str) -> str | None:
 
 
 def final_is_truncated(text: str) -> bool:
-    """Whether raw harmony ``text`` ends inside its final channel (the token budget ran out while the answer was being
-    written); ``False`` for flattened and non-harmony text, which cannot tell."""
+    """Whether raw harmony ``text`` ends inside its last final channel (other text cannot tell: ``False``)."""
     if not _is_raw(text):
         return False
-    matches = list(_RAW_FINAL_END.finditer(text))
-    return bool(matches) and matches[-1].group(1) == ""
+    finals = _RAW_FINAL.findall(text)
+    return bool(finals) and finals[-1][1] == ""
 
 
 def cut_off_lines(text: str) -> str:
     """The complete lines of the cut-off last final channel of raw harmony ``text`` (up to its last line break)."""
-    last = None
-    for last in _RAW_FINAL_START.finditer(text):  # noqa: B007  (the last final channel is wanted)
-        pass
+    last = max(_RAW_FINAL_START.finditer(text), key=lambda m: m.start(), default=None)
     start = -1 if last is None else text.find("<|message|>", last.end())
     return "" if start < 0 else text[start + len("<|message|>") :].rpartition("\n")[0]
 
@@ -271,10 +254,10 @@ def cut_off_lines(text: str) -> str:
 def as_cut_off(text: str) -> str:
     """The cut-off output ``text`` as raw harmony whose final channel is not ended (:func:`final_is_truncated`), what
     came before it kept as analysis; harmony text without a final channel unchanged."""
-    if _is_raw(text) and final_is_truncated(text):
+    if final_is_truncated(text):
         return text
     final = final_channel(text)
-    if final is None:  # no answer had begun: nothing to read
+    if final is None:
         return text
     before = before_final(text) if is_harmony(text) else ""
     analysis = f"<|channel|>analysis<|message|>{before}<|end|><|start|>assistant" if before.strip() else ""
@@ -310,11 +293,10 @@ READINGS: tuple[Reading, ...] = ("first", "last", "first_line", "last_vector")
 
 @dataclass(frozen=True)
 class ParseResult:
-    """
-    The outcome of :func:`parse_params`.
+    """The outcome of :func:`parse_params`.
 
     :param params: The legal vector, or ``None`` when the reply could not be used.
-    :param error: Why the reply could not be used (at most :data:`MAX_REASON_CHARS` characters).
+    :param error: Why the reply could not be used.
     :param notes: Values that were clipped or rounded.
     """
 
@@ -360,12 +342,9 @@ def _check_closed(text: str) -> None:
 
 
 def to_number(token: str) -> float:
-    """
-    The number of one value token as written in the reply (quotes, backticks, emphasis and one sentence-ending period
-    dropped); a finite-looking literal too large for a float becomes the largest float of its sign.
-
-    :raises ValueError: for anything that is not a number, for NaN and infinities, and for unclosed quotes.
-    """
+    """The number of one value token (quotes, backticks, emphasis and one sentence-ending period dropped); a
+    finite-looking literal too large for a float becomes the largest float of its sign. ``ValueError`` for anything
+    else that is not a finite number, and for unclosed quotes."""
     text = token.strip()
     _check_closed(text)
     text = text.strip(_QUOTES).translate(_MINUS_SIGNS)
@@ -415,11 +394,10 @@ def _grouped_value(text: str, entries: Sequence[re.Match[str]]) -> str | None:
     for match in entries:
         after = _GROUPED_AFTER_VALUE.match(text, match.end())
         if after is not None:
-            written = quote(match.group(2) + after.group())
             return (
-                f"params[{_index(match.group(1))}] is written {written}: a decimal comma or a digit group (0,5 or "
-                "1,000 or 1 000) can be read in more than one way; write each number with a decimal point and "
-                "no grouping (0.5, 1000)"
+                f"params[{_index(match.group(1))}] is written {quote(match.group(2) + after.group())}: a decimal comma "
+                "or a digit group (0,5 or 1,000 or 1 000) can be read in more than one way; write each number with a "
+                "decimal point and no grouping (0.5, 1000)"
             )
     return None
 
@@ -476,83 +454,58 @@ def _values(tokens: list[str]) -> list[float] | str:
     return values
 
 
-def _not_a_value(token: str) -> bool:
-    """Whether ``token`` after ``params[i]:`` is a word such as ``the`` (NaN and infinities count as values)."""
-    word = token.strip(_QUOTES).rstrip(".").lower()
-    return word.isalpha() and word not in _NON_FINITE_WORDS
-
-
-def _occurrences(text: str, size: int, first: bool) -> list[re.Match[str]] | None:
-    """The first (or last) ``params[i]: v`` match of each index ``0..size-1``, in index order (``None``: none)."""
+def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | None:
+    """The value tokens of the first (or last) occurrence of each index, else of a listed vector; why not; or ``None``."""
     found: dict[int, re.Match[str]] = {}
     for match in _INDEXED.finditer(text):
-        index = _index(match.group(1))
-        if index is None or index >= size or _not_a_value(match.group(2)):
+        index, word = _index(match.group(1)), match.group(2).strip(_QUOTES).rstrip(".").lower()
+        if index is None or index >= size or (word.isalpha() and word not in _NON_FINITE_WORDS):
             continue  # as the reference's pattern, which matches a number only: "params[0]: the weight" is not a value
         if not (first and index in found):
             found[index] = match
-    return [found[i] for i in range(size) if i in found] if found else None
-
-
-def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | None:
-    """The value tokens of the first (or last) occurrence of each index, else of the first (or last) listed vector;
-    why it is not a vector; or ``None`` when the text holds none."""
-    entries = _occurrences(text, size, first)
-    if entries is None:
+    if not found:
         matches = _LISTED.finditer(text)
         listed = next(matches, None) if first else max(matches, key=lambda m: m.start(), default=None)
         return None if listed is None else _listed_vector(listed.group(1), size)
-    if len(entries) < size:
-        missing = sorted(set(range(size)) - {_index(m.group(1)) for m in entries})
+    if len(found) < size:
+        missing = [i for i in range(size) if i not in found]
         shown = ", ".join(f"params[{i}]" for i in missing[:_MAX_LISTED_INDICES])
         more = f", ... ({len(missing)} in all)" if len(missing) > _MAX_LISTED_INDICES else ""
         return f"expected all {size} values params[0]..params[{size - 1}], missing {shown}{more}"
+    entries = [found[i] for i in range(size)]
     return _grouped_value(text, entries) or [m.group(2) for m in entries]
 
 
-def _first_line_vector(text: str, size: int) -> list[str] | str | None:
-    """The value tokens of the vector on the first non-blank line of ``text``, why it is not one, or ``None``."""
-    line = text.lstrip().partition("\n")[0]
-    blocks = _indexed_blocks(line)
-    return _indexed_vector(line, blocks[0], size) if blocks else _last_vector(line, size)
-
-
 def _vector(text: str, size: int, reading: Reading) -> list[str] | str | None:
+    """The value tokens of the vector ``reading`` picks, why it is not a vector, or ``None``: none."""
     if reading == "first_line":
-        return _first_line_vector(text, size)
+        line = text.lstrip().partition("\n")[0]
+        blocks = _indexed_blocks(line)
+        return _indexed_vector(line, blocks[0], size) if blocks else _last_vector(line, size)
     if reading == "last_vector":
         return _last_vector(text, size)
     return _occurrence_vector(text, size, first=reading == "first")
 
 
-def _answer(reply: str, reject_cut_off: bool) -> str | ParseResult:
-    """The answer text of ``reply`` (of a cut-off reply: its complete lines), or the failed result."""
-    text = final_channel(reply)
-    if text is None:
-        return ParseResult(None, NO_FINAL_ANSWER)
-    if not final_is_truncated(reply):
-        return text
-    if reject_cut_off:
-        return ParseResult(None, f"{CUT_OFF} (cut-off replies are rejected)")
-    lines = cut_off_lines(reply)
-    if not lines.strip():
-        return ParseResult(None, f"{CUT_OFF} before its first line ended")
-    return lines
-
-
 def _parse(reply: str, space: ParameterSpace, reading: Reading, reject_cut_off: bool) -> ParseResult:
     if not isinstance(reply, str) or not reply.strip():
         return ParseResult(None, "the reply was empty")
-    text = _answer(reply, reject_cut_off)
-    if isinstance(text, ParseResult):
-        return text
-    last = _vector(text, space.size, reading)
-    if last is None:
+    text = final_channel(reply)
+    if text is None:
+        return ParseResult(None, NO_FINAL_ANSWER)
+    if final_is_truncated(reply):
+        if reject_cut_off:
+            return ParseResult(None, f"{CUT_OFF} (cut-off replies are rejected)")
+        text = cut_off_lines(reply)
+        if not text.strip():
+            return ParseResult(None, f"{CUT_OFF} before its first line ended")
+    tokens = _vector(text, space.size, reading)
+    if tokens is None:
         where = "on the first line" if reading == "first_line" else "in the reply"
         return ParseResult(
             None, f"no parameter vector found {where}; expected one line with all {space.size} values in the reply format"
         )
-    values = last if isinstance(last, str) else _values(last)
+    values = tokens if isinstance(tokens, str) else _values(tokens)
     if isinstance(values, str):
         return ParseResult(None, values)
     try:
@@ -563,8 +516,7 @@ def _parse(reply: str, space: ParameterSpace, reading: Reading, reject_cut_off: 
 
 
 def parse_params(reply: str, space: ParameterSpace, reading: Reading = "first", reject_cut_off: bool = False) -> ParseResult:
-    """
-    Parse a reply into a legal parameter vector for ``space``.
+    """Parse a reply into a legal parameter vector for ``space``.
 
     :param reply: The raw reply text.
     :param space: The parameter space (count, bounds and precision, or action set).

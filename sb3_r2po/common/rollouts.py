@@ -1,17 +1,12 @@
-"""Evaluate one candidate for exactly K episodes on a VecEnv, keeping every trajectory (the one rollout path), and
-the evidence package built from them: what the Critic-LLM sees of the K episodes (statistics, the median trajectory
-and, with ``tau_c``, the revision rule), and how trajectories are written (ours and the reference's formats).
+"""Evaluate one candidate for exactly K episodes on a VecEnv, keeping every trajectory, and the evidence the Critic
+sees of them (statistics, the median trajectory, with ``tau_c`` the revision rule) in our or the reference's format.
 
-Episodes go to sub-environments as they become free until K have been *started*; every started episode then runs to
-its end, so the K episodes are an unbiased sample (the first K to *finish* would favour short ones). A bare VecEnv
-steps each busy sub-environment alone (``env_method("step")``, the env's own values) and an idle one waits, so its
-``Monitor`` logs only R2PO's episodes; a ``SubprocVecEnv`` steps in lock-step (in parallel) while all are busy.
-Through VecEnv wrappers (they must see every step) all sub-environments step in lock-step, and the idle ones' steps
-are counted but never shown to the LLM.
-
-Racing (ours, off by default) evaluates a challenger in chunks of ``m`` episodes and stops once the one-sided upper
-confidence bound ``mean + z * std(ddof=1) / sqrt(m)`` (``z = 1.645``, about 95 %) is below the incumbent's mean; only the
-episodes run are charged. A heuristic: with few identical returns the bound is the mean itself.
+Episodes go to free sub-environments until K have *started*, and every started one runs to its end (the first K to
+*finish* would favour short ones). A bare VecEnv steps each busy sub-environment alone (``env_method("step")``), so
+its ``Monitor`` logs only R2PO's episodes; a ``SubprocVecEnv`` steps in lock-step while all are busy; through VecEnv
+wrappers all step in lock-step, the idle ones' steps counted but never shown to the LLM. Racing (ours, off by
+default) stops a challenger's chunks of ``m`` episodes once ``mean + z * std(ddof=1) / sqrt(m)`` is below the
+incumbent's mean.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal, NamedTuple
 
@@ -42,16 +37,15 @@ from stable_baselines3.common.vec_env import (
     is_vecenv_wrapped,
 )
 
+#: The VecEnv wrappers R2PO accepts: they leave observations and rewards as the env gives them.
 PASS_THROUGH_WRAPPERS: tuple[type[VecEnvWrapper], ...] = (VecMonitor, VecCheckNan, VecVideoRecorder)
-"""VecEnv wrappers that leave observations and rewards as the env gives them: the only ones R2PO accepts."""
 
 EndReason = str
 """``"terminated"``, ``"truncated"`` (the env's time limit), ``"capped"`` (R2PO's ``max_episode_steps``) or
-``"non-finite"`` (a NaN or infinite observation or reward, or a reward that makes the return overflow: the episode is
-cut there, that observation is not kept and such a reward counts as 0)."""
+``"non-finite"`` (a non-finite observation or reward, or a reward that overflows the return: the episode ends there,
+that observation is not kept, such a reward counts as 0)."""
 
-OVERFLOW_RISK = sys.float_info.max / 2**32
-"""Rewards up to this magnitude cannot make a return overflow (within 2**32 steps); larger ones are checked."""
+OVERFLOW_RISK = sys.float_info.max / 2**32  # smaller rewards cannot overflow a return (within 2**32 steps)
 
 
 def finite_total(values: Sequence[float] | np.ndarray) -> float:
@@ -61,21 +55,20 @@ def finite_total(values: Sequence[float] | np.ndarray) -> float:
         plain = float(np.sum(x))
     if math.isfinite(plain) or not np.isfinite(x).all():
         return plain
-    exact = sum(map(Fraction, x.tolist()), Fraction(0))  # rare (a partial sum overflowed): exact rational arithmetic
+    exact = sum(map(Fraction, x.tolist()), Fraction(0))  # a partial sum overflowed: exact rational arithmetic
     try:
-        return float(exact)  # correctly rounded
-    except OverflowError:  # the exact sum is beyond the float range
+        return float(exact)
+    except OverflowError:
         return math.inf if exact > 0 else -math.inf
 
 
 def finite_mean(values: Sequence[float] | np.ndarray) -> float:
-    """The mean of ``values``, finite when every value is (numpy's mean of ``[1e308, 1e308]`` is ``inf``): numpy's when
-    finite, else the mean of the values scaled by their largest magnitude, scaled back."""
+    """The mean of ``values``, finite when every value is (numpy's of ``[1e308, 1e308]`` is ``inf``)."""
     return _finite(np.mean, values)
 
 
 def finite_std(values: Sequence[float] | np.ndarray) -> float:
-    """The (population) standard deviation of ``values`` (finite when every value is)."""
+    """The (population) standard deviation of ``values``, finite when every value is."""
     return _finite(np.std, values)
 
 
@@ -91,14 +84,13 @@ def _finite(statistic: Callable[[np.ndarray], Any], values: Sequence[float] | np
 
 @dataclass
 class Episode:
-    """
-    One recorded episode (:func:`run_episodes` gives float64 arrays, one row per step; lists work as well).
+    """One recorded episode (:func:`run_episodes` gives float64 arrays, one row per step; lists work as well).
 
     :param observations: ``T + 1`` observations, the last one after the final step.
     :param actions: ``T`` actions.
     :param rewards: ``T`` rewards.
-    :param end: How the episode ended (see :data:`EndReason`).
-    :param index: The order in which the episode was started within its evaluation (0-based).
+    :param end: How the episode ended (:data:`EndReason`).
+    :param index: Its position in the order the evaluation started its episodes.
     """
 
     observations: np.ndarray | list[Any] = field(default_factory=list)
@@ -109,8 +101,8 @@ class Episode:
 
     @functools.cached_property
     def total_return(self) -> float:
-        """The sum of the rewards, finite whenever the exact sum is (:func:`finite_total`)."""
-        return finite_total(self.rewards) if len(self.rewards) else 0.0
+        """The sum of the rewards (:func:`finite_total`)."""
+        return finite_total(self.rewards)
 
     @property
     def length(self) -> int:
@@ -119,14 +111,13 @@ class Episode:
 
 @dataclass
 class RolloutResult:
-    """
-    The outcome of :func:`run_episodes`.
+    """The outcome of :func:`run_episodes`.
 
     :param episodes: The finished episodes, in the order they were started.
-    :param stopped: True when the step hook asked to stop before all episodes finished (the result is incomplete).
-    :param stop_requested: True when the step hook asked to stop, also in the step that finished the last episode.
-    :param n_steps: Environment steps taken (the sum of the step hook's ``n_steps``).
-    :param successes: The ``info["is_success"]`` of each finished episode's last step that reports one, in finishing order.
+    :param stopped: Whether the step hook asked to stop before all episodes finished (the result is incomplete).
+    :param stop_requested: Whether the step hook asked to stop, also in the step that finished the last episode.
+    :param n_steps: Environment steps taken.
+    :param successes: The ``info["is_success"]`` of each finished episode's last step that has one, in finishing order.
     """
 
     episodes: list[Episode]
@@ -144,8 +135,7 @@ class RolloutResult:
 
 
 class VecStep(NamedTuple):
-    """
-    What one vector step did, under the names of an SB3 algorithm's rollout loop (``callback.locals``).
+    """What one vector step did, under the names of an SB3 algorithm's rollout loop (``callback.locals``).
 
     :param new_obs: The observations to act on next (after an end: the reset one; ``infos[i]["terminal_observation"]``).
     :param actions: The actions taken, one row per sub-environment (an idle sub-environment's is not applied).
@@ -163,13 +153,8 @@ class VecStep(NamedTuple):
     n_steps: int
 
 
-StepHook = Callable[[VecStep], object]
-"""Called after every vector step; a falsy return stops at once, as ``callback.on_step()`` does in SB3."""
-
-
 def check_vec_env(env: VecEnv | None, cap: int | None = None) -> None:
-    """Raise a ``ValueError`` for a VecEnv wrapper other than :data:`PASS_THROUGH_WRAPPERS`; with ``cap``, then
-    :func:`cap_episodes`."""
+    """``ValueError`` for a VecEnv wrapper not in :data:`PASS_THROUGH_WRAPPERS`; then, with ``cap``, :func:`cap_episodes`."""
     wrapper = env
     while isinstance(wrapper, VecEnvWrapper):
         if isinstance(wrapper, VecTransposeImage):
@@ -179,25 +164,22 @@ def check_vec_env(env: VecEnv | None, cap: int | None = None) -> None:
                 "(Box, MultiDiscrete, MultiBinary) or Discrete ones."
             )
         if not isinstance(wrapper, PASS_THROUGH_WRAPPERS):
-            allowed = ", ".join(w.__name__ for w in PASS_THROUGH_WRAPPERS)
             raise ValueError(
                 f"R2PO cannot train through {type(wrapper).__name__}: it compares parameter vectors by their returns "
                 f"in the env's own units, on the env's own observations. Remove the wrapper (VecEnv wrappers "
-                f"accepted: {allowed})."
+                f"accepted: {', '.join(w.__name__ for w in PASS_THROUGH_WRAPPERS)})."
             )
         wrapper = wrapper.venv
     if cap is not None:
         cap_episodes(env, cap)
 
 
-CAPPED = "r2po_episode_cap"
-"""The step info key by which :class:`EpisodeCap` says that it cut the episode at R2PO's cap."""
+CAPPED = "r2po_episode_cap"  #: The step info key by which :class:`EpisodeCap` says that it cut the episode.
 
 
 class EpisodeCap(TimeLimit):
-    """
-    R2PO's episode cap as a ``TimeLimit`` beneath a ``Monitor`` (:func:`cap_episodes`), so the Monitor logs the episodes
-    it cuts; the cutting step's info says ``CAPPED`` (R2PO records the episode as ``"capped"``).
+    """R2PO's episode cap as a ``TimeLimit`` beneath a ``Monitor``, so the Monitor logs the episodes it cuts; the cutting
+    step's info has :data:`CAPPED` (R2PO records the episode as ``"capped"``).
 
     :param env: The environment (without a time limit of its own).
     :param max_episode_steps: R2PO's episode cap.
@@ -208,7 +190,6 @@ class EpisodeCap(TimeLimit):
         self.cap, self.steps = max_episode_steps, 0
 
     def reset(self, **kwargs: Any) -> Any:
-        """Reset the env and the episode's step count."""
         self.steps = 0
         return super().reset(**kwargs)
 
@@ -230,12 +211,9 @@ def _unlimited_monitor(env: gym.Env) -> Monitor | None:
 
 
 def cap_episodes(env: VecEnv | None, cap: int) -> None:
-    """
-    Let ``Monitor`` files see the episodes R2PO's ``cap`` cuts: in a ``DummyVecEnv`` an :class:`EpisodeCap` goes beneath
-    each ``Monitor`` without a time limit beneath it (under a ``VecMonitor``: around each sub-environment without one);
-    any other VecEnv gets a ``UserWarning`` naming ``TimeLimit`` as the fix, as do VecEnv wrappers whose monitor files
-    log more episodes (idle sub-environments step there). ``env=None``: nothing to do.
-    """
+    """Let ``Monitor`` files see the episodes R2PO's ``cap`` cuts: in a ``DummyVecEnv`` an :class:`EpisodeCap` goes
+    beneath each ``Monitor`` without a time limit (under a ``VecMonitor``: around each sub-environment without one);
+    otherwise a ``UserWarning`` names the fix, as it does for VecEnv wrappers whose monitors log idle sub-environments."""
     if env is None:
         return
     base, vec_monitored = env.unwrapped, is_vecenv_wrapped(env, VecMonitor)
@@ -254,8 +232,8 @@ def cap_episodes(env: VecEnv | None, cap: int) -> None:
             elif vec_monitored and not is_wrapped(sub_env, TimeLimit):  # a VecMonitor sees the sub-environment's ends
                 base.envs[i] = EpisodeCap(sub_env, cap)
         return
-    monitored = any(env.env_is_wrapped(Monitor)) or vec_monitored
     # what every TimeLimit sets, asked of SubprocVecEnv workers (rl_zoo3's TimeLimit subclass does not pickle)
+    monitored = any(env.env_is_wrapped(Monitor)) or vec_monitored
     if monitored and not all(env.env_method("has_wrapper_attr", "_max_episode_steps")):
         warnings.warn(
             f"R2PO ends an episode of this env at {cap} steps (its episode cap; the env has no time limit), but the "
@@ -265,12 +243,6 @@ def cap_episodes(env: VecEnv | None, cap: int) -> None:
             UserWarning,
             stacklevel=3,
         )
-
-
-def _row(x: Any) -> tuple[np.ndarray, bool]:
-    """A float64 copy of ``x``, and whether it is finite."""
-    array = np.array(x, dtype=np.float64)
-    return array, bool(np.isfinite(array).all())
 
 
 def _stack(rows: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
@@ -284,19 +256,19 @@ def _stack(rows: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 class _Track:
     def __init__(self, index: int, observation: Any) -> None:
         self.index = index
-        self.observations: list[np.ndarray] = [_row(observation)[0]]
+        self.observations: list[np.ndarray] = [np.array(observation, dtype=np.float64)]
         self.actions: list[np.ndarray] = []
         self.rewards: list[float] = []
 
     def add(self, action: Any, observation: Any, reward: float, env_end: EndReason | None, cap: int) -> EndReason | None:
         """Append one step; how the episode ended with it (``env_end``, the cap or a non-finite value), else ``None``."""
         self.actions.append(action)
-        row, finite_row = _row(observation)
+        row = np.array(observation, dtype=np.float64)
         # one comparison in the common case; NaN fails it, and so does a reward large enough to risk an overflow
         usable = -OVERFLOW_RISK <= reward <= OVERFLOW_RISK or (
             math.isfinite(reward) and math.isfinite(finite_total([*self.rewards, reward]))
         )
-        if not (usable and finite_row):  # end the episode here, keep only finite numbers
+        if not (usable and np.isfinite(row).all()):  # end the episode here, keep only finite numbers
             self.rewards.append(reward if usable else 0.0)
             self.observations.append(self.observations[-1])
             return "non-finite"
@@ -311,35 +283,31 @@ class _Track:
         return Episode(_stack(self.observations), _stack(self.actions), rewards, end, self.index)
 
 
-def _env_end(terminated: bool, info: dict[str, Any]) -> EndReason:
-    return "terminated" if terminated else ("capped" if info.get(CAPPED, False) else "truncated")
-
-
 def _reset_one(env: VecEnv, index: int) -> Any:
-    """Reset sub-environment ``index`` alone, past any VecEnv wrapper."""
     result = env.env_method("reset", indices=[index])[0]
     return result[0] if isinstance(result, tuple) else result
 
 
-def _step_alone(env: VecEnv, index: int, action: Any) -> tuple[Any, float, EndReason | None, dict, Any]:
-    """Step sub-environment ``index`` of a bare VecEnv alone: observation, reward, how the env ended the episode (else
-    ``None``), the info as a VecEnv gives it, and the observation to act on next (the reset one after an end)."""
+def _step_alone(env: VecEnv, index: int, action: Any) -> tuple[Any, float, bool, dict]:
+    """Step sub-environment ``index`` alone; the answer is a VecEnv step's (after an end, the reset observation)."""
     next_obs, reward, terminated, truncated, info = env.env_method("step", action, indices=[index])[0]
     if not (terminated or truncated):
-        return next_obs, float(reward), None, info, next_obs
+        return next_obs, float(reward), False, info
     info = {**info, "terminal_observation": next_obs, "TimeLimit.truncated": bool(truncated and not terminated)}
-    return next_obs, float(reward), _env_end(terminated, info), info, _reset_one(env, index)
+    return _reset_one(env, index), float(reward), True, info
 
 
 def _auto_reset_step(observation: Any, done: bool, info: dict) -> tuple[Any, EndReason | None]:
     """The observation a VecEnv step reached (the terminal one at an end) and how the env ended the episode (else ``None``)."""
     if not done:
         return observation, None
-    return info.get("terminal_observation", observation), _env_end(not info.get("TimeLimit.truncated", False), info)
+    if not info.get("TimeLimit.truncated", False):
+        return info.get("terminal_observation", observation), "terminated"
+    return info.get("terminal_observation", observation), "capped" if info.get(CAPPED, False) else "truncated"
 
 
 class _Evaluation:
-    """One :func:`run_episodes` call's bookkeeping: which sub-environment runs which episode, the finished ones."""
+    """Which sub-environment runs which episode, and the finished ones."""
 
     def __init__(self, n_episodes: int, observations: list[Any]) -> None:
         self.n_episodes, self.started, self.n_steps = n_episodes, 0, 0
@@ -350,7 +318,7 @@ class _Evaluation:
             self.begin(i, observation)
 
     def begin(self, i: int, observation: Any) -> None:
-        """Start the next episode on sub-environment ``i`` (idle once ``n_episodes`` have started)."""
+        """Start the next episode on sub-environment ``i``, or leave it idle once ``n_episodes`` have started."""
         self.tracks[i] = None
         if self.started < self.n_episodes:
             self.tracks[i], self.started = _Track(self.started, observation), self.started + 1
@@ -360,27 +328,21 @@ class _Evaluation:
         if info.get("is_success") is not None:
             self.successes.append(info["is_success"])
 
-    def result(self, stop_requested: bool) -> RolloutResult:
-        done = sorted(self.finished, key=lambda ep: ep.index)
-        stopped = stop_requested and len(done) < self.n_episodes
-        return RolloutResult(done, stopped, stop_requested, self.n_steps, self.successes)
-
 
 def run_episodes(
     env: VecEnv,
     act: Callable[[np.ndarray], np.ndarray],
     n_episodes: int,
     max_episode_steps: int,
-    on_step: StepHook | None = None,
+    on_step: Callable[[VecStep], object] | None = None,
 ) -> RolloutResult:
-    """
-    Run exactly ``n_episodes`` episodes of the policy ``act`` on ``env``.
+    """Run exactly ``n_episodes`` episodes of the policy ``act`` on ``env``.
 
     :param env: The vectorized environment; it is reset first.
     :param act: Batched policy: observations of all sub-envs in, their actions out.
     :param n_episodes: Number of episodes to run (K).
-    :param max_episode_steps: Cap on the length of every episode; an episode reaching it ends as ``"capped"``.
-    :param on_step: Hook called after every vector step (see :data:`StepHook`).
+    :param max_episode_steps: An episode reaching this length ends as ``"capped"``.
+    :param on_step: Called after every vector step; a falsy return stops at once, as SB3's ``callback.on_step()``.
     :return: The finished episodes; fewer than ``n_episodes`` only when ``on_step`` asked to stop.
     """
     obs = list(env.reset())
@@ -392,7 +354,7 @@ def run_episodes(
         lock_step = wrapped or (parallel and all(track is not None for track in run.tracks))
         actions = act(np.asarray(obs))
         recorded = np.array(actions, dtype=np.float64)  # before the env sees them
-        rewards, infos = [0.0] * len(obs), [dict[str, Any]() for _ in obs]
+        rewards, dones, infos = [0.0] * len(obs), np.zeros(len(obs), dtype=bool), [dict[str, Any]() for _ in obs]
         if lock_step:
             new_obs, vec_rewards, dones, vec_infos = env.step(actions)
             assert isinstance(new_obs, np.ndarray)  # Box and Discrete observations (the policies' spaces)
@@ -401,10 +363,9 @@ def run_episodes(
         for i, track in enumerate(run.tracks):
             if track is None:  # idle: a bare VecEnv does not step it
                 continue
-            if lock_step:
-                next_obs, env_end = _auto_reset_step(obs[i], dones[i], infos[i])
-            else:
-                next_obs, rewards[i], env_end, infos[i], obs[i] = _step_alone(env, i, actions[i])
+            if not lock_step:
+                obs[i], rewards[i], dones[i], infos[i] = _step_alone(env, i, actions[i])
+            next_obs, env_end = _auto_reset_step(obs[i], dones[i], infos[i])
             end = track.add(recorded[i], next_obs, rewards[i], env_end, max_episode_steps)
             if end is not None:
                 ended.append(i)
@@ -419,15 +380,14 @@ def run_episodes(
             counted = np.zeros(len(obs), dtype=bool)
             counted[ended] = True
             stop = not on_step(VecStep(np.asarray(obs), np.asarray(actions), np.array(rewards), counted, infos, n_steps))
-    return run.result(stop)
+    done = sorted(run.finished, key=lambda ep: ep.index)
+    return RolloutResult(done, stop and len(done) < n_episodes, stop, run.n_steps, run.successes)
 
 
 def env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:
-    """The id, reward threshold and time limit of ``env``'s first sub-env, when it has a spec."""
-    if env is None:
-        return None, None, None
+    """The id, reward threshold and time limit of the spec of ``env``'s first sub-env (``None`` each without one)."""
     try:
-        spec = env.get_attr("spec", indices=[0])[0]
+        spec = None if env is None else env.get_attr("spec", indices=[0])[0]
     except Exception:  # a VecEnv that cannot answer: treat as no spec
         spec = None
     if spec is None:
@@ -444,16 +404,13 @@ def upper_bound(returns: Sequence[float], z: float) -> float:
 
 
 def should_stop(returns: Sequence[float], incumbent: float, z: float) -> bool:
-    """Whether a challenger with these returns so far cannot reach ``incumbent`` (racing, see the module docstring)."""
+    """Whether a challenger with these returns so far cannot reach ``incumbent`` (racing)."""
     return upper_bound(returns, z) < incumbent
 
 
 def race(returns: Sequence[float], incumbent: float, chunk: int, z: float) -> int:
     """How many of ``returns`` racing would have run (a multiple of ``chunk``, or all of them)."""
-    for m in range(chunk, len(returns), chunk):
-        if should_stop(returns[:m], incumbent, z):
-            return m
-    return len(returns)
+    return next((m for m in range(chunk, len(returns), chunk) if should_stop(returns[:m], incumbent, z)), len(returns))
 
 
 def run_race(
@@ -464,13 +421,8 @@ def run_race(
     z: float,
     stop_requested: Callable[[], bool],
 ) -> RolloutResult | None:
-    """
-    Evaluate a challenger in chunks of ``chunk`` episodes until ``n_episodes`` ran or it cannot reach ``incumbent``.
-
-    :param run: Runs the next ``m`` episodes of the challenger; ``None`` when a callback stopped training meanwhile.
-    :param stop_requested: Whether a callback asked to stop (an incomplete race then returns ``None``).
-    :return: The episodes run, renumbered in order; ``None`` when training stopped before the race ended.
-    """
+    """Evaluate a challenger in chunks of ``chunk`` episodes until ``n_episodes`` ran or it cannot reach ``incumbent``;
+    ``None`` when ``run`` gave ``None`` or ``stop_requested()`` before the race ended."""
     episodes: list[Episode] = []
     while len(episodes) < n_episodes:
         part = run(min(chunk, n_episodes - len(episodes)))
@@ -486,13 +438,7 @@ def run_race(
 
 @dataclass(frozen=True)
 class EpisodeStatistics:
-    """
-    Aggregate statistics of K episodes.
-
-    :param n_episodes: K.
-    :param successes: Episodes whose return reached the target (``None`` without a target).
-    :param failures: ``n_episodes - successes`` (``None`` without a target).
-    """
+    """Aggregate statistics of K episodes (``successes`` and ``failures``: ``None`` without a target)."""
 
     n_episodes: int
     mean_return: float
@@ -536,7 +482,7 @@ def summarize(episodes: Sequence[Episode], target: float | None = None) -> Episo
 
 def closest_index(returns: Sequence[float], value: float) -> int:
     """Index of the return closest to ``value``; ties go to the lowest index."""
-    return int(np.argmin(np.abs(np.asarray(returns, dtype=np.float64) - value)))  # argmin: the first of equal minima
+    return int(np.argmin(np.abs(np.asarray(returns, dtype=np.float64) - value)))
 
 
 def median(values: Sequence[float]) -> float:
@@ -545,7 +491,7 @@ def median(values: Sequence[float]) -> float:
     if ordered.size == 0 or np.isnan(ordered[-1]):  # sort puts NaN last
         return math.nan
     low, high = float(ordered[(ordered.size - 1) // 2]), float(ordered[ordered.size // 2])  # equal for an odd size
-    return (low + high) / 2 if math.isfinite(low + high) else low / 2 + high / 2  # two finite ones may overflow a sum
+    return (low + high) / 2 if math.isfinite(low + high) else low / 2 + high / 2
 
 
 def median_index(returns: Sequence[float]) -> int:
@@ -558,26 +504,22 @@ def mean_closest_index(returns: Sequence[float]) -> int:
     return closest_index(returns, finite_mean(returns))
 
 
-LARGEST_INTEGER_PRINTED = 1e15
-"""Magnitude from which :func:`sig` keeps the exponent form."""
-
-_G_FORMATS = tuple(f".{n}g" for n in range(18))  # built once: sig runs for every number shown
+LARGEST_INTEGER_PRINTED = 1e15  # from here sig keeps the exponent form
 
 
 def sig(x: float, digits: int = 3) -> str:
     """A number to ``digits`` significant figures, compactly (``0.0123``, ``-1.5``, ``500``, ``nan``); a value that rounds
-    to ``10**digits`` or more is a rounded integer (``305``, not ``3e+02``) below :data:`LARGEST_INTEGER_PRINTED`."""
+    to ``10**digits`` or more is a rounded integer (``305``, not ``3e+02``) below ``LARGEST_INTEGER_PRINTED``."""
     if not math.isfinite(x):
         return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    text = format(x, _G_FORMATS[digits] if digits < len(_G_FORMATS) else f".{digits}g")
+    text = format(x, f".{digits}g")
     if "e+" in text and abs(x) < LARGEST_INTEGER_PRINTED:
         text = f"{x:.0f}"
     return "0" if text in ("-0", "0") else text
 
 
 def digits_apart(x: float, other: float | None, digits: int = 4) -> int:
-    """The fewest significant figures, at least ``digits``, at which :func:`sig` prints ``x`` and ``other`` differently
-    (``digits`` when they are equal or ``other`` is ``None``): ``96.9996`` against ``97`` needs 6."""
+    """The fewest significant figures, at least ``digits``, at which :func:`sig` tells ``x`` from ``other``."""
     if other is None or x == other or not (np.isfinite(x) and np.isfinite(other)):
         return digits
     for n in range(digits, 18):  # 17 significant figures tell any two float64 values apart
@@ -594,21 +536,21 @@ def _rows(x: np.ndarray | list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 
 
 def _vector(row: np.ndarray, digits: int) -> str:
-    """An observation or action (a row of :func:`_rows`); a non-finite entry is written ``non-finite``."""
     texts = [sig(v, digits) if math.isfinite(v) else "non-finite" for v in row.tolist()]
     return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
 
 
-def _shown(n: int, max_steps: int | None) -> list[range]:
-    """The steps shown of ``n``: all, or the first ``max_steps / 2`` (at least 1) and the rest from the end."""
+def _shown(n: int, max_steps: int | None) -> tuple[list[range], int]:
+    """The steps shown of ``n`` (all, or the first ``max_steps / 2``, at least 1, and the rest from the end) and how
+    many are omitted."""
     if max_steps is None or n <= max_steps:
-        return [range(n)]
+        return [range(n)], 0
     head = max(1, max_steps // 2)
-    return [range(head), range(n - max(0, max_steps - head), n)]
+    tail = max(0, max_steps - head)
+    return [range(head), range(n - tail, n)], n - head - tail
 
 
 def _same_step(episode: Episode, t: int, u: int) -> bool:
-    """Whether steps ``t`` and ``u`` have exactly equal raw observation, action and reward."""
     return (
         episode.rewards[t] == episode.rewards[u]
         and np.array_equal(np.asarray(episode.actions[t]), np.asarray(episode.actions[u]))
@@ -617,7 +559,7 @@ def _same_step(episode: Episode, t: int, u: int) -> bool:
 
 
 def _runs(episode: Episode, part: range, fold: bool) -> Iterator[tuple[int, int]]:
-    """The steps of ``part`` as runs ``t..u`` of identical steps (:func:`_same_step`; without ``fold``, one step each)."""
+    """The steps of ``part`` as runs ``t..u`` of identical steps (without ``fold``, one step each)."""
     t = part.start
     while t < part.stop:
         u = t
@@ -629,53 +571,47 @@ def _runs(episode: Episode, part: range, fold: bool) -> Iterator[tuple[int, int]
 
 @dataclass(frozen=True)
 class RenderedTrajectory:
-    """
-    A trajectory as prompt lines.
-
-    :param lines: The lines (see :func:`render_trajectory` and :func:`reference_trajectory`).
-    :param omitted: Number of steps left out (0 when the whole episode is shown).
-    :param length: The episode's number of steps (0: not recorded).
-    """
+    """A trajectory as prompt ``lines``, the number of steps ``omitted`` and the episode's ``length``."""
 
     lines: tuple[str, ...]
     omitted: int
     length: int = 0
 
 
+_ENDINGS = {
+    "terminated": "terminated",
+    "truncated": "truncated by the time limit",
+    "capped": "stopped at the step cap",
+    "non-finite": "stopped: the environment returned a non-finite value",
+}
+
+
 def render_trajectory(
     episode: Episode, max_steps: int | None = 40, digits: int = 3, fold: bool = True, rewards: bool = True
 ) -> RenderedTrajectory:
-    """
-    An episode as one line per step ``t: s -> a`` (``, r=...`` when rewards vary, else one reward line first), head and
-    tail around a marker when it is longer than ``max_steps`` (``None``: all), then how it ended and the final
-    observation; ``digits`` significant figures. ``fold`` writes a run of equal steps once (``t=3..7 (5 identical
-    steps): ...``); ``rewards=False`` shows no rewards.
-    """
+    """An episode as one line per step ``t: s -> a`` (``, r=...`` when rewards vary, else one reward line first), head
+    and tail when it is longer than ``max_steps`` (``None``: all), then how it ended and the final observation.
+    ``fold`` writes a run of equal steps once (``t=3..7 (5 identical steps): ...``); ``rewards=False`` shows none."""
     n = episode.length
     observations, actions = _rows(episode.observations), _rows(episode.actions)
     step_rewards = np.asarray(episode.rewards, dtype=np.float64)
     constant_reward = n > 0 and bool(np.all(step_rewards == step_rewards[0]))
-    shown = _shown(n, max_steps)
+    shown, omitted = _shown(n, max_steps)
     lines: list[str] = []
     if constant_reward and rewards:
         lines.append(f"(reward {sig(float(step_rewards[0]), digits)} at every step)")
     for part_index, part in enumerate(shown):
         if part_index == 1:
-            lines.append(f"... {part.start - shown[0].stop} steps omitted ...")
+            lines.append(f"... {omitted} steps omitted ...")
         for t, u in _runs(episode, part, fold):
             body = f"s={_vector(observations[t], digits)} -> a={_vector(actions[t], digits)}"
             if rewards and not constant_reward:
                 body += f", r={sig(float(step_rewards[t]), digits)}"
             label = f"t={t}" if u == t else f"t={t}..{u} ({u - t + 1} identical steps)"
             lines.append(f"{label}: {body}")
-    ending = {
-        "terminated": "terminated",
-        "truncated": "truncated by the time limit",
-        "capped": "stopped at the step cap",
-        "non-finite": "stopped: the environment returned a non-finite value",
-    }
-    lines.append(f"end after {n} steps ({ending.get(episode.end, episode.end)}): final s={_vector(observations[-1], digits)}")
-    omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
+    lines.append(
+        f"end after {n} steps ({_ENDINGS.get(episode.end, episode.end)}): final s={_vector(observations[-1], digits)}"
+    )
     return RenderedTrajectory(tuple(lines), omitted, n)
 
 
@@ -696,14 +632,12 @@ ValueStyle = Literal["int", "list", "wrapped", "nested"]
 
 @dataclass(frozen=True)
 class ReferenceTrace:
-    """
-    The reference's trajectory format of one variant.
+    """The reference's trajectory format of one variant.
 
     :param trace: How the Critic's trajectories are written.
     :param observation: How observations are written.
     :param action: How actions are written.
-    :param cap: An episode of at least this many steps ends ``[ROLLOUT_CAP]`` (the reference's ``max_traj_length``),
-        a shorter one ``[TERMINATED]``; an episode our own step cap stopped always ends ``[ROLLOUT_CAP]``.
+    :param cap: The reference's ``max_traj_length`` (:func:`reference_marker`).
     """
 
     trace: TraceStyle = "chain"
@@ -714,7 +648,7 @@ class ReferenceTrace:
 
 def reference_number(x: float, digits: int = 3) -> str:
     """A float as the reference's ``_format_number`` writes it: 3 significant figures (``digits``: ours)."""
-    return format(float(x), _G_FORMATS[digits] if digits < len(_G_FORMATS) else f".{digits}g")
+    return format(float(x), f".{digits}g")
 
 
 def reference_value(row: np.ndarray, style: ValueStyle, digits: int = 3) -> str:
@@ -745,17 +679,8 @@ def _reference_steps(episode: Episode, fmt: ReferenceTrace, digits: int = 3) -> 
     ]
 
 
-def _chain(steps: list[tuple[str, str, float]], last: str | None) -> list[str]:
-    """``s->a->s'`` per step, the last ``s'`` being ``last`` (``None``: ``[GOAL]`` if its reward is > 0, else ``[END]``)."""
-    texts = [f"{s}->{a}->{steps[t + 1][0]}" for t, (s, a, _) in enumerate(steps[:-1])]
-    if steps:
-        s, a, r = steps[-1]
-        texts.append(f"{s}->{a}->{last if last is not None else ('[GOAL]' if r > 0 else '[END]')}")
-    return texts
-
-
 def reference_marker(episode: Episode, cap: int) -> str:
-    """``[ROLLOUT_CAP]`` at the step cap, else ``[TERMINATED]`` (the reference's); ``[NON_FINITE]`` (ours)."""
+    """``[ROLLOUT_CAP]`` at ``cap`` steps or our cap, else ``[TERMINATED]`` (the reference's); ``[NON_FINITE]`` (ours)."""
     if episode.end == "non-finite":
         return "[NON_FINITE]"
     return "[ROLLOUT_CAP]" if episode.length >= cap or episode.end == "capped" else "[TERMINATED]"
@@ -783,38 +708,25 @@ def reference_trajectory(
     """An episode as the reference's Critics write it (:data:`TraceStyle`); ours, for ``chain`` and ``steps``:
     ``max_steps`` keeps head and tail, ``digits`` the figures, ``fold`` writes a run of identical steps once."""
     steps = _reference_steps(episode, fmt, digits)
-    n = len(steps)
     if not steps:
         return RenderedTrajectory(("No trajectory available.",), 0, 0)
-    if fmt.trace == "ends":
-        if n <= 50:
-            return RenderedTrajectory((" | ".join(_chain(steps, None)),), 0, n)
-        parts = [*_chain(steps[:25], None), f"... {n - 50} omitted steps ...", *_chain(steps[-25:], None)]
-        return RenderedTrajectory((" | ".join(parts),), n - 50, n)
-    shown = _shown(n, max_steps)
+    n, ends = len(steps), fmt.trace == "ends"
+    shown, omitted = _shown(n, 50 if ends else max_steps)
     marker, texts = reference_marker(episode, fmt.cap), []
     for part in shown:
         if part is not shown[0]:
-            omitted = part.start - shown[0].stop
-            texts.append(f"... {omitted} omitted steps ..." if fmt.trace == "chain" else f"  ... {omitted} omitted steps ...")
-        texts += _reference_part(episode, steps, part, fmt.trace, marker, digits, fold)
-    omitted = 0 if len(shown) == 1 else n - len(shown[0]) - len(shown[1])
-    return RenderedTrajectory((" | ".join(texts),) if fmt.trace == "chain" else tuple(texts), omitted, n)
+            texts.append(("  " if fmt.trace == "steps" else "") + f"... {omitted} omitted steps ...")
+        if ends:  # each part's last step ends [GOAL] (a positive reward) or [END]
+            last = "[GOAL]" if steps[part.stop - 1][2] > 0 else "[END]"
+            texts += _reference_part(episode, steps[: part.stop], part, "chain", last, digits, False)
+        else:
+            texts += _reference_part(episode, steps, part, fmt.trace, marker, digits, fold)
+    return RenderedTrajectory(tuple(texts) if fmt.trace == "steps" else (" | ".join(texts),), omitted, n)
 
 
 def reference_excerpt(episode: Episode, fmt: ReferenceTrace, max_steps: int = 8, digits: int = 3) -> str:
-    """A history entry's ``rollout_excerpt`` as the reference writes it: the first and last ``max_steps / 2`` steps
-    as ``s->a->s'`` joined by ``" | "`` around ``... n omitted steps ...``, ending with :func:`reference_marker`."""
-    steps = _reference_steps(episode, fmt, digits)
-    if not steps:
-        return "No trajectory available."
-    marker = reference_marker(episode, fmt.cap)
-    if len(steps) <= max_steps:
-        return " | ".join(_chain(steps, marker))
-    head = max_steps // 2
-    # the head's last step shows its next state, as every step but the episode's last
-    parts = [f"{s}->{a}->{steps[t + 1][0]}" for t, (s, a, _) in enumerate(steps[:head])]
-    return " | ".join([*parts, f"... {len(steps) - max_steps} omitted steps ...", *_chain(steps[head - max_steps :], marker)])
+    """A history entry's ``rollout_excerpt`` as the reference writes it (a ``chain``; ``max_steps >= 2``)."""
+    return reference_trajectory(episode, replace(fmt, trace="chain"), max_steps, digits).lines[0]
 
 
 def reference_table(episode: Episode, fmt: ReferenceTrace) -> tuple[str, ...]:
@@ -824,8 +736,7 @@ def reference_table(episode: Episode, fmt: ReferenceTrace) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class EvidencePackage:
-    """
-    Everything the Critic is shown about a candidate's K episodes.
+    """Everything the Critic is shown about a candidate's K episodes.
 
     :param statistics: Aggregate statistics (``None`` when a variant hides them).
     :param trajectories: Named rendered trajectories, e.g. ``{"median": ...}``.
@@ -870,16 +781,14 @@ def build_evidence(
     step_rewards: bool = True,
     reference: ReferenceTrace | None = None,
 ) -> EvidencePackage:
-    """
-    The evidence package of a candidate: by default statistics, the median trajectory and (with ``tau_c``) the revision
-    rule; the ablation variants switch parts off or show other trajectories.
+    """The evidence package of a candidate: by default statistics, the median trajectory and the revision rule.
 
     :param episodes: The K episodes of the candidate.
     :param target: The target return (defines success); may be ``None``.
     :param tau_c: Revision-rule threshold; ``None`` disables the rule.
-    :param max_steps: Step budget of each rendered trajectory (head and tail kept); ``None``: the whole episode.
+    :param max_steps: Steps shown of each trajectory (head and tail); ``None``: all.
     :param digits: Significant figures in rendered trajectories.
-    :param fold: Fold runs of exactly repeated steps (see :func:`render_trajectory`).
+    :param fold: Write runs of identical steps once.
     :param statistics: Whether to include the aggregate statistics.
     :param trajectories: Which trajectories to show, by name (see :data:`SELECTORS`).
     :param rule: Whether to include the revision rule (needs ``tau_c``).
@@ -887,8 +796,7 @@ def build_evidence(
     :param reference: Write the trajectories in the reference's format (:func:`reference_trajectory`); ``None``: ours.
     """
     stats = summarize(episodes, target)
-    returns = [ep.total_return for ep in episodes]
-    indices = {name: SELECTORS[name](returns) for name in trajectories}
+    indices = {name: SELECTORS[name]([ep.total_return for ep in episodes]) for name in trajectories}
     shown = {name: episodes[i] for name, i in indices.items()}
     threshold = tau_c if rule else None
     if reference is None:

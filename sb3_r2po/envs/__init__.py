@@ -1,9 +1,6 @@
-"""
-The custom R2PO environments, registered with gymnasium under the ``R2PO`` namespace.
-
-Importing this package registers ``R2PO/Nim-v0``, ``R2PO/Pong-v0`` and ``R2PO/Maze3x3-v0`` (idempotently: importing
-or reloading it again neither warns nor fails); their task descriptions are in :mod:`sb3_r2po.prompts.tasks`.
-"""
+"""The custom R2PO environments: importing this package registers ``R2PO/Nim-v0``, ``R2PO/Pong-v0`` and
+``R2PO/Maze3x3-v0`` with gymnasium (again on a reload, without a warning); their task descriptions are in
+:mod:`sb3_r2po.prompts.tasks`."""
 
 from __future__ import annotations
 

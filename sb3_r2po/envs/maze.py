@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import gymnasium as gym
@@ -11,28 +12,20 @@ from gymnasium import spaces
 Cell = tuple[int, int]
 
 #: Internal walls between two adjacent cells ``(x, y)``: the closed boundaries of the reference's ``maze2d_3x3.npy``
-#: (R2PO repository, ``envs/gym-maze-master/gym_maze/envs/maze_samples/``; ``Maze.is_open``). ``y = 0`` is the top row::
+#: (R2PO repository, ``envs/gym-maze-master/gym_maze/envs/maze_samples/``); ``y = 0`` is the top row::
 #:
 #:     +---+---+---+
-#:     | S         |      y = 0
+#:     | S         |
 #:     +   +---+   +
-#:     |   |       |      y = 1
+#:     |   |       |
 #:     +   +---+---+
-#:     |         G |      y = 2
+#:     |         G |
 #:     +---+---+---+
-#:
-#: The shortest path is S, S, E, E (4 steps); the middle cell (1, 1) is reachable only from (2, 1).
 MAZE_WALLS: frozenset[frozenset[Cell]] = frozenset(
-    {
-        frozenset({(0, 1), (1, 1)}),
-        frozenset({(1, 0), (1, 1)}),
-        frozenset({(1, 1), (1, 2)}),
-        frozenset({(2, 1), (2, 2)}),
-    }
+    frozenset(wall) for wall in (((0, 1), (1, 1)), ((1, 0), (1, 1)), ((1, 1), (1, 2)), ((2, 1), (2, 2)))
 )
 
-#: Action -> (dx, dy). ``y`` grows southwards (row 0 is the north edge), ``x`` grows eastwards.
-MOVES: dict[int, Cell] = {0: (0, -1), 1: (0, 1), 2: (1, 0), 3: (-1, 0)}
+MOVES: dict[int, Cell] = {0: (0, -1), 1: (0, 1), 2: (1, 0), 3: (-1, 0)}  # action -> (dx, dy): N, S, E, W
 
 
 class Maze3x3Env(gym.Env[np.int64, np.int64]):
@@ -40,10 +33,9 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
     A 3x3 grid maze from ``(x, y) = (0, 0)`` (north-west) to the goal ``(2, 2)``; ``y`` grows southwards. Actions: 0
     north, 1 south, 2 east, 3 west; a move into a wall (:data:`MAZE_WALLS`) or off the grid stays. Observation:
     ``Discrete(9)``, the cell ``y * 3 + x``. Reward: +1 on reaching the goal (which terminates), ``-0.1 / 9`` on every
-    other step, so the best return is ``1 - 3 * 0.1 / 9`` (about 0.967); ``gymnasium.make`` caps episodes at 20 steps.
-    The reference's ``maze-sample-3x3-v0`` (R2PO repository, ``envs/gym-maze-master``) as its world sees it, except
-    that it returns ``(x, y)``, truncates after 200 steps and plays actions -1..-4; here anything outside 0..3 is
-    rejected.
+    other step, so the best return (the path S, S, E, E) is ``1 - 3 * 0.1 / 9`` (about 0.967); ``gymnasium.make`` caps
+    episodes at 20 steps. The reference's ``maze-sample-3x3-v0`` as its world sees it, except that it returns
+    ``(x, y)``, truncates after 200 steps and plays actions -1..-4; here anything outside 0..3 is rejected.
 
     :param render_mode: ``None``, ``"ansi"`` (a text picture of the grid) or ``"rgb_array"`` (the grid drawn
         with numpy; Stable-Baselines3 asks for this mode when it makes an env from its id).
@@ -67,12 +59,10 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
 
     @classmethod
     def cell_to_state(cls, cell: Cell) -> int:
-        """State index ``y * 3 + x`` of ``cell = (x, y)``."""
         return cell[1] * cls.size + cell[0]
 
     @classmethod
     def state_to_cell(cls, state: int) -> Cell:
-        """Cell ``(x, y)`` of state index ``state``."""
         return int(state) % cls.size, int(state) // cls.size
 
     @classmethod
@@ -90,36 +80,28 @@ class Maze3x3Env(gym.Env[np.int64, np.int64]):
         return np.int64(self.cell_to_state(self.position)), {}
 
     def step(self, action: int | np.integer) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
-        """Move one cell (0 N, 1 S, 2 E, 3 W) unless a wall or the border blocks it (``info["blocked"]``); never truncates
-        (the time limit is the registered env's); ``ValueError`` for an action outside 0..3."""
+        """Move one cell unless a wall or the border blocks it (``info["blocked"]``); never truncates (the registered
+        env's time limit does)."""
         if not self.action_space.contains(action):
             raise ValueError(f"Invalid action {action!r}: expected 0 (N), 1 (S), 2 (E) or 3 (W)")
-        new_position = self.next_cell(self.position, int(action))
-        blocked = new_position == self.position
-        self.position = new_position
+        previous, self.position = self.position, self.next_cell(self.position, int(action))
         terminated = self.position == self.goal
         reward = self.goal_reward if terminated else self.step_penalty
-        return np.int64(self.cell_to_state(self.position)), reward, terminated, False, {"blocked": blocked}
+        return np.int64(self.cell_to_state(self.position)), reward, terminated, False, {"blocked": self.position == previous}
 
     def render(self) -> str | np.ndarray | None:
-        if self.render_mode == "rgb_array":
-            return self._render_rgb()
-        if self.render_mode != "ansi":
+        if self.render_mode == "ansi":
+            symbols = {self.start: "S", self.goal: "G", self.position: "A"}  # the agent over the goal over the start
+            grid = [[" "] * (2 * self.size - 1) for _ in range(2 * self.size - 1)]
+            for x, y in itertools.product(range(self.size), repeat=2):
+                grid[2 * y][2 * x] = symbols.get((x, y), ".")
+            for wall in MAZE_WALLS:
+                (ax, ay), (bx, by) = sorted(wall)
+                grid[ay + by][ax + bx] = "-" if ax == bx else "|"
+            return "".join("".join(row) + "\n" for row in grid)
+        if self.render_mode != "rgb_array":
             return None
-        lines = []
-        for y in range(self.size):
-            row = ""
-            for x in range(self.size):
-                cell = (x, y)
-                row += "A" if cell == self.position else "G" if cell == self.goal else "S" if cell == self.start else "."
-                if x < self.size - 1:
-                    row += "|" if frozenset({cell, (x + 1, y)}) in MAZE_WALLS else " "
-            lines.append(row)
-            if y < self.size - 1:
-                lines.append(" ".join("-" if frozenset({(x, y), (x, y + 1)}) in MAZE_WALLS else " " for x in range(self.size)))
-        return "\n".join(lines) + "\n"
-
-    def _render_rgb(self, cell: int = 32) -> np.ndarray:
+        cell = 32
         n = self.size * cell
         frame = np.full((n + 1, n + 1, 3), 255, dtype=np.uint8)
         for colour, (x, y) in (((0, 200, 0), self.goal), ((0, 0, 220), self.position)):

@@ -1,23 +1,17 @@
 """
 Executors carry out a grid of :class:`~sb3_r2po.experiments.runs.RunSpec`: ``serial`` (in this process), ``lockstep``
-(the seeds of an R2PO method together, their LLM calls batched) or ``ray`` (one Ray task per run, on a local Ray or a
-cluster, each R2PO run answered by the LLM its spec names). Each skips the runs its store holds, saves each result as
-its run ends and returns the results in the specs' order; with a deterministic LLM they give equal results.
-
-With Ray, the store must be on storage every node mounts at the same path; only the driver writes ``result.json``. A
-task whose worker dies is retried and resumes its R2PO run from the checkpoint (the run directory's lock keeps a
-retry from working beside an attempt that is not dead after all); an exception in a run is not retried: the other
-runs go on, then :class:`RunsFailed` names every failed run. A local Ray serves this machine only (:data:`LOCAL_ONLY`).
+(the seeds of an R2PO method together, their LLM calls batched) or ``ray`` (a Ray task per run). Each skips the runs
+its store holds, saves each result as its run ends and returns the results in the specs' order; with a deterministic
+LLM they give equal results. With Ray the store must be on storage every node mounts at the same path.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sb3_r2po.experiments.runs import PreparedRun, Report, ResultsStore, RunResult, RunSpec, finish_run, prepare_run, run_one
@@ -54,9 +48,7 @@ def lockstep_groups(specs: Sequence[RunSpec]) -> list[list[RunSpec]]:
     """The groups that train together: R2PO runs equal but for their seed, and every other run alone."""
     groups: dict[Any, list[RunSpec]] = {}
     for index, spec in enumerate(specs):
-        settings = json.dumps(spec.settings_dict, sort_keys=True)  # its values may be lists or dicts
-        key = (spec.env_id, spec.method, spec.budget, spec.llm, settings) if spec.is_r2po else index
-        groups.setdefault(key, []).append(spec)
+        groups.setdefault(replace(spec, seed=0) if spec.is_r2po else index, []).append(spec)
     return list(groups.values())
 
 
@@ -72,31 +64,28 @@ class LockstepExecutor(SerialExecutor):
     max_batch: int | None = None
 
     def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
+        from sb3_r2po.lockstep import learn_in_lockstep
+
         for group in lockstep_groups(store.missing(dict.fromkeys(specs))):
             if len(group) == 1:
                 SerialExecutor.run(self, group, store)
-            else:
-                self._together(group, store)
+                continue
+            runs: list[PreparedRun] = []
+            try:
+                for spec in group:  # each holds its run directory until finish_run, also when a later one fails to start
+                    runs.append(prepare_run(spec, store.run_dir(spec), self.llm, self.device, self.progress))
+                learn_in_lockstep(
+                    [r.model for r in runs],
+                    max(r.steps_left for r in runs),
+                    callbacks=[r.callback for r in runs],
+                    max_batch=self.max_batch,
+                    reset_num_timesteps=not any(r.resumed for r in runs),
+                )
+            finally:
+                results = [finish_run(r) for r in runs]
+            for result in results:
+                store.save(result, self.on_result)
         return store.gather(specs)
-
-    def _together(self, group: list[RunSpec], store: ResultsStore) -> None:
-        from sb3_r2po.lockstep import learn_in_lockstep
-
-        runs: list[PreparedRun] = []
-        try:
-            for spec in group:  # each holds its run directory until finish_run, also when a later one fails to start
-                runs.append(prepare_run(spec, store.run_dir(spec), self.llm, self.device, self.progress))
-            learn_in_lockstep(
-                [r.model for r in runs],
-                max(r.steps_left for r in runs),
-                callbacks=[r.callback for r in runs],
-                max_batch=self.max_batch,
-                reset_num_timesteps=not any(r.resumed for r in runs),
-            )
-        finally:
-            results = [finish_run(r) for r in runs]
-        for result in results:
-            store.save(result, self.on_result)
 
 
 @dataclass(frozen=True)
@@ -112,8 +101,7 @@ class RunsFailed(RuntimeError):
     """Raised by :meth:`RayExecutor.run` after every run has ended when some failed (the others' ``results`` are saved)."""
 
     def __init__(self, failures: Sequence[RunFailure], results: Sequence[RunResult]) -> None:
-        self.failures = list(failures)
-        self.results = list(results)
+        self.failures, self.results = list(failures), list(results)
         lines = [f"{len(self.failures)} run(s) failed ({len(self.results)} finished and saved):"]
         lines += [f"- {failure.spec.run_id}: {failure.error}" for failure in self.failures]
         lines += [f"\n{failure.spec.run_id}:\n{failure.details}" for failure in self.failures]
@@ -148,7 +136,10 @@ def _failure(spec: RunSpec, error: Exception) -> RunFailure:
 
 class RayExecutor:
     """
-    One Ray task per run, retried when its worker dies; results saved by this process as they arrive.
+    One Ray task per run, retried when its worker dies (an R2PO run resumes from its checkpoint; the run directory's
+    lock keeps a retry from working beside an attempt that is not dead after all); an exception in a run is not
+    retried: the other runs go on, then :class:`RunsFailed` names every failed run. Only this process writes
+    ``result.json``, as the results arrive. A local Ray serves this machine only (:data:`LOCAL_ONLY`).
 
     :param address: The Ray cluster to connect to (``"auto"``: the one started on this machine with ``ray start``,
         ``"ray://HOST:10001"``, ...); ``None``: start a local Ray on this machine (loopback only, no dashboard), or use
@@ -196,10 +187,8 @@ class RayExecutor:
 
         if ray.is_initialized():
             return
-        if self.address is not None:
-            ray.init(address=self.address, runtime_env=self.runtime_env)
-        else:
-            ray.init(num_cpus=self.cluster_cpus, include_dashboard=False, runtime_env=self.runtime_env)
+        local: dict[str, Any] = {"num_cpus": self.cluster_cpus, "include_dashboard": False} if self.address is None else {}
+        ray.init(address=self.address, runtime_env=self.runtime_env, **local)
         self.started = True
         if self.address is None and not _is_loopback(node := ray.util.get_node_ip_address()):
             self.shutdown()
@@ -217,26 +206,18 @@ class RayExecutor:
             self.started = False
 
     def run(self, specs: Sequence[RunSpec], store: ResultsStore) -> list[RunResult]:
-        """Run the specs without a result, a Ray task each; every spec's result in order (:class:`RunsFailed`)."""
-        pending = store.missing(dict.fromkeys(specs))
-        if pending:
-            self.start()  # before ray is imported here: a local Ray's switch is read on import
-            import ray
-
-            task = ray.remote(max_retries=self.max_retries, num_cpus=self.num_cpus, num_gpus=self.num_gpus)(train_in_worker)
-            refs = {
-                task.remote(spec.to_dict(), str(store.run_dir(spec).resolve()), self.device, self.lock_wait_s): spec
-                for spec in pending
-            }
-            failures = self._collect(refs, store)
-            if failures:
-                raise RunsFailed(failures, store.results(specs))
-        return store.gather(specs)
-
-    def _collect(self, refs: dict[Any, RunSpec], store: ResultsStore) -> list[RunFailure]:
-        """Save each result as it arrives; return the failed runs. Cut short (Ctrl-C): the running tasks are cancelled."""
+        """Run the specs without a result, a Ray task each, saving each result as it arrives; every spec's result in
+        order (:class:`RunsFailed` when some failed). Cut short (Ctrl-C): the running tasks are cancelled."""
+        if not (pending := store.missing(dict.fromkeys(specs))):
+            return store.gather(specs)
+        self.start()  # before ray is imported here: a local Ray's switch is read on import
         import ray
 
+        task = ray.remote(max_retries=self.max_retries, num_cpus=self.num_cpus, num_gpus=self.num_gpus)(train_in_worker)
+        refs = {
+            task.remote(spec.to_dict(), str(store.run_dir(spec).resolve()), self.device, self.lock_wait_s): spec
+            for spec in pending
+        }
         failures: list[RunFailure] = []
         waiting = list(refs)
         try:
@@ -244,16 +225,16 @@ class RayExecutor:
                 done, waiting = ray.wait(waiting, num_returns=1)
                 for ref in done:
                     try:
-                        data = ray.get(ref)
+                        store.save(RunResult.from_dict(ray.get(ref)), self.on_result)
                     except ray.exceptions.RayError as error:
                         failures.append(_failure(refs[ref], error))
-                        continue
-                    store.save(RunResult.from_dict(data), self.on_result)
         except BaseException:
             for ref in waiting:
                 ray.cancel(ref, force=True)
             raise
-        return failures
+        if failures:
+            raise RunsFailed(failures, store.results(specs))
+        return store.gather(specs)
 
 
 def make_executor(name: str, ray_address: str | None = None, **options: Any) -> SerialExecutor | RayExecutor:
@@ -273,13 +254,9 @@ def make_executor(name: str, ray_address: str | None = None, **options: Any) -> 
                 "string every worker builds its own backend from (e.g. 'http://HOST:8000/v1#openai/gpt-oss-20b'); "
                 "pass llm=None"
             )
-        options.pop("progress", None)
-        options.pop("max_batch", None)
-        return RayExecutor(address=ray_address, **options)
+        return RayExecutor(address=ray_address, **{k: v for k, v in options.items() if k not in ("progress", "max_batch")})
     if ray_address is not None:
         raise ValueError(f"ray_address is for the ray executor, not {name!r}")
-    if name == "serial":
-        return SerialExecutor(**options)
-    if name == "lockstep":
-        return LockstepExecutor(**options)
-    raise ValueError(f"unknown executor {name!r}: choose from {', '.join(EXECUTORS)}")
+    if name not in EXECUTORS:
+        raise ValueError(f"unknown executor {name!r}: choose from {', '.join(EXECUTORS)}")
+    return LockstepExecutor(**options) if name == "lockstep" else SerialExecutor(**options)

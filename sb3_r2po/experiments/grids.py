@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sb3_r2po.experiments.configs import R2PO_METHODS, r2po_entry
-from sb3_r2po.experiments.runs import RunSpec
+from sb3_r2po.experiments.runs import R2PO_METHODS, RunSpec, r2po_entry
 
 PAPER_ENVS: tuple[str, ...] = (
     "CartPole-v1",
@@ -27,10 +26,7 @@ PAPER_ENVS: tuple[str, ...] = (
 PAPER_SEEDS: tuple[int, ...] = tuple(range(10))  # the paper's ten runs per method
 PAPER_BUDGET = 4000  # a baseline's; an R2PO method gets 4000 after its warm-up (its entry's max_episodes)
 
-PAPER_BASELINES: dict[str, tuple[str, ...]] = {
-    "discrete": ("ppo", "a2c", "dqn", "trpo"),
-    "continuous": ("ppo", "a2c", "sac", "trpo"),
-}
+PAPER_BASELINES = {"discrete": ("ppo", "a2c", "dqn", "trpo"), "continuous": ("ppo", "a2c", "sac", "trpo")}
 CONTINUOUS_ACTIONS = ("InvertedPendulum-v5", "InvertedDoublePendulum-v5", "MountainCarContinuous-v0", "Swimmer-v5")
 
 _PUBLISHED_ROWS = (  # env, ProPS, ProPS+, best SB3 (algorithm, mean, std), R2PO, R2PO's best iteration
@@ -58,17 +54,15 @@ _PROJECTED: dict[str, Any] = {
     "policy": "ProjectedMlp",
     "policy_kwargs": {"hidden_dim": 4, "latent_dim_layer1": 5, "latent_dim_layer2": 5},
 }
-_FEATURES_KWARGS = {"hidden_dim": 8, "obs_scale": 3.0, "obs_clip": 5.0, "output_gain": 0.5, "init_std": 0.75}
+_FEATURES: dict[str, Any] = {
+    "policy": "RandomFeatures",
+    "param_bounds": [-2.0, 2.0],
+    "policy_kwargs": {"hidden_dim": 8, "obs_scale": 3.0, "obs_clip": 5.0, "output_gain": 0.5, "init_std": 0.75},
+}
 PAPER_POLICY_RUNS: tuple[tuple[str, str, int, int, dict[str, Any]], ...] = (  # the reference's configs/swimmer/ files:
     ("Swimmer-v5", "props", 20, 3000, _PROJECTED),  # swimmer_props_random_projection_qr.yaml
     ("Swimmer-v5", "props_plus", 20, 3000, _PROJECTED),  # swimmer_propsp_random_projection_qr.yaml
-    (  # swimmer_propsp_random_features_tanh_same_dim.yaml
-        "Swimmer-v5",
-        "props_plus",
-        100,
-        1000,
-        {"policy": "RandomFeatures", "param_bounds": [-2.0, 2.0], "policy_kwargs": _FEATURES_KWARGS},
-    ),
+    ("Swimmer-v5", "props_plus", 100, 1000, _FEATURES),  # swimmer_propsp_random_features_tanh_same_dim.yaml
 )
 """The reference's runs of its nonlinear policies: env, method, warm-up, the projections' seed base (``projection_seed``
 = base + seed + 1) and the settings over the method's entry; 200 iterations of K = 20 after the warm-up."""
@@ -102,12 +96,12 @@ def grid(
     settings: Mapping[str, Any] | None = None,
 ) -> list[RunSpec]:
     """Every env x method x seed (nested in that order) at one budget; ``settings`` for the R2PO methods only."""
-    specs = []
-    for env_id in envs:
-        for method in methods:
-            own = dict(settings or {}) if method in R2PO_METHODS else {}
-            specs += [RunSpec(env_id, method, seed, budget, llm, tuple(own.items())) for seed in seeds]
-    return specs
+    return [
+        RunSpec(env_id, method, seed, budget, llm, tuple((settings or {}).items()) if method in R2PO_METHODS else ())
+        for env_id in envs
+        for method in methods
+        for seed in seeds
+    ]
 
 
 def paper_grid(
@@ -127,8 +121,7 @@ def paper_grid(
     :param methods: The methods (``None``: R2PO, its variants and the paper's SB3 algorithms for the env's action
         space; given: those of them the env runs).
     :param seeds: The seeds (``None``: :data:`PAPER_SEEDS`).
-    :param budget: One budget for every run (``None``: 4000, plus its own warm-up for an R2PO method: its
-        ``max_episodes``).
+    :param budget: One budget for every run (``None``: 4000, an R2PO method's plus its warm-up: its ``max_episodes``).
     :param settings: R2PO keyword overrides.
     :param policies: Whether the grid also holds the reference's runs of its nonlinear policies
         (:data:`PAPER_POLICY_RUNS`, after their method's runs of the env).

@@ -1,35 +1,161 @@
-"""The reports: ``compare``'s ``results.md``, ``paper.md`` and figures (matplotlib, no display needed), and ``ablate``'s."""
+"""
+Statistics and reports of runs (``compare``'s ``results.md``, ``paper.md`` and figures, and ``ablate``'s). Over one
+run's training-episode returns (:func:`summarize`): **mean**; **best**, the best ``window``-episode rolling mean over
+full windows (the mean when there are fewer episodes); **final**, the mean of the last ``window``; **to_threshold**,
+the episodes after which the rolling mean (full windows) first reaches the threshold, ``None`` if never. Over R2PO's
+history (:func:`iteration_figures`): the mean over iterations of the kept candidates and the best iteration. Over a
+method's seeds: mean +- std (:func:`mean_std`), and the IQM with its 95 % stratified bootstrap interval
+(:func:`iqm_cell`; rliable, the ``zoo`` extra; a fixed seed, so one result, one report).
+"""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import platform
+import warnings
+from collections import Counter
 from collections.abc import Sequence
 from importlib import metadata
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sb3_r2po.experiments.configs import R2PO_METHODS
-from sb3_r2po.experiments.stats import (
-    episodes_cell,
-    interval_note,
-    iqm_cell,
-    iqm_interval,
-    iteration_figures,
-    mean_std,
-    rolling_mean,
-    run_label,
-    summarize,
-    threshold_cell,
-)
+from sb3_r2po.experiments.runs import R2PO_METHODS
+
+WINDOW = 20  # default window of the rolling mean
+NAMED_POLICIES = ("ProjectedMlp", "ProjectedMlpPolicy", "RandomFeatures", "RandomFeaturesPolicy")  # named in a run's label
+
+
+def run_label(run: dict[str, Any]) -> str:
+    """A run's row in the tables: its method, with a :data:`NAMED_POLICIES` policy (``props_plus (RandomFeatures)``)."""
+    policy = (run.get("hyperparams") or {}).get("policy")
+    return f"{run['method']} ({policy})" if policy in NAMED_POLICIES else str(run["method"])
+
+
+def rolling_mean(returns: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
+    """The mean of the last ``window`` returns after every episode (fewer at the start: the mean so far)."""
+    values = np.asarray(returns, dtype=np.float64)
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    ends = np.arange(1, values.size + 1)
+    starts = np.maximum(0, ends - window)
+    return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def summarize(returns: Sequence[float], window: int = WINDOW, threshold: float | None = None) -> dict[str, Any]:
+    """``mean``, ``best``, ``final`` and ``to_threshold`` of one run (see the module docstring)."""
+    values = np.asarray(returns, dtype=np.float64)
+    if values.size == 0:
+        return {"mean": math.nan, "best": math.nan, "final": math.nan, "to_threshold": None}
+    rolling = rolling_mean(values, window)
+    full = rolling[window - 1 :] if values.size >= window else rolling[-1:]
+    reached = np.flatnonzero(rolling[window - 1 :] >= threshold) if threshold is not None else np.empty(0, int)
+    to_threshold = int(reached[0]) + window if reached.size else None
+    return {
+        "mean": float(values.mean()),
+        "best": float(full.max()),
+        "final": float(values[-window:].mean()),
+        "to_threshold": to_threshold,
+    }
+
+
+def iteration_figures(iteration_returns: Sequence[float]) -> dict[str, float]:
+    """An R2PO run's ``mean_return`` over its iterations' kept candidates and ``best_return`` (NaN without iterations)."""
+    if not iteration_returns:
+        return {"mean_return": math.nan, "best_return": math.nan}
+    return {"mean_return": float(np.mean(iteration_returns)), "best_return": float(np.max(iteration_returns))}
+
+
+def mean_std(values: Sequence[float]) -> str:
+    """``"mean +- std"`` (population std), two decimals."""
+    return f"{np.mean(values):.2f} +- {np.std(values):.2f}"
+
+
+BOOTSTRAP_REPS = 2000
+BOOTSTRAP_SEED = 0  # each interval's bootstrap starts from it: one result, one report
+CONFIDENCE = 0.95
+
+
+def iqm_interval(
+    values: Sequence[float] | np.ndarray, reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float, float]:
+    """
+    ``(iqm, low, high)``: the interquartile mean of one figure over runs (rliable's ``aggregate_iqm``) and its
+    :data:`CONFIDENCE` stratified bootstrap interval (percentile method, ``reps`` resamples, numpy's global generator
+    seeded with ``seed`` for the call and restored after it); NaN without values or with a non-finite one.
+    """
+    figures = tuple(float(v) for v in np.asarray(values, dtype=np.float64).ravel())
+    if not figures or not all(math.isfinite(v) for v in figures):
+        return math.nan, math.nan, math.nan
+    return _bootstrap(figures, reps, seed)
+
+
+@functools.lru_cache(maxsize=4096)  # 0.2-0.5 s a call
+def _bootstrap(figures: tuple[float, ...], reps: int, seed: int) -> tuple[float, float, float]:
+    try:
+        from rliable import library, metrics  # type: ignore[import-untyped]
+    except ImportError as error:
+        raise ImportError(
+            "the reports' confidence intervals need rliable, installed with the zoo extra: pip install 'sb3-r2po[zoo]'"
+        ) from error
+    # rliable's StratifiedBootstrap draws its resamples from numpy's global generator whatever random_state it gets:
+    # seed that for the call and give the caller's state back afterwards
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        with warnings.catch_warnings():  # arch (under rliable) deprecates random_state in favour of a Generator
+            warnings.simplefilter("ignore", FutureWarning)
+            points, intervals = library.get_interval_estimates(
+                {"runs": np.asarray(figures, dtype=np.float64).reshape(-1, 1)},
+                lambda x: np.array([metrics.aggregate_iqm(x)]),
+                reps=reps,
+                confidence_interval_size=CONFIDENCE,
+                random_state=np.random.RandomState(seed),
+            )
+    finally:
+        np.random.set_state(state)
+    low, high = np.asarray(intervals["runs"], dtype=np.float64).ravel()[:2]
+    return float(np.asarray(points["runs"]).ravel()[0]), float(low), float(high)
+
+
+def iqm_cell(values: Sequence[float]) -> str:
+    """``"iqm [low, high]"`` of :func:`iqm_interval`, two decimals (``(1 run)`` for one run; ``n/a`` without values)."""
+    iqm, low, high = iqm_interval(values)
+    if math.isnan(iqm):
+        return "n/a"
+    return f"{iqm:.2f} [{low:.2f}, {high:.2f}]" + (" (1 run)" if len(values) == 1 else "")
+
+
+def interval_note(runs: int | Sequence[int]) -> str:
+    """What a report's intervals are and how many runs each rests on (``runs``: per method, or one count)."""
+    counts = sorted({runs} if isinstance(runs, int) else set(runs))
+    shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    note = (
+        f"IQM [95 % CI]: the interquartile mean over the runs (seeds) of a method, {shown} "
+        f"{'run' if counts == [1] else 'runs'} each, with its 95 % stratified bootstrap confidence interval (rliable, "
+        f"percentile method, {BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED})."
+    )
+    if counts[0] == 1:
+        note += " With one run a cell is that run's figure and its interval the point itself, marked (1 run): no interval."
+    elif counts[0] < 5:
+        note += f" With {counts[0]} runs an interval shows their spread, not where further seeds would fall."
+    return note
+
+
+def threshold_cell(values: list[int | None]) -> str:
+    reached = [v for v in values if v is not None]
+    if not reached:
+        return f"not reached (0/{len(values)})"
+    return f"{mean_std([float(v) for v in reached])} ({len(reached)}/{len(values)})"
+
 
 VERSIONS = ("sb3-r2po", "stable-baselines3", "sb3-contrib", "rl_zoo3", "gymnasium", "torch", "numpy")  # in the reports
 
 
-def package_version(package: str) -> str:
-    """The installed version of ``package``, or ``"not installed"``."""
+def _version(package: str) -> str:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -37,8 +163,8 @@ def package_version(package: str) -> str:
 
 
 def versions() -> str:
-    """Python, the platform and the versions of :data:`VERSIONS`, on one line."""
-    packages = ", ".join(f"{p} {package_version(p)}" for p in VERSIONS)
+    """Python, the platform and the versions of :data:`VERSIONS` (or ``not installed``), on one line."""
+    packages = ", ".join(f"{p} {_version(p)}" for p in VERSIONS)
     return f"Python {platform.python_version()} on {platform.platform()} ({os.cpu_count()} CPUs); {packages}"
 
 
@@ -55,7 +181,8 @@ def table(runs: list[dict[str, Any]], window: int, threshold: float | None) -> s
     for method in methods:
         mine = [r for r in runs if run_label(r) == method]
         stats = [summarize(r["returns"], window, threshold) for r in mine]
-        cells = [method, episodes_cell([len(r["returns"]) for r in mine])]
+        counts = [len(r["returns"]) for r in mine]
+        cells = [method, str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"]
         for key in ("mean", "best", "final"):
             cells += [mean_std([s[key] for s in stats]), iqm_cell([s[key] for s in stats])]
         cells.append("n/a" if threshold is None else threshold_cell([s["to_threshold"] for s in stats]))
@@ -104,10 +231,9 @@ def env_section(s: dict[str, Any], runs: list[dict[str, Any]], curves: str, inte
         shown = ", ".join(f"{k}={v}" for k, v in first["hyperparams"].items() if k not in ("callback",))
         file = "/".join(Path(first["hyperparams_file"]).parts[-2:])
         lines.append(f"| {method} | {first['algo']} (`{file}`) | {first['horizon']:,} steps | {shown} |")
-    own_caps = s.get("variant_episode_caps") or {}
     own = "".join(
         f"; {m} {c} steps (its own cap in the reference, `variants:` of `sb3_r2po/zoo/configs/r2po.yml`)"
-        for m, c in own_caps.items()
+        for m, c in (s.get("variant_episode_caps") or {}).items()
     )
     lines += [
         "",
@@ -187,22 +313,16 @@ def paper_table(
         mine = [r for r in runs if r["env"] == env_id]
         for method in dict.fromkeys(run_label(r) for r in mine):  # a nonlinear policy's label has no published row
             seeds = [r for r in mine if run_label(r) == method]
-            means, bests = [], []
-            for run in seeds:
-                if run["method"] in R2PO_METHODS:
-                    figures = iteration_figures(run.get("iteration_returns") or [])
-                    means.append(figures["mean_return"])
-                    bests.append(figures["best_return"])
-                else:
-                    stats = summarize(run["returns"], window)
-                    means.append(stats["mean"])
-                    bests.append(stats["best"])
+            if seeds[0]["method"] in R2PO_METHODS:  # one label, one method
+                figures = [iteration_figures(run.get("iteration_returns") or []) for run in seeds]
+                means, bests = [f["mean_return"] for f in figures], [f["best_return"] for f in figures]
+            else:
+                stats = [summarize(run["returns"], window) for run in seeds]
+                means, bests = [f["mean"] for f in stats], [f["best"] for f in stats]
             threshold = thresholds.get(env_id)
             reach = [summarize(r["returns"], window, threshold)["to_threshold"] for r in seeds]
-            sb3 = paper.get("sb3")
-            mean_published = _published(paper.get(method))
-            if sb3 is not None and sb3[0] == method:
-                mean_published = _published(sb3[1], " (best SB3)")
+            sb3 = paper.get("sb3") or (None, None)
+            mean_published = _published(sb3[1], " (best SB3)") if sb3[0] == method else _published(paper.get(method))
             best_published = "-" if method != "r2po" or paper.get("best") is None else f"{paper['best']:g}"
             cells = [env_id, method, str(len(seeds)), mean_std(means), iqm_cell(means), mean_published]
             cells += [mean_std(bests), iqm_cell(bests), best_published]
@@ -214,10 +334,7 @@ def paper_table(
 def paper_document(paper: str, result: dict[str, Any]) -> str:
     """``paper.md``: the :func:`paper_table` ``paper`` of a comparison's ``result`` with its definitions and command."""
     s = result["settings"]
-    groups: dict[tuple[str, str], int] = {}
-    for run in result["runs"]:
-        groups[run["env"], run_label(run)] = groups.get((run["env"], run_label(run)), 0) + 1
-    counts = list(groups.values())
+    counts = list(Counter((run["env"], run_label(run)) for run in result["runs"]).values())
     lines = [
         "# The paper's table: ours beside the published numbers",
         "",
@@ -257,8 +374,7 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
                 lines.append(f"| {env} | " + " | ".join(cells) + " |")
             lines.append("")
     counts = [sum(r["env"] == env and r["variant"] == v for r in runs) for env in envs for v in variants]
-    lines += [interval_note([c for c in counts if c] or [0]), ""]
-    lines += ["## Salience diagnostics (all envs and seeds pooled)", ""]
+    lines += [interval_note([c for c in counts if c] or [0]), "", "## Salience diagnostics (all envs and seeds pooled)", ""]
     pooled = {v: salience_summary([rec for r in runs if r["variant"] == v for rec in r["history"]]) for v in variants}
     lines.append(salience_table(pooled))
     seeds = sorted({r["seed"] for r in runs})
@@ -266,9 +382,9 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
         "",
         "## Settings",
         "",
-        f"Seeds {seeds}. Each env's entry of `sb3_r2po/zoo/configs/r2po.yml` with the variant's own settings "
-        "(its `variants:`, "
-        "the reference's) and the command's options on top; `max_episodes` is the budget of a run, warm-up included:",
+        f"Seeds {seeds}. Each env's entry of `sb3_r2po/zoo/configs/r2po.yml` with the variant's own settings (its "
+        "`variants:`, the reference's) and the command's options on top; `max_episodes` is the budget of a run, warm-up "
+        "included:",
         "",
     ]
     for env in envs:
@@ -300,12 +416,8 @@ def plot_curves(
         length = max((c.size for c in curves), default=0)
         if length == 0:
             continue
-        stacked = np.full((len(curves), length), np.nan)
-        for row, curve in enumerate(curves):
-            stacked[row, : curve.size] = curve
-        counts = np.sum(~np.isnan(stacked), axis=0)
-        mean = np.nansum(stacked, axis=0) / counts
-        std = np.sqrt(np.nansum((stacked - mean) ** 2, axis=0) / counts)
+        stacked = np.array(list(zip_longest(*curves, fillvalue=np.nan)))  # (episode, seed), NaN past a run's end
+        mean, std = np.nanmean(stacked, axis=1), np.nanstd(stacked, axis=1)
         x = np.arange(1, length + 1)
         color = f"C{index % 10}"
         ax.plot(x, mean, color=color, linewidth=2, label=f"{method} ({len(curves)} seeds)")
@@ -340,6 +452,7 @@ def plot_intervals(runs: Sequence[dict[str, Any]], path: Path, env_id: str, wind
     fig = Figure(figsize=(12, 1.2 + 0.6 * len(methods)), dpi=120, layout="constrained")
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     labels = [f"{m} ({len(stats[m])} run{'s' if len(stats[m]) != 1 else ''})" for m in methods]
+    mean_style: dict[str, Any] = {"fmt": "D", "markerfacecolor": "white", "capsize": 3, "linewidth": 1}
     for ax, (key, title) in zip(axes, panels, strict=True):
         for row, method in enumerate(methods):
             values = np.asarray([s[key] for s in stats[method]], dtype=np.float64)
@@ -350,9 +463,8 @@ def plot_intervals(runs: Sequence[dict[str, Any]], path: Path, env_id: str, wind
                 ax.plot([iqm], [row], "o", color=color, label="IQM [95 % CI]" if row == 0 else None)
             finite = values[np.isfinite(values)]
             if finite.size:
-                mean, std = float(finite.mean()), float(finite.std())
-                ax.errorbar([mean], [row + 0.25], xerr=[std], fmt="D", color=color, markerfacecolor="white",
-                            capsize=3, linewidth=1, label="mean +- std" if row == 0 else None)  # fmt: skip
+                label = "mean +- std" if row == 0 else None
+                ax.errorbar([finite.mean()], [row + 0.25], xerr=[finite.std()], color=color, label=label, **mean_style)
         ax.set_title(title)
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(methods)), labels)

@@ -1,20 +1,16 @@
 """
-A run as one value (:class:`RunSpec`), what it measured (:class:`RunResult`), where it is kept (:class:`ResultsStore`),
-how its training episodes are counted (:class:`EpisodeBudget`) and building and running it (:func:`run_one`), the one
-path ``compare``, ``ablate``, the benchmarks and the executors build models by.
-
-Models are built by RL Zoo's ``ExperimentManager`` from :func:`~sb3_r2po.experiments.configs.hyperparams_file`, as
-``python -m sb3_r2po.zoo train`` builds them (R2PO methods get ``llm``, ``variant``, ``max_episodes = budget`` and the
-spec's settings on top); :class:`EpisodeBudget` replaces the files' ``callback``s. Baselines stop at the vector step in
-which the ``budget``-th episode ends (ARS through :class:`BudgetReached`), R2PO when another K-episode evaluation no
-longer fits. ``root/runs/<run_id>/`` keeps ``result.json`` and, for R2PO, ``checkpoint/`` and ``episodes.jsonl``; an
-interrupted attempt resumes from its checkpoint, so no episode is charged twice.
+A run as one value (:class:`RunSpec`), its hyperparameters (the zoo's files as ``python -m sb3_r2po.zoo train`` reads
+them, ours in ``sb3_r2po/zoo/configs/`` for R2PO and the env ids the zoo lacks, :func:`r2po_overrides` on top), what it
+measured (:class:`RunResult`), where it is kept (:class:`ResultsStore`: ``root/runs/<run_id>/`` holds ``result.json``
+and, for R2PO, ``checkpoint/`` and ``episodes.jsonl``), and :func:`run_one`, the one path ``compare``, ``ablate``, the
+benchmarks and the executors build and train models by: RL Zoo's ``ExperimentManager`` with :class:`EpisodeBudget`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import hashlib
 import io
 import json
@@ -28,24 +24,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 from filelock import FileLock, Timeout
 from stable_baselines3.common.callbacks import StopTrainingOnMaxEpisodes
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper
 from tqdm.auto import tqdm
 
 from sb3_r2po.common.files import append_line, atomic_write
-from sb3_r2po.experiments.configs import (
-    IGNORE_STOP,
-    R2PO_METHODS,
-    episode_cap,
-    hyperparams_file,
-    method_algo,
-    r2po_entry,
-    r2po_overrides,
-    zoo_entry,
-)
-from sb3_r2po.zoo import ALGO_NAME, register_r2po
+from sb3_r2po.prompts import prompt_preset
+from sb3_r2po.r2po.arguments import VARIANTS
+from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, register_r2po, resolve_train_args
+from sb3_r2po.zoo.settings import apply_variant, read_entries
 
 ATTEMPT_LOCK = ".attempt.lock"  # held from prepare_run to finish_run: one attempt per run directory
 CHECKPOINT = "checkpoint"  # an R2PO run's checkpoint_dir in its run directory
@@ -53,13 +41,103 @@ EPISODES = "episodes.jsonl"  # its training episodes (EpisodeLog)
 HISTORY_KEYS = ("kind", "mean_return", "n_episodes", "episodes")  # kept per history entry in RunResult.history
 TIMING = ("wall_time_s", "resumed")  # fields that depend on the machine or on interruptions
 RESULT = "result.json"  # a finished run's RunResult
+BASELINES = ("ppo", "a2c", "dqn", "sac", "td3", "trpo", "ars")  # stable-baselines3's, then sb3-contrib's
+R2PO_METHODS: tuple[str, ...] = tuple(VARIANTS)  # each is R2PO with that variant
+IGNORE_STOP = ("ars",)  # their learn() ignores a callback's False: stopped with an exception
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _canonical(value: Any) -> Any:
-    """``value`` as JSON reads it back (tuples become lists)."""
-    return json.loads(json.dumps(value))
+def hyperparams_file(algo: str, env_id: str) -> Path:
+    """The file ``python -m sb3_r2po.zoo train --algo algo --env env_id`` reads: ours or the zoo's ``<algo>.yml``."""
+    resolved = resolve_train_args(["--algo", algo, "--env", env_id])
+    if resolved[0] == "--conf-file":
+        return Path(resolved[1])
+    import rl_zoo3
+
+    return Path(rl_zoo3.__file__).resolve().parent / "hyperparams" / f"{algo}.yml"
+
+
+def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
+    """A copy of the file's entry for ``env_id`` (else ``default``; Atari's ``atari`` entry is not handled)."""
+    entries = read_entries(path)
+    return copy.deepcopy(dict(entries.get(env_id, entries.get("default", {}))))
+
+
+def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
+    """``env_id``'s entry of ``sb3_r2po/zoo/configs/r2po.yml`` (else ``default``) resolved for ``variant`` (``None``:
+    the entry's own) by :func:`sb3_r2po.zoo.settings.apply_variant`."""
+    path = config_file(ALGO_NAME)
+    if path is None:
+        raise FileNotFoundError("sb3_r2po/zoo/configs/r2po.yml not found")
+    return apply_variant(zoo_entry(path, env_id), variant)[0]
+
+
+def method_algo(method: str) -> str:
+    """The zoo ``--algo`` of a method (``r2po`` for the variants); ``ValueError`` for an unknown one."""
+    if method in R2PO_METHODS:
+        return ALGO_NAME
+    if method in BASELINES:
+        return method
+    raise ValueError(f"unknown method {method!r}: choose from {', '.join([*R2PO_METHODS, *BASELINES])}")
+
+
+def episode_cap(env_id: str, variant: str | None = None) -> tuple[int, bool]:
+    """``(cap, added)``: the episode cap of an R2PO ``variant`` (``None``: R2PO's, the baselines'), its ``env_kwargs``'
+    ``max_episode_steps``, else the env's time limit, else its entry's ``max_episode_steps`` (default 1000); ``added``:
+    the env has no cap of its own, and the caller adds it as ``env_kwargs``."""
+    entry = r2po_entry(env_id, variant)
+    own = (entry.get("env_kwargs") or {}).get("max_episode_steps") or gym.spec(env_id).max_episode_steps
+    return (int(own), False) if own else (int(entry.get("max_episode_steps", 1000)), True)
+
+
+def r2po_settings(
+    n_eval_episodes: int | None = None, warmup_episodes: int | None = None, prompts: str | None = None
+) -> dict[str, Any]:
+    """R2PO's settings from a command line's options: a prompt preset's parameters, K and the warm-up (those given)."""
+    given = {"n_eval_episodes": n_eval_episodes, "warmup_episodes": warmup_episodes}
+    preset = prompt_preset(prompts) if prompts is not None else {}
+    return {**preset, **{key: value for key, value in given.items() if value is not None}}
+
+
+def r2po_overrides(method: str, env_id: str, llm: str, budget: int) -> dict[str, Any]:
+    """The R2PO hyperparameters over ``sb3_r2po/zoo/configs/r2po.yml`` (as the zoo's ``--hyperparams``) beneath a run's
+    own settings: the LLM, the variant, ``max_episodes = budget``, ``max_iterations = budget`` (lifts the file's planned
+    count), and ``Tabular`` for a Discrete env the file lacks."""
+    overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget, "max_iterations": budget}
+    if env_id not in config_env_ids(ALGO_NAME):  # the default entry is MlpLinear (Box observations)
+        env = gym.make(env_id)
+        if isinstance(env.observation_space, gym.spaces.Discrete):
+            overrides["policy"] = "Tabular"
+        env.close()
+    return overrides
+
+
+def episodes_used(env_id: str, method: str, budget: int, settings: dict[str, Any] | None = None) -> int:
+    """The episodes an R2PO ``method`` uses of ``budget``: ``warmup + K * floor((budget - warmup) / K)``."""
+    given = {**r2po_entry(env_id, method), **(settings or {})}
+    k, warmup = int(given.get("n_eval_episodes", 20)), int(given.get("warmup_episodes", 20))
+    return min(budget, warmup) + k * (max(0, budget - warmup) // k)
+
+
+def comparison_env_settings(env_id: str, methods: Sequence[str], threshold: float | None) -> dict[str, Any]:
+    """A comparison's settings of one env: the threshold (``None``: the env's ``reward_threshold``, else R2PO's
+    ``target_return``) and the episode caps."""
+    source = "given"
+    if threshold is None:
+        threshold = gym.spec(env_id).reward_threshold
+        threshold = r2po_entry(env_id).get("target_return") if threshold is None else threshold
+        threshold = None if threshold is None else float(threshold)
+        source = "the env's reward_threshold, else R2PO's target_return"
+    cap, added = episode_cap(env_id)
+    variant_caps = {m: episode_cap(env_id, m)[0] for m in dict.fromkeys(methods) if m in R2PO_METHODS}
+    return {
+        "threshold": threshold,
+        "threshold_source": source,
+        "episode_cap": cap,
+        "episode_cap_source": "R2PO's max_episode_steps, added as a TimeLimit" if added else "the env's time limit",
+        "variant_episode_caps": {m: c for m, c in variant_caps.items() if c != cap},
+    }
 
 
 @dataclass(frozen=True)
@@ -86,8 +164,8 @@ class RunSpec:
     def __post_init__(self) -> None:
         method_algo(self.method)  # an unknown method fails here, before anything runs
         items = self.settings.items() if isinstance(self.settings, Mapping) else self.settings
-        settings = tuple(sorted(((str(key), _canonical(value)) for key, value in items), key=lambda item: item[0]))
-        object.__setattr__(self, "settings", settings)
+        canonical = ((str(key), json.loads(json.dumps(value))) for key, value in items)  # as JSON reads it back
+        object.__setattr__(self, "settings", tuple(sorted(canonical, key=lambda item: item[0])))
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "budget", int(self.budget))
         if self.method not in R2PO_METHODS:
@@ -118,7 +196,7 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
-        settings = tuple(dict(data.get("settings") or {}).items())
+        settings = data.get("settings") or ()  # a mapping
         return cls(str(data["env_id"]), str(data["method"]), data["seed"], data["budget"], data.get("llm"), settings)
 
 
@@ -165,16 +243,12 @@ class RunResult:
     resumed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["spec"] = self.spec.to_dict()
-        return data
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "spec": self.spec.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
         known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in data.items() if key in known}
-        values["spec"] = RunSpec.from_dict(data["spec"])
-        return cls(**values)
+        return cls(**{**{key: value for key, value in data.items() if key in known}, "spec": RunSpec.from_dict(data["spec"])})
 
     def outcome(self) -> dict[str, Any]:
         """:meth:`to_dict` without :data:`TIMING`, LLM seconds and the file's location: equal for two runs of one spec
@@ -186,18 +260,12 @@ class RunResult:
 
     def record(self) -> dict[str, Any]:
         """The run as ``python -m sb3_r2po.compare`` writes it to ``runs.json``."""
-        record: dict[str, Any] = {
-            "env": self.spec.env_id,
-            "method": self.spec.method,
-            "algo": self.algo,
-            "seed": self.spec.seed,
-        }
         keys = ["returns", "lengths", "episodes_run", "timesteps", "horizon", "wall_time_s", "hyperparams", "hyperparams_file"]
         if self.spec.is_r2po:
             keys += ["iterations", "llm_calls", "llm_stats", "history", "iteration_returns"]
-        record.update((key, getattr(self, key)) for key in keys)
-        record["run_id"] = self.spec.run_id
-        return record
+        spec = self.spec
+        head = {"env": spec.env_id, "method": spec.method, "algo": self.algo, "seed": spec.seed}
+        return {**head, **{key: getattr(self, key) for key in keys}, "run_id": spec.run_id}
 
     def full_history(self, run_dir: str | Path) -> list[dict[str, Any]]:
         """R2PO's whole history (its ``history.json`` in ``run_dir``); empty for a baseline."""
@@ -244,8 +312,7 @@ class ResultsStore:
 
     def gather(self, specs: Sequence[RunSpec]) -> list[RunResult]:
         """Every spec's finished result, in order; ``RuntimeError`` when one has none."""
-        missing = self.missing(specs)
-        if missing:
+        if missing := self.missing(specs):
             raise RuntimeError(f"run {missing[0].run_id} has no result in {self.root}")
         return self.results(specs)
 
@@ -272,9 +339,8 @@ class EpisodeLog:
         returns, lengths = self.read()
         if len(returns) < n:
             raise RuntimeError(f"{self.path} holds {len(returns)} episodes, the checkpoint {n}: the run cannot resume")
-        returns, lengths = returns[:n], lengths[:n]
-        atomic_write(self.path, self._lines(returns, lengths))
-        return returns, lengths
+        atomic_write(self.path, self._lines(returns[:n], lengths[:n]))
+        return returns[:n], lengths[:n]
 
     def append(self, returns: list[float], lengths: list[int]) -> None:
         if returns:
@@ -309,43 +375,26 @@ class EpisodeBudget(StopTrainingOnMaxEpisodes):
         log: EpisodeLog | None = None,
     ) -> None:
         super().__init__(max_episodes=budget)
-        self.hard_stop = hard_stop
-        self.progress = progress
+        self.hard_stop, self.progress, self.log = hard_stop, progress, log
         self.returns: list[float] = list(returns or [])
         self.lengths: list[int] = list(lengths or [])
-        self.n_episodes = len(self.returns)
-        self.log = log
-        self._logged = len(self.returns)
-        self._monitors: list[Monitor] = []
+        self.n_episodes = self._logged = len(self.returns)
         self._seen: list[int] = []
 
     def _init_callback(self) -> None:
         self._total_max_episodes = self.max_episodes  # all sub-environments together
-        venv = self.training_env
-        while isinstance(venv, VecEnvWrapper):
-            venv = venv.venv
-        if not isinstance(venv, DummyVecEnv):
-            raise TypeError(f"the comparison needs a DummyVecEnv training env, got {type(venv).__name__}")
-        self._monitors = []
-        for inner in venv.envs:  # the Monitor of every sub-env
-            while not isinstance(inner, Monitor):
-                if not hasattr(inner, "env"):
-                    raise TypeError("a sub-environment of the training env has no Monitor wrapper")
-                inner = inner.env
-            self._monitors.append(inner)
-        self._seen = [len(m.get_episode_rewards()) for m in self._monitors]
+        self._seen = [len(rewards) for rewards in self.training_env.env_method("get_episode_rewards")]
 
     def poll(self) -> int:
-        """Record the episodes ended since the last call, by sub-env index; return how many."""
-        new = 0
-        for i, monitor in enumerate(self._monitors):
-            rewards, lengths = monitor.get_episode_rewards(), monitor.get_episode_lengths()
-            for j in range(self._seen[i], len(rewards)):
-                self.returns.append(float(rewards[j]))
-                self.lengths.append(int(lengths[j]))
-                new += 1
-            self._seen[i] = len(rewards)
-        return new
+        """Record the episodes ended since the last call, by sub-env index (from their Monitors); return how many."""
+        before = len(self.returns)
+        if self._seen:  # the callback has been initialised
+            rewards, lengths = (self.training_env.env_method(f"get_episode_{kind}") for kind in ("rewards", "lengths"))
+            for i, (env_rewards, env_lengths) in enumerate(zip(rewards, lengths, strict=True)):
+                self.returns += [float(r) for r in env_rewards[self._seen[i] :]]
+                self.lengths += [int(n) for n in env_lengths[self._seen[i] :]]
+                self._seen[i] = len(env_rewards)
+        return len(self.returns) - before
 
     def _on_step(self) -> bool:
         new = self.poll()
@@ -358,13 +407,12 @@ class EpisodeBudget(StopTrainingOnMaxEpisodes):
             raise BudgetReached
         return False
 
-    def _on_rollout_end(self) -> None:
-        self.flush()
-
     def flush(self) -> None:
         if self.log is not None:
             self.log.append(self.returns[self._logged :], self.lengths[self._logged :])
             self._logged = len(self.returns)
+
+    _on_rollout_end = flush
 
 
 Report = Callable[[RunResult], None]  # called by an executor with every result as it is saved
@@ -379,7 +427,6 @@ class PreparedRun:
     model: Any
     horizon: int
     callback: EpisodeBudget
-    bar: Any
     saved_hyperparams: dict[str, Any]
     conf: Path
     log_folder: tempfile.TemporaryDirectory
@@ -394,19 +441,8 @@ class PreparedRun:
         return max(1, self.horizon - int(self.model.num_timesteps)) if self.resumed else self.horizon
 
     def learn(self) -> None:
-        try:
+        with contextlib.suppress(BudgetReached):
             self.model.learn(total_timesteps=self.steps_left, callback=self.callback, reset_num_timesteps=not self.resumed)
-        except BudgetReached:
-            pass
-
-
-def _jsonable(value: Any) -> Any:
-    """``value``, or its ``str`` when JSON cannot hold it."""
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        return str(value)
 
 
 def _manager(
@@ -433,7 +469,7 @@ def _manager(
         entry = r2po_entry(spec.env_id, variant) if algo == ALGO_NAME else zoo_entry(conf, spec.env_id)
         own = settings.get("env_kwargs") or entry.get("env_kwargs") or {}  # the spec's replace the file's, as in the zoo
         env_kwargs = {**own, "max_episode_steps": cap}
-    return ExperimentManager(
+    manager = ExperimentManager(
         argparse.Namespace(),
         algo,
         spec.env_id,
@@ -446,7 +482,8 @@ def _manager(
         verbose=0,
         device=device,
         config=str(conf),
-    ), cap
+    )
+    return manager, cap
 
 
 class AttemptInProgressError(RuntimeError):
@@ -461,11 +498,9 @@ def prepare_run(
     progress: bool = False,
     lock_wait_s: float = 0.0,
 ) -> PreparedRun:
-    """
-    Build one run's model with RL Zoo's ``ExperimentManager``, or load an R2PO run's ``run_dir/checkpoint/model.zip``
+    """Build one run's model with RL Zoo's ``ExperimentManager``, or load an R2PO run's ``run_dir/checkpoint/model.zip``
     (on the env the zoo built) with the episodes it had run. Holds :data:`ATTEMPT_LOCK` until :func:`finish_run`.
-    The parameters are :func:`run_one`'s (``run_dir`` ``None``: no checkpoint, nothing to resume).
-    """
+    The parameters are :func:`run_one`'s (``run_dir`` ``None``: no checkpoint, nothing to resume)."""
     directory = None if run_dir is None else Path(run_dir)
     lock = None
     if directory is not None:
@@ -481,16 +516,16 @@ def prepare_run(
                 "shared storage has not released yet); run the command again once it has ended"
             ) from None
     try:
-        run = _prepare(spec, directory, llm, device, progress)
+        return _prepare(spec, directory, lock, llm, device, progress)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
-    run.lock = lock
-    return run
 
 
-def _prepare(spec: RunSpec, directory: Path | None, llm: Any | None, device: str, progress: bool) -> PreparedRun:
+def _prepare(
+    spec: RunSpec, directory: Path | None, lock: FileLock | None, llm: Any | None, device: str, progress: bool
+) -> PreparedRun:
     from sb3_r2po import R2PO  # also registers the custom envs
 
     register_r2po()  # before the zoo's modules are imported (they share ALGOS)
@@ -503,7 +538,6 @@ def _prepare(spec: RunSpec, directory: Path | None, llm: Any | None, device: str
         setup = manager.setup_experiment()
     assert setup is not None
     model, saved_hyperparams = setup
-    horizon = max(int(manager.n_timesteps), spec.budget * cap)
     returns: list[float] = []
     lengths: list[int] = []
     log = None
@@ -521,69 +555,61 @@ def _prepare(spec: RunSpec, directory: Path | None, llm: Any | None, device: str
             log.keep(0)
     if algo == ALGO_NAME and llm is not None and not resumed:
         model.set_llm(llm)
-    bar = tqdm(
-        total=spec.budget, initial=len(returns), desc=f"{spec.method} seed {spec.seed}", unit="ep", leave=False,
-        disable=not progress,
-    )  # fmt: skip
+    desc = f"{spec.method} seed {spec.seed}"
+    bar = tqdm(total=spec.budget, initial=len(returns), desc=desc, unit="ep", leave=False, disable=not progress)
     callback = EpisodeBudget(spec.budget, algo in IGNORE_STOP, bar, returns, lengths, log)
-    hyperparams = {key: _jsonable(value) for key, value in saved_hyperparams.items() if key != "checkpoint_dir"}
+    hyperparams = {key: value for key, value in saved_hyperparams.items() if key != "checkpoint_dir"}
     if algo == ALGO_NAME:
         hyperparams["llm"] = spec.llm
-    return PreparedRun(spec, algo, model, horizon, callback, bar, _canonical(hyperparams), conf, log_folder, start, resumed,
-                       directory)  # fmt: skip
+    hyperparams = json.loads(json.dumps(hyperparams, default=str))  # JSON-able: str() of what JSON cannot hold
+    horizon = max(int(manager.n_timesteps), spec.budget * cap)
+    return PreparedRun(spec, algo, model, horizon, callback, hyperparams, conf, log_folder, start, resumed, directory, lock)
 
 
 def finish_run(run: PreparedRun) -> RunResult:
     """Close a run's env and log folder, release its run directory, and return its measurements."""
     try:
-        return _measure(run)
+        callback, model, spec, budget = run.callback, run.model, run.spec, run.spec.budget
+        callback.progress.close()
+        callback.poll()
+        callback.flush()
+        model.env.close()
+        run.log_folder.cleanup()
+        episodes = len(callback.returns)
+        if episodes < budget and run.algo != ALGO_NAME:  # R2PO stops itself when K no longer fits
+            warnings.warn(
+                f"{spec.method} seed {spec.seed} ended after {episodes} of {budget} training episodes "
+                f"(its learn() horizon of {run.horizon} steps ran out first)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        result = RunResult(
+            spec=spec,
+            algo=run.algo,
+            returns=callback.returns[:budget],
+            lengths=callback.lengths[:budget],
+            episodes_run=episodes,
+            timesteps=int(model.num_timesteps),
+            horizon=run.horizon,
+            hyperparams=run.saved_hyperparams,
+            hyperparams_file=str(run.conf),
+            wall_time_s=time.perf_counter() - run.start,
+            resumed=int(run.resumed),
+        )
+        if run.algo == ALGO_NAME:
+            if model.episodes_used != episodes:
+                raise RuntimeError(f"R2PO ran {model.episodes_used} episodes, the Monitor saw {episodes}")
+            result.iterations = int(model.iteration)
+            result.llm_calls = int(model.llm_stats["calls"])
+            result.llm_stats = {key: float(value) for key, value in model.llm_stats.items()}
+            result.history = [{key: record[key] for key in HISTORY_KEYS} for record in model.history]
+            result.iteration_returns = [float(r["mean_return"]) for r in model.history if r["kind"] != "warmup"]
+            if run.run_dir is not None and (run.run_dir / CHECKPOINT / "history.json").exists():  # none without an entry
+                result.history_file = f"{CHECKPOINT}/history.json"
+        return result
     finally:
         if run.lock is not None:
             run.lock.release()
-
-
-def _measure(run: PreparedRun) -> RunResult:
-    run.bar.close()
-    run.callback.poll()
-    run.callback.flush()
-    model = run.model
-    assert model.env is not None
-    model.env.close()
-    run.log_folder.cleanup()
-    spec, budget = run.spec, run.spec.budget
-    episodes = len(run.callback.returns)
-    if episodes < budget and run.algo != ALGO_NAME:  # R2PO stops itself when K no longer fits
-        warnings.warn(
-            f"{spec.method} seed {spec.seed} ended after {episodes} of {budget} training episodes "
-            f"(its learn() horizon of {run.horizon} steps ran out first)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    result = RunResult(
-        spec=spec,
-        algo=run.algo,
-        returns=run.callback.returns[:budget],
-        lengths=run.callback.lengths[:budget],
-        episodes_run=episodes,
-        timesteps=int(model.num_timesteps),
-        horizon=run.horizon,
-        hyperparams=run.saved_hyperparams,
-        hyperparams_file=str(run.conf),
-        wall_time_s=time.perf_counter() - run.start,
-        resumed=int(run.resumed),
-    )
-    if run.algo == ALGO_NAME:
-        if model.episodes_used != episodes:
-            raise RuntimeError(f"R2PO ran {model.episodes_used} episodes, the Monitor saw {episodes}")
-        history = model.history
-        result.iterations = int(model.iteration)
-        result.llm_calls = int(model.llm_stats["calls"])
-        result.llm_stats = {key: float(value) for key, value in model.llm_stats.items()}
-        result.history = [{key: record[key] for key in HISTORY_KEYS} for record in history]
-        result.iteration_returns = [float(r["mean_return"]) for r in history if r["kind"] != "warmup"]
-        if run.run_dir is not None and (run.run_dir / CHECKPOINT / "history.json").exists():  # none without an entry
-            result.history_file = f"{CHECKPOINT}/history.json"
-    return result
 
 
 def run_one(

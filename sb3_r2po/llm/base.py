@@ -1,7 +1,11 @@
-"""The LLM seam: what R2PO needs from a language model, and nothing more.
+"""What the backends share: the seam R2PO calls, gpt-oss "harmony" handling, and masking credentials in text.
 
 A request's identity (:func:`request_hash`: what a recording is keyed by, what a seeded backend derives its seed from)
-leaves out backend settings (model, reasoning effort, ...): a replay cannot know them.
+leaves out backend settings (model, reasoning effort, ...): a replay cannot know them. Reading a harmony reply (where
+its answer is) is :mod:`sb3_r2po.common.parameters`'s; here, no final channel is no answer (backends retry once, then
+return the raw text) and a reply cut off while its answer was written is a cut-off reply. :func:`redact` masks what an
+error message, a log record or a transcript may show of an ``llm`` string, a backend's ``repr`` or a server's reply
+(see the "Secrets" notes of :mod:`sb3_r2po.llm.resolve`).
 """
 
 from __future__ import annotations
@@ -10,12 +14,16 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from sb3_r2po.common.parameters import as_cut_off, before_final, final_channel
 
 if TYPE_CHECKING:
     from sb3_r2po.common.parameters import ParameterSpace
@@ -29,13 +37,12 @@ class ChatReply:
     """
     One reply of a chat model.
 
-    :param text: The answer text (for harmony models, the final channel when the backend extracted it,
-        otherwise the raw text; R2PO's parser handles both).
+    :param text: The answer text (for harmony models the final channel, or the raw text: R2PO's parser reads both).
     :param prompt_tokens: Prompt tokens, when the backend reports them.
     :param completion_tokens: Completion tokens, when the backend reports them.
     :param seconds: Wall-clock latency of the call.
-    :param prompt_tokens_cached: Of ``prompt_tokens``, those the backend did not have to process because it had them
-        from an earlier call (a prefix cache), when the backend reports them (``None``: unknown).
+    :param prompt_tokens_cached: Of ``prompt_tokens``, those a prefix cache served from an earlier call (``None``:
+        not reported).
     """
 
     text: str
@@ -208,7 +215,7 @@ def ask_each(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *
     ``Exception``, e.g. ``KeyboardInterrupt``, does)."""
     replies: list[ChatReply | None] = []
     errors: list[BaseException | None] = []
-    for messages in conversations:  # independent conversations: one failing does not stop the others
+    for messages in conversations:
         try:
             replies.append(backend.chat(messages, temperature=temperature))
             errors.append(None)
@@ -257,3 +264,131 @@ def request_hash(messages: Sequence[Message], settings: dict[str, Any]) -> str:
     payload = {"messages": canonical_messages(messages), "settings": settings}
     canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+HARMONY_STOP_TOKENS = ("<|return|>", "<|call|>")
+"""Tokens that end a harmony reply (``<|end|>`` only ends one message, e.g. the analysis, so it is not one)."""
+
+REASONING_EFFORTS = ("low", "medium", "high")
+"""gpt-oss's reasoning efforts, lowest first."""
+
+
+def check_reasoning_effort(effort: str | None) -> None:
+    """Raise ``ValueError`` unless ``effort`` is one of :data:`REASONING_EFFORTS` or ``None``."""
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise ValueError(f"reasoning_effort must be one of {REASONING_EFFORTS} or None, got {effort!r}")
+
+
+def retry_request(
+    effort: str | None, budget: int | None, factor: float, lower: bool = True
+) -> tuple[str | None, int | None] | None:
+    """
+    The reasoning effort and token budget of the one retry of an unanswered reply, or ``None`` when there is none (a
+    ``factor`` of 0 or less, or a retry that would ask the same).
+
+    :param effort: The first request's effort; the retry's is one step lower (``"low"`` stays) when ``lower``.
+    :param budget: The first request's token budget (``None`` kept); the retry's is ``factor`` times it, at least +1.
+    :param factor: The budget multiplier.
+    :param lower: Whether the retry lowers the effort.
+    """
+    if factor <= 0:
+        return None
+    retry_effort = effort
+    if lower and effort in REASONING_EFFORTS:
+        retry_effort = REASONING_EFFORTS[max(0, REASONING_EFFORTS.index(effort) - 1)]
+    retry_budget = None if budget is None else max(budget + 1, int(budget * factor))
+    return None if (retry_effort, retry_budget) == (effort, budget) else (retry_effort, retry_budget)
+
+
+def analysis_only(reasoning: str) -> str:
+    """Raw harmony text holding only an analysis message: a reply without an answer."""
+    return f"<|channel|>analysis<|message|>{reasoning}"
+
+
+def cut_off_reply(text: str) -> str:
+    """Output the token limit cut off: a cut-off reply (:func:`as_cut_off`, whose complete lines R2PO's parser reads)
+    when the answer had begun, else a reply without an answer (:func:`without_answer`)."""
+    return as_cut_off(text) if final_channel(text) else without_answer(text)
+
+
+def without_answer(text: str) -> str:
+    """``text`` as a reply without an answer: what came before its final channel, or plain text in :func:`analysis_only`."""
+    if final_channel(text) is None:
+        return text
+    kept = before_final(text)
+    return kept if final_channel(kept) is None else analysis_only(kept)
+
+
+REDACTED = "***"
+"""What stands in for a credential in messages, logs and transcripts."""
+
+_SECRET_NAME = (
+    r"(?:[a-z0-9]+[_.\-])*(?:api[_.\-]?key|apikey|key|token|secret|password|passwd|pwd|pass|auth|authorization"
+    r"|signature|sig|credentials?|session)"
+)
+_VALUE_END = r"\s&#;,\"'<>(){}\[\]"
+_SCHEME = r"\b[a-z][a-z0-9+.\-]*://"
+_ASSIGNMENT_RE = re.compile(rf"(?i)(?<![a-z0-9])({_SECRET_NAME}\s*(?:=|%3d)\s*)(\"[^\"]*\"|'[^']*'|[^{_VALUE_END}]+)")
+_QUOTED_RE = re.compile(rf"(?i)([\"']{_SECRET_NAME}[\"']\s*:\s*[\"'])[^\"']*")
+_URL_AUTH_RE = re.compile(rf"(?i)({_SCHEME})\S*@")
+_URL_ENCODED_AUTH_RE = re.compile(rf"(?i)({_SCHEME})[^\s/]*%40")
+_URL_BAD_PORT_RE = re.compile(rf"(?i)({_SCHEME})[^\s/?#@\[\]:]*:(?=\d*[^\d:/?#{_VALUE_END}])[^:/?#{_VALUE_END}]+")
+_URL_QUERY_RE = re.compile(rf"(?i)({_SCHEME}(?:(?!%3f)[^\s?])*)(?:\?|%3f)\S*")
+_USERINFO_RE = re.compile(r"[^\s:/@'\"]+:[^\s@/'\"]+@")
+_SCHEME_RE = re.compile(r"(?i)\s*([a-z][a-z0-9+.\-]*://)(.*)", re.DOTALL)
+_AUTH_HEADER_RE = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=\-]{6,}")
+KEY_LIKE_RE = re.compile(r"\b(?:sk|hf|gsk|xai|ghp|gho|ghs|ghu|github_pat|glpat)[-_][A-Za-z0-9_\-]{16,}|\bAKIA[0-9A-Z]{16}\b")
+"""A token that looks like an API key: OpenAI's and Anthropic's ``sk-...``, Stripe's ``sk_live_...``, Hugging Face's
+``hf_...``, Groq's, xAI's, GitHub's, GitLab's, AWS's access key ids."""
+
+
+def _masked_value(match: re.Match[str]) -> str:
+    value = match.group(2)
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{match.group(1)}{quote}{REDACTED}{quote}"
+
+
+def redact(text: str) -> str:
+    """
+    ``text`` (of unknown origin: an error a server sent, a backend's ``repr``) with what looks like a credential
+    masked as :data:`REDACTED`: URLs' user information (also percent-encoded or without a scheme), an authority whose
+    port is not a number, query strings, ``Bearer``/``Basic`` credentials, ``name=value`` and ``"name": "value"`` of
+    secret-sounding names (``api_key``, ``token``, ``password``, ...) and tokens that look like API keys.
+
+    :param text: Any text.
+    """
+    text = _URL_AUTH_RE.sub(rf"\1{REDACTED}@", text)
+    text = _URL_ENCODED_AUTH_RE.sub(rf"\1{REDACTED}%40", text)
+    text = _URL_BAD_PORT_RE.sub(rf"\1{REDACTED}", text)
+    text = _URL_QUERY_RE.sub(rf"\1?{REDACTED}", text)
+    text = _USERINFO_RE.sub(f"{REDACTED}@", text)
+    text = _AUTH_HEADER_RE.sub(rf"\1\2{REDACTED}", text)
+    text = _ASSIGNMENT_RE.sub(_masked_value, text)
+    text = _QUOTED_RE.sub(rf"\1{REDACTED}", text)
+    return KEY_LIKE_RE.sub(REDACTED, text)
+
+
+def redact_spec(spec: str) -> str:
+    """
+    An ``llm`` string (or a server URL) as messages may show it: :func:`redact` of it percent-decoded, also masking
+    everything after ``scheme://`` up to the last ``@`` (a password may hold spaces, ``/`` or ``#``), everything from
+    the first ``?``, and an authority whose port is not a number.
+
+    :param spec: The string.
+    """
+    match = _SCHEME_RE.fullmatch(spec)
+    scheme, rest = ("", spec) if match is None else match.groups()  # "user:password@host" without a scheme too
+    rest = urllib.parse.unquote(rest)  # shown decoded: a percent-encoded credential is masked like a plain one
+    if "@" in rest:
+        rest = f"{REDACTED}@{rest.rpartition('@')[2]}"
+    rest, query, _ = rest.partition("?")
+    authority = re.match(r"[^/#]*", rest)
+    port = "" if authority is None else authority.group(0).rpartition("]")[2].rpartition(":")[2]
+    if scheme and authority and ":" in authority.group(0).rpartition("]")[2] and not port.isdigit() and port:
+        rest = REDACTED + rest[authority.end() :]
+    return redact(scheme + rest + (f"?{REDACTED}" if query else ""))
+
+
+def shown(spec: str) -> str:
+    """``repr`` of :func:`redact_spec` of ``spec``: how an error message names an ``llm`` string."""
+    return repr(redact_spec(spec))

@@ -1,11 +1,4 @@
-"""Gather the LLM calls that several training threads make at the same time into one batch.
-
-:class:`BatchingBackend` holds each call until every registered worker thread is waiting for the LLM (or has
-finished), then sends the waiting conversations to the inner backend together (:func:`~sb3_r2po.llm.base.answer_batch`:
-one padded ``generate`` for transformers, concurrent requests for a server, one after another otherwise). Each caller
-gets its own replies and errors. With no worker registered a call goes as soon as nothing else is in flight; a call
-from an unregistered thread joins the workers' next batch.
-"""
+"""Gather the LLM calls that several training threads make at the same time into one batch (:class:`BatchingBackend`)."""
 
 from __future__ import annotations
 
@@ -30,8 +23,10 @@ class _Request:
 
 class BatchingBackend:
     """
-    A backend shared by several threads that sends their concurrent calls as batches of ``inner`` (which calls share a
-    batch depends on timing; greedy replies do not, up to the padding of a batched ``generate``).
+    A backend shared by several threads: each call waits until every registered worker thread is waiting for the LLM (or
+    has finished), then the waiting conversations go to ``inner`` together (:func:`~sb3_r2po.llm.base.answer_batch`),
+    each caller getting its own replies and errors. With no worker registered a call goes as soon as nothing else is in
+    flight; a call from an unregistered thread joins the workers' next batch.
 
     :param inner: The backend (or ``llm`` string, or callable) that answers.
     :param max_batch: The largest batch sent at once (``None``: every waiting call).
@@ -42,7 +37,7 @@ class BatchingBackend:
             raise ValueError(f"max_batch must be >= 1 or None, got {max_batch}")
         self.inner: ChatBackend = make_backend(inner)
         self.max_batch = max_batch
-        self.batch_sizes: list[int] = []  # the size of every batch sent, in order
+        self.batch_sizes: list[int] = []  # every batch sent, in order
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
         self._workers = 0
@@ -85,15 +80,11 @@ class BatchingBackend:
         """As :meth:`chat_batch`, but return each conversation's reply or error (the caller's own copies)."""
         requests = [_Request(messages, temperature) for messages in conversations]
         self._wait_for(requests)
-        copies: dict[int, BaseException] = {}
-        for request in requests:
-            if request.error is not None and id(request.error) not in copies:
-                copies[id(request.error)] = _own_copy(request.error)
+        copies = {id(r.error): _own_copy(r.error) for r in requests if r.error is not None}
         errors = tuple(None if r.error is None else copies[id(r.error)] for r in requests)
         return BatchResult(tuple(r.reply for r in requests), errors)
 
     def _wait_for(self, requests: list[_Request]) -> None:
-        """Queue ``requests`` and take part in sending batches until they are answered."""
         with self._cond:
             self._pending.extend(requests)
             self._cond.notify_all()
@@ -106,15 +97,11 @@ class BatchingBackend:
 
     def _take_batch(self) -> list[_Request]:
         """The next batch when it is complete and nothing is in flight, else ``[]``."""
-        if self._in_flight or not self._pending:
-            return []
-        wanted = max(1, self._workers)
-        if self.max_batch is not None:
-            wanted = min(wanted, self.max_batch)
-        if len(self._pending) < wanted:
+        wanted = max(1, self._workers) if self.max_batch is None else min(max(1, self._workers), self.max_batch)
+        if self._in_flight or not self._pending or len(self._pending) < wanted:
             return []
         batch, self._pending = self._pending[:wanted], self._pending[wanted:]
-        if self.max_batch is None:  # everything waiting goes (calls from unregistered threads included)
+        if self.max_batch is None:  # everything waiting goes, calls from unregistered threads included
             batch, self._pending = batch + self._pending, []
         return batch
 
@@ -145,8 +132,7 @@ class BatchingBackend:
 
 
 def _own_copy(exc: BaseException) -> BaseException:
-    """A copy of ``exc`` made without its ``__init__``: each caller of a batch raises its own object (one object raised
-    from several threads at once would mix their tracebacks)."""
+    """A copy of ``exc`` made without its ``__init__``: one object raised from several threads would mix tracebacks."""
     copied = type(exc).__new__(type(exc))
     copied.args = exc.args
     copied.__dict__.update(exc.__dict__)

@@ -1,11 +1,6 @@
-"""An embedded CPU model: Qwen2.5-Coder-Instruct (GGUF) run in-process with ``llama-cpp-python``.
-
-``llm="embedded"`` (or ``"embedded:0.5b"``, ``"embedded:1.5b"``) needs no server and no network (the weights:
-:mod:`sb3_r2po.llm.weights`). After ``constrain(space)`` replies are decoded under a parameter grammar
-(:mod:`sb3_r2po.llm.grammar`); with ``prefix_cache=True`` the states of recent calls are kept
-(:class:`PrefixStateCache`, ``Llama.set_cache``) so a prompt is evaluated only from where it
-departs from the longest prefix one of them processed; the thread count follows the CPUs free before each call. See
-the embedded CPU model page of the documentation.
+"""``llm="embedded"`` (``"embedded:0.5b"``, ``"embedded:1.5b"``): Qwen2.5-Coder-Instruct (GGUF) run in-process with
+``llama-cpp-python``, no server, no network (weights: :mod:`sb3_r2po.llm.weights`; grammar: :mod:`sb3_r2po.llm.grammar`;
+the kept states of recent calls: :class:`PrefixStateCache`). See the embedded CPU model page of the documentation.
 """
 
 from __future__ import annotations
@@ -15,7 +10,6 @@ import hashlib
 import importlib.util
 import logging
 import os
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -26,9 +20,16 @@ from typing import Any
 import numpy as np
 
 from sb3_r2po.common.parameters import REPLY_STYLES, ParameterSpace, ReplyStyle
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState, request_hash, request_settings
+from sb3_r2po.llm.base import (
+    ChatReply,
+    LLMBackendError,
+    Message,
+    TransientState,
+    cut_off_reply,
+    request_hash,
+    request_settings,
+)
 from sb3_r2po.llm.grammar import GreedyGrammar, compile_grammar, max_reply_chars, parameter_grammar
-from sb3_r2po.llm.harmony import cut_off_reply
 from sb3_r2po.llm.weights import cache_directory, check_disk, ensure_model_file, locate_parts, model_spec
 
 logger = logging.getLogger(__name__)
@@ -43,16 +44,13 @@ def available_memory() -> int | None:
     """``MemAvailable`` from ``/proc/meminfo`` in bytes; ``None`` where it cannot be read."""
     try:
         with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, ValueError, IndexError, StopIteration):
         return None
-    return None
 
 
 def llama_system_info() -> str:
-    """llama.cpp's ``llama_print_system_info()`` (e.g. ``CPU : ... | AMX_INT8 = 1 | ...``); empty where it cannot say."""
+    """llama.cpp's ``llama_print_system_info()``; empty where it cannot say."""
     import llama_cpp
 
     try:
@@ -72,11 +70,10 @@ _PARAMS_LOCK = threading.Lock()
 @contextlib.contextmanager
 def model_params_override(**fields: Any) -> Iterator[None]:
     """
-    The AMX crash workaround, the one place this package replaces a dependency's function: while active, ``Llama``
-    starts from model parameters with ``fields`` changed (``Llama()`` has no ``use_extra_bufts`` argument; fields this
-    build lacks are ignored). With llama.cpp's AMX kernels (its extra buffer types) the first decode died with a
-    segmentation fault on the AMX machine this was tested on, as in ggml-org/llama.cpp#20824 ("segfault in
-    ggml_backend_amx_mul_mat", closed without a fix).
+    The AMX crash workaround, the one place this package replaces a dependency's function: while active, ``Llama`` starts
+    from model parameters with ``fields`` changed (``Llama()`` has no ``use_extra_bufts`` argument; fields this build
+    lacks are ignored). With llama.cpp's AMX kernels (its extra buffer types) the first decode segfaults on some AMX
+    machines: ggml-org/llama.cpp#20824 ("segfault in ggml_backend_amx_mul_mat", closed without a fix).
     """
     import llama_cpp.llama_cpp as low
 
@@ -106,8 +103,8 @@ def default_threads() -> int:
 
 
 def busy_cpus(samples: int = 5, interval: float = 0.01) -> int | None:
-    """Other tasks running now: the fewest runnable tasks in ``/proc/loadavg`` over ``samples`` reads, less this
-    process's thread; ``None`` without ``/proc/loadavg``."""
+    """Other tasks running now: the fewest runnable tasks in ``/proc/loadavg`` over ``samples`` reads, less this one;
+    ``None`` without ``/proc/loadavg``."""
     counts = []
     for i in range(samples):
         try:
@@ -121,40 +118,23 @@ def busy_cpus(samples: int = 5, interval: float = 0.01) -> int | None:
 
 
 def adaptive_threads(max_threads: int) -> int:
-    """Threads for the next call: ``max_threads`` less one per other running task, at least one (on oversubscribed
-    cores every one of llama.cpp's barriers waits for a descheduled thread, so fewer threads generate faster)."""
+    """Threads for the next call: ``max_threads`` less one per other running task, at least one."""
     busy = busy_cpus()
     if busy is None:
         return max_threads
     return max(1, min(max_threads, default_threads() - busy))
 
 
-def set_spin_count(spin_count: int | None) -> None:
-    """Set ``GOMP_SPINCOUNT`` before ``llama_cpp`` is first imported (libgomp reads it once), unless ``spin_count`` is
-    ``None`` or the user set ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``."""
-    if spin_count is not None and "llama_cpp" not in sys.modules:
-        if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-            os.environ["GOMP_SPINCOUNT"] = str(int(spin_count))
-
-
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """The length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))
-    if n == 0:
-        return 0
     differ = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
     return int(differ[0]) if differ.size else n
 
 
 def reused_tokens(live: Sequence[int], served: Sequence[int] | None, prompt: Sequence[int]) -> int:
-    """
-    How many of ``prompt``'s tokens llama-cpp-python took from an earlier state: the longer common prefix of the live
-    context and the served state, but never the whole prompt (its last token is evaluated again, for fresh logits).
-
-    :param live: The context's tokens before the call.
-    :param served: The tokens of the state the cache returned for the prompt, or ``None``.
-    :param prompt: The prompt's tokens.
-    """
+    """How many of ``prompt``'s tokens llama-cpp-python took from the context's tokens before the call (``live``) or the
+    state the cache ``served``: never the whole prompt (its last token is evaluated again, for fresh logits)."""
     shared = common_prefix(live, prompt)
     if served is not None:
         shared = max(shared, common_prefix(served, prompt))
@@ -163,11 +143,9 @@ def reused_tokens(live: Sequence[int], served: Sequence[int] | None, prompt: Seq
 
 class PrefixStateCache:
     """
-    The most recently used llama.cpp states, found by the longest common token prefix, with llama-cpp-python's cache
-    protocol (``Llama.set_cache``: ``cache[prompt]`` before a completion, ``cache[tokens] = state`` after it).
+    The most recently used llama.cpp states, found by the longest common token prefix (``Llama.set_cache``'s protocol).
 
-    :param capacity_bytes: The most bytes the stored states may take; the least recently used are dropped first (a
-        state larger than this is not kept).
+    :param capacity_bytes: The most bytes the stored states may take; the least recently used are dropped first.
     """
 
     def __init__(self, capacity_bytes: int) -> None:
@@ -175,35 +153,32 @@ class PrefixStateCache:
             raise ValueError(f"capacity_bytes must be >= 0, got {capacity_bytes}")
         self.capacity_bytes = int(capacity_bytes)
         self.states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
-        self.asked: tuple[int, ...] | None = None  # the tokens of the last lookup (a call's prompt)
         self.served: tuple[int, ...] | None = None  # the tokens of the state the last lookup returned
-        self.hits = 0  # lookups that returned a state
+        self.hits = 0
 
     @property
     def cache_size(self) -> int:
         return sum(_size(state) for state in self.states.values())
 
     def _longest(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
-        best = max(self.states, key=lambda tokens: common_prefix(tokens, key), default=None)  # the first of the longest
+        best = max(self.states, key=lambda tokens: common_prefix(tokens, key), default=None)
         return best if best is not None and common_prefix(best, key) > 0 else None
 
     def __getitem__(self, key: Sequence[int]) -> Any:
         key = tuple(int(t) for t in key)
-        self.asked, self.served = key, None
+        self.served = None
         found = self._longest(key)
         if found is None:
             raise KeyError("no cached state shares a prefix with the prompt")
         self.states.move_to_end(found)
-        self.served = found
-        self.hits += 1
+        self.served, self.hits = found, self.hits + 1
         return self.states[found]
 
     def __contains__(self, key: Sequence[int]) -> bool:
         return self._longest(tuple(int(t) for t in key)) is not None
 
     def __setitem__(self, key: Sequence[int], state: Any) -> None:
-        """Keep ``state`` under the tokens it evaluated (``input_ids[:n_tokens]``), else under ``key`` (the prompt and
-        reply, whose last tokens a state need not hold: a reply cut at ``max_tokens``)."""
+        """Keep ``state`` under the tokens it evaluated (``input_ids[:n_tokens]``), else under ``key``."""
         ids, n_tokens = getattr(state, "input_ids", None), getattr(state, "n_tokens", None)
         if isinstance(ids, np.ndarray) and isinstance(n_tokens, int):
             key = ids[:n_tokens].tolist()
@@ -216,9 +191,8 @@ class PrefixStateCache:
 
 
 def _slim(state: Any) -> None:
-    """Drop what a stored state holds that no call reads: its logits rows (a completion without ``logits_all`` samples
-    from the context's logits; one row of zeros stays, which ``Llama.load_state`` broadcasts), so a state costs its
-    llama.cpp state only, and its tokens past ``n_tokens`` (stale ones would pass for a shared prefix)."""
+    """Drop what no call reads: the logits rows (one row of zeros stays, which ``Llama.load_state`` broadcasts) and the
+    tokens past ``n_tokens`` (stale ones would pass for a shared prefix)."""
     scores = getattr(state, "scores", None)
     if isinstance(scores, np.ndarray) and scores.ndim == 2 and scores.shape[0] > 1:
         state.scores = np.zeros((1, scores.shape[1]), dtype=scores.dtype)
@@ -245,25 +219,21 @@ class EmbeddedBackend(TransientState):
     :param n_threads: CPU threads; ``None`` (default) chooses before every call (:func:`adaptive_threads`).
     :param max_tokens: The most tokens of one reply; under the grammar raised to the longest reply it admits.
     :param grammar: Whether to decode under a parameter grammar once :meth:`constrain` was called.
-    :param reply_style: The reply shape the grammar enforces: ``"list"`` (``params: [v0, v1, ...]``, default) or
-        ``"indexed"`` (``params[0]: v, ...``).
-    :param grammar_first: Apply the grammar to the whole vocabulary at every step (llama-cpp-python's sampler);
-        ``False`` (default): at temperature 0, check it against the greedy token (the same replies).
+    :param reply_style: The reply shape the grammar enforces: ``"list"`` (``params: [v0, ...]``) or ``"indexed"``.
+    :param grammar_first: Apply the grammar to the whole vocabulary at every step; ``False``: at temperature 0, check it
+        against the greedy token (the same replies).
     :param reason_chars: When positive, the grammar lets a reply start with one line of at most this many characters.
     :param cache_dir: Where the joined GGUF is kept (default: :func:`~sb3_r2po.common.files.default_cache_dir`).
     :param seed: The sampling seed (a call's seed is drawn from it, the conversation and how often it was asked).
-    :param extra_buffers: Whether llama.cpp may repack weights into its extra CPU buffer types; ``None`` (default): off
-        when the build has AMX kernels (:func:`model_params_override`), else on.
-    :param spin_count: ``GOMP_SPINCOUNT`` set before ``llama_cpp`` is first imported (:func:`set_spin_count`);
-        ``None`` keeps OpenMP's default.
-    :param llama: An already loaded ``llama_cpp.Llama`` to answer with (not pickled; :meth:`close` closes it); without a
-        grammar and with ``n_threads`` given, any object with ``create_chat_completion`` will do.
+    :param extra_buffers: Whether llama.cpp may use its extra CPU buffer types; ``None``: not when the build has AMX
+        kernels (:func:`model_params_override`).
+    :param llama: An already loaded ``llama_cpp.Llama`` to answer with (not pickled; :meth:`close` closes it).
     :param prefix_cache: Keep the states of recent calls and evaluate a prompt only from where it departs from the
         longest prefix one of them processed; ``False``: llama.cpp reuses only the call just before.
-    :param prefix_cache_bytes: The most memory the kept states may take (the least recently used are dropped first).
+    :param prefix_cache_bytes: The most memory the kept states may take.
     """
 
-    _transient = ("_llm", "_grammar", "_greedy", "_threads", "_cache")  # the loaded model and what belongs to it
+    _transient = ("_llm", "_grammar", "greedy_grammar", "threads", "state_cache")
 
     def __init__(
         self,
@@ -278,7 +248,6 @@ class EmbeddedBackend(TransientState):
         cache_dir: str | os.PathLike[str] | None = None,
         seed: int = 0,
         extra_buffers: bool | None = None,
-        spin_count: int | None = 3000,
         llama: Any = None,
         prefix_cache: bool = True,
         prefix_cache_bytes: int = 512 * 2**20,
@@ -287,9 +256,8 @@ class EmbeddedBackend(TransientState):
         for name, value, least in (("n_ctx", n_ctx, 256), ("max_tokens", max_tokens, 1), ("n_threads", n_threads, 1)):
             if value is not None and value < least:
                 raise ValueError(f"{name} must be at least {least}, got {value}")
-        nonnegative = (("spin_count", spin_count), ("reason_chars", reason_chars), ("prefix_cache_bytes", prefix_cache_bytes))
-        for name, value in nonnegative:
-            if value is not None and value < 0:
+        for name, value in (("reason_chars", reason_chars), ("prefix_cache_bytes", prefix_cache_bytes)):
+            if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         if reply_style not in REPLY_STYLES:
             raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
@@ -304,26 +272,21 @@ class EmbeddedBackend(TransientState):
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
         self.seed = int(seed)
         self.extra_buffers = extra_buffers
-        self.spin_count = spin_count
         self.prefix_cache = bool(prefix_cache)
         self.prefix_cache_bytes = int(prefix_cache_bytes)
-        self.space: ParameterSpace | None = None
         self.grammar_text: str | None = None
         self.grammar_max_chars = 0
-        self.calls = 0
-        self._asked: dict[str, int] = {}  # conversation hash -> times asked (sampling seeds)
+        self._asked: dict[str, int] = {}  # conversation hash -> times asked
         self._llm: Any = llama
         self._grammar: Any = None
-        self._greedy: GreedyGrammar | None = None
-        self._threads = 0
-        self._cache: PrefixStateCache | None = None
+        self.greedy_grammar: GreedyGrammar | None = None  # made by the first constrained call at temperature 0
+        self.threads = 0  # the threads llama.cpp uses now; 0 before loading
+        self.state_cache: PrefixStateCache | None = None  # the kept states of recent calls, once a call was made
         self._lock = threading.Lock()
 
     def constrain(self, space: ParameterSpace | None) -> None:
-        """Decode the following replies under a grammar admitting one parameter reply for ``space`` (``None`` lifts it);
-        ``ValueError`` when llama.cpp rejects the grammar (checked once the model is loaded)."""
+        """Decode the following replies under a grammar admitting one parameter reply for ``space`` (``None`` lifts it)."""
         with self._lock:
-            self.space = space
             if space is None:
                 self.grammar_text, self.grammar_max_chars = None, 0
             else:
@@ -331,37 +294,21 @@ class EmbeddedBackend(TransientState):
                 self.grammar_max_chars = max_reply_chars(space, style=self.reply_style, reason_chars=self.reason_chars)
             self._grammar = None
             self._drop_greedy()
-            if self._llm is not None:
-                self._grammar = self._compile(self.grammar_text)
+            if self._llm is not None and self.grammar_text is not None:
+                self._grammar = compile_grammar(self.grammar_text, self._llm)
 
     @property
     def loaded(self) -> bool:
         """Whether the model is in memory."""
         return self._llm is not None
 
-    @property
-    def threads(self) -> int:
-        """The threads llama.cpp uses now; 0 before loading."""
-        return self._threads
-
     def memory_needed(self) -> int:
         """Bytes the loaded model needs: weights, KV cache for ``n_ctx``, 300 MiB of buffers, the prefix cache."""
         cache = self.prefix_cache_bytes if self.prefix_cache else 0
         return self.spec.total_bytes + self.spec.kv_bytes_per_token * self.n_ctx + 300 * 2**20 + cache
 
-    @property
-    def state_cache(self) -> PrefixStateCache | None:
-        """The kept states of recent calls (``prefix_cache=True``, once a call was made), else ``None``."""
-        return self._cache
-
-    @property
-    def greedy_grammar(self) -> GreedyGrammar | None:
-        """The grammar checked against the greedy token, once a constrained call at temperature 0 used it."""
-        return self._greedy
-
     def check_resources(self) -> None:
-        """Raise :class:`LLMBackendError` saying what to install or free, before anything is joined or loaded, when
-        ``llama-cpp-python`` or the part wheels are missing, or disk or memory are short."""
+        """Raise :class:`LLMBackendError` saying what to install or free, before anything is joined or loaded."""
         if importlib.util.find_spec("llama_cpp") is None:
             raise LLMBackendError(_NO_LLAMA_CPP)
         directory = cache_directory(self.cache_dir)
@@ -378,7 +325,7 @@ class EmbeddedBackend(TransientState):
             )
 
     def prepare(self) -> None:
-        """Join (when needed) and load the model now (:class:`~sb3_r2po.llm.base.Preparable`)."""
+        """Join (when needed) and load the model now."""
         self.load()
 
     def load(self) -> Any:
@@ -390,66 +337,47 @@ class EmbeddedBackend(TransientState):
         if self._llm is not None:
             return self._llm
         self.check_resources()
-        set_spin_count(self.spin_count)
         try:
             from llama_cpp import Llama
         except ImportError as exc:
             raise LLMBackendError(_NO_LLAMA_CPP) from exc
-        path = ensure_model_file(self.size, self.cache_dir)  # joined from the part wheels first when needed
-        threads = self._threads = self.n_threads or default_threads()
+        path = ensure_model_file(self.size, self.cache_dir)
+        threads = self.threads = self.n_threads or default_threads()
         extra = self.extra_buffers if self.extra_buffers is not None else not llama_build_has_amx()
-        logger.info("loading %s with llama.cpp (%d threads)", self.spec.model, threads)
         start = time.perf_counter()
         try:
             with model_params_override(use_extra_bufts=extra):
                 llm = Llama(
-                    model_path=str(path),
-                    n_ctx=self.n_ctx,
-                    n_threads=threads,
-                    n_threads_batch=threads,
-                    seed=self.seed,
-                    n_gpu_layers=0,
-                    verbose=False,
+                    str(path), n_ctx=self.n_ctx, n_threads=threads, n_threads_batch=threads, seed=self.seed, verbose=False
                 )
-        except Exception as exc:  # llama_cpp raises ValueError for a model it cannot load
+        except Exception as exc:
             raise LLMBackendError(f"llama.cpp could not load {path}: {exc}") from exc
         if "tokenizer.chat_template" not in llm.metadata:
             raise LLMBackendError(f"{path} has no chat template in its GGUF metadata")
         if self.prefix_cache:
-            # Llama.scores (public) holds n_batch rows of logits; with logits_all=False a chat completion neither writes
-            # nor reads them, but save_state/load_state copy all of them (about 311 MB): one row keeps the prefix cache
-            # cheap. Kept because a real run feels it: the quickstart's LLM time is 1.29x without it (performance page).
+            # Llama.scores (public) holds n_batch rows of logits a chat completion never reads, which save_state and
+            # load_state copy (311 MB): one row keeps the prefix cache cheap (LLM time 1.29x without it: performance page)
             llm.scores = np.zeros((1, llm.n_vocab()), dtype=np.single)
         self._llm = llm
-        logger.info(
-            "loaded %s (%d threads, n_ctx %d, extra buffers %s) in %.1f s",
-            self.spec.model,
-            threads,
-            self.n_ctx,
-            extra,
-            time.perf_counter() - start,
-        )
-        self._grammar = self._compile(self.grammar_text)
+        seconds = time.perf_counter() - start
+        logger.info("loaded %s (%d threads, extra buffers %s) in %.1f s", self.spec.model, threads, extra, seconds)
+        self._grammar = None if self.grammar_text is None else compile_grammar(self.grammar_text, llm)
         return llm
 
-    def _compile(self, text: str | None) -> Any:
-        return None if text is None else compile_grammar(text, self._llm)
-
     def _drop_greedy(self) -> None:
-        if self._greedy is not None:
-            self._greedy.close()
-            self._greedy = None
+        if self.greedy_grammar is not None:
+            self.greedy_grammar.close()
+            self.greedy_grammar = None
 
     def close(self) -> None:
         """Free the model and the kept states (the model is loaded again on the next call)."""
         with self._lock:
-            llm, self._llm, self._grammar, self._cache = self._llm, None, None, None
+            llm, self._llm, self._grammar, self.state_cache = self._llm, None, None, None
             self._drop_greedy()
         if llm is not None and hasattr(llm, "close"):
             llm.close()
 
     def _call_seed(self, messages: Sequence[Message], temperature: float) -> int:
-        """The sampling seed of this call: from ``seed``, the conversation and its count of earlier asks."""
         key = request_hash(messages, request_settings(temperature))
         nth = self._asked.get(key, 0)
         self._asked[key] = nth + 1
@@ -457,32 +385,29 @@ class EmbeddedBackend(TransientState):
         return int.from_bytes(digest[:4], "big") % (2**31)
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
-        """One completion with the model's chat template (greedy at temperature 0); :class:`LLMBackendError` when the
-        prompt does not fit ``n_ctx`` or llama.cpp fails."""
+        """One completion with the model's chat template (greedy at temperature 0)."""
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         with self._lock:
             llm = self._load_locked()
             if self.n_threads is None:
                 threads = adaptive_threads(default_threads())
-                if threads != self._threads:
+                if threads != self.threads:
                     import llama_cpp
 
                     llama_cpp.llama_set_n_threads(llm.ctx, threads, threads)
-                    self._threads = threads
+                    self.threads = threads
             grammar = self._grammar if self.grammar else None
-            # a constrained reply is short and bounded: never cut it (a cut reply cannot be parsed)
             max_tokens = max(self.max_tokens, self.grammar_max_chars + 1) if grammar is not None else self.max_tokens
             constraint: dict[str, Any] = {"grammar": grammar}
             if grammar is not None and temperature == 0 and not self.grammar_first:
-                if self._greedy is None:
+                if self.greedy_grammar is None:
                     assert self.grammar_text is not None
-                    self._greedy = GreedyGrammar(llm, self.grammar_text)
-                self._greedy.reset()
-                constraint = {"grammar": None, "logits_processor": [self._greedy]}
+                    self.greedy_grammar = GreedyGrammar(llm, self.grammar_text)
+                self.greedy_grammar.reset()
+                constraint = {"grammar": None, "logits_processor": [self.greedy_grammar]}
             seed = self._call_seed(messages, temperature)
             request = {"temperature": float(temperature), "max_tokens": max_tokens, "seed": seed}
-            self.calls += 1
             start = time.perf_counter()
             out, cached = self._complete(llm, messages=[dict(m) for m in messages], **request, **constraint)
             seconds = time.perf_counter() - start
@@ -490,28 +415,22 @@ class EmbeddedBackend(TransientState):
         text = choice["message"].get("content") or ""
         usage = out.get("usage") or {}
         if choice.get("finish_reason") == "length":
-            logger.warning(
-                "%s reply was cut off at max_tokens=%d or at the end of the context (n_ctx=%d, which also caps the "
-                "reply after a long prompt); only its complete lines are read",
-                self.spec.model,
-                max_tokens,
-                self.n_ctx,
-            )
+            cut = "%s reply was cut off at max_tokens=%d or n_ctx=%d; only its complete lines are read"
+            logger.warning(cut, self.spec.model, max_tokens, self.n_ctx)
             text = cut_off_reply(text)
         return ChatReply(
             text, usage.get("prompt_tokens"), usage.get("completion_tokens"), seconds, prompt_tokens_cached=cached
         )
 
     def _complete(self, llm: Any, **request: Any) -> tuple[dict[str, Any], int | None]:
-        """One ``create_chat_completion`` (the prefix cache attached first, when on) and the prompt tokens it took from
-        an earlier state (``None`` for a stand-in without ``input_ids``)."""
-        if self.prefix_cache and self._cache is None and hasattr(llm, "set_cache"):
-            self._cache = PrefixStateCache(self.prefix_cache_bytes)
-            llm.set_cache(self._cache)
+        """One ``create_chat_completion`` and the prompt tokens it took from an earlier state (``None`` for a stand-in)."""
+        if self.prefix_cache and self.state_cache is None and hasattr(llm, "set_cache"):
+            self.state_cache = PrefixStateCache(self.prefix_cache_bytes)
+            llm.set_cache(self.state_cache)
         ids = getattr(llm, "input_ids", None)
         live = ids[: int(llm.n_tokens)].tolist() if ids is not None else []
-        if self._cache is not None:  # forget the last lookup, to read the one of this call
-            self._cache.asked = self._cache.served = None
+        if self.state_cache is not None:  # forget the last lookup
+            self.state_cache.served = None
         try:
             out = llm.create_chat_completion(**request)
         except ValueError as exc:
@@ -521,9 +440,8 @@ class EmbeddedBackend(TransientState):
         prompt_tokens = (out.get("usage") or {}).get("prompt_tokens")
         if ids is None or not isinstance(prompt_tokens, int):
             return out, None
-        prompt = llm.input_ids[:prompt_tokens].tolist()  # the prompt, then the reply's tokens
-        served = self._cache.served if self._cache is not None else None
-        return out, reused_tokens(live, served, prompt)
+        served = self.state_cache.served if self.state_cache is not None else None
+        return out, reused_tokens(live, served, llm.input_ids[:prompt_tokens].tolist())
 
     def __repr__(self) -> str:
         return (

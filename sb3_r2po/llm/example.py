@@ -1,11 +1,4 @@
-"""``ExampleLLM``: a deterministic stand-in for a language model. It is NOT an LLM.
-
-It reads R2PO's prompts and answers with a seeded local search in R2PO's reply layout: the Search perturbs the
-history's best vector by about the step size; the Critic makes a small edit to the candidate, or keeps it when its mean
-reward reaches the revision threshold (critic_only: a small edit of the best). Its answer is a pure function of
-``seed`` and the messages, so tests, docs and the quickstart run the whole loop reproducibly without a model. Results
-obtained with it say nothing about what an LLM achieves.
-"""
+"""``ExampleLLM``: a deterministic stand-in for a language model (NOT an LLM) for tests, docs and the quickstart."""
 
 from __future__ import annotations
 
@@ -41,7 +34,10 @@ _STEP = re.compile(r"(?:in steps of about|changes of) (\d+(?:\.\d+)?)")
 
 class ExampleLLM:
     """
-    A seeded local search that speaks R2PO's prompt and reply format. Not a language model.
+    A seeded local search that speaks R2PO's prompt and reply format. Not a language model: the Search perturbs the
+    history's best vector by about the step size; the Critic makes a small edit to the candidate, or keeps it when its
+    mean reward reaches the revision threshold (critic_only: a small edit of the best). Results obtained with it say
+    nothing about what an LLM achieves.
 
     :param seed: Seed of the search; the reply is a deterministic function of the seed and the messages.
     :param explore: Probability that a Search reply samples a fresh random vector instead of refining the best.
@@ -59,34 +55,23 @@ class ExampleLLM:
         start = time.perf_counter()
         prompt = "\n".join(m["content"] for m in messages if m["role"] == "user")
         rng = self._rng(messages)
-        size_match = _SIZE.search(prompt)
-        size = int(size_match.group(1)) if size_match else 1
-        step_match = _STEP.search(prompt)
-        step = float(step_match.group(1)) if step_match else 1.0
-        choices_match = _CHOICES.search(prompt)
-        choices = [int(c) for c in choices_match.group(1).split(",")] if choices_match else None
-        range_match = _RANGE.search(prompt)
-        low, high, decimals = (
-            (float(range_match.group(1)), float(range_match.group(2)), int(range_match.group(3)))
-            if range_match
-            else (-6.0, 6.0, 1)
-        )
+        size = int(m.group(1)) if (m := _SIZE.search(prompt)) else 1
+        step = float(m.group(1)) if (m := _STEP.search(prompt)) else 1.0
+        choices = [int(c) for c in m.group(1).split(",")] if (m := _CHOICES.search(prompt)) else None
+        m = _RANGE.search(prompt)
+        low, high, decimals = (float(m.group(1)), float(m.group(2)), int(m.group(3))) if m else (-6.0, 6.0, 1)
         space = ParameterSpace(size, low, high, decimals, values=None if choices is None else tuple(choices))
 
         candidate = _CANDIDATE.search(prompt)
-        parsed_history = [  # (a reference-layout line may match _HISTORY with a "value;" as its return: not a line of it)
-            (parse_params(line, space).params, float(ret)) for line, ret in _HISTORY.findall(prompt) if _NUMBER.fullmatch(ret)
-        ]
-        parsed_history += [
-            (parse_params(f"params: [{inline}]" if inline else indexed, space).params, float(ret))
-            for inline, indexed, ret in _REFERENCE_HISTORY.findall(prompt)
-        ]
+        lines = [(line, ret) for line, ret in _HISTORY.findall(prompt) if _NUMBER.fullmatch(ret)]  # not "value;" returns
+        lines += [(f"params: [{flat}]" if flat else indexed, ret) for flat, indexed, ret in _REFERENCE_HISTORY.findall(prompt)]
+        parsed_history = [(parse_params(line, space).params, float(ret)) for line, ret in lines]
         history = [(v, r) for v, r in parsed_history if v is not None]
         best = max(history, key=lambda item: item[1])[0] if history else None
         theta: np.ndarray
         if candidate is not None:
             parsed = parse_params(candidate.group(1), space).params
-            assert parsed is not None, "the Critic prompt's candidate is always a valid vector"
+            assert parsed is not None  # the Critic prompt's candidate is always a valid vector
             theta = parsed
             mean, threshold = _CANDIDATE_MEAN.search(prompt), _THRESHOLD.search(prompt)
             if mean is not None and threshold is not None and float(mean.group(1)) >= float(threshold.group(1)):

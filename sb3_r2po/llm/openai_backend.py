@@ -1,17 +1,15 @@
 """A chat backend for OpenAI-compatible servers (vLLM, SGLang, llama.cpp server, Ollama, ``transformers serve``).
 
-``llm="http://127.0.0.1:8000/v1"`` (or ``...#MODEL``) builds an :class:`OpenAIBackend`. The ``openai`` client is
-created on the first request, its own retries off. ``timeout`` bounds each request from connecting to the last byte: a
-watchdog (:class:`RequestDeadline`) shuts the request's connection down at the deadline. Connection errors, timeouts,
-HTTP 408, 429, 5xx and malformed bodies are retried with exponential backoff (honouring ``Retry-After``), other 4xx
-not; then :class:`LLMServerError`. The model is the ``model`` setting, else the URL's ``#MODEL``, else the first one
-``/models`` lists. Only the *name* of the key's environment variable is stored (``api_key=`` is never pickled); a URL
-holding a credential is refused (:func:`parse_server_url`) and what a server sends back is shown with the key and
-whatever looks like a credential masked. Reasoning effort goes in the ``reasoning_effort`` field, in
-``chat_template_kwargs``, or both. Harmony: the answer is the content or its final channel; cut off by the token limit
-after the answer began, a cut-off reply; no answer is retried once with one step lower effort and a larger budget
-(when that changes the request), then returned without one (``stats["no_final"]``). Batches are sent from a thread
-pool; usage includes the prompt tokens a server's prefix cache served (``cached_tokens``, 0 when not reported).
+``llm="http://127.0.0.1:8000/v1"`` (or ``...#MODEL``) builds an :class:`OpenAIBackend`; its ``openai`` client is
+created on the first request, its own retries off. ``timeout`` bounds each request from connecting to the last byte:
+httpx's timeouts bound each connect, read and write, not a server that trickles bytes, so a watchdog
+(:class:`RequestDeadline`) shuts the request's connection down at the deadline. Connection errors, timeouts, HTTP 408,
+429, 5xx and malformed bodies are retried with exponential backoff (honouring ``Retry-After``), other 4xx not; then
+:class:`LLMServerError`. Only the *name* of the key's environment variable is stored; a URL holding a credential is
+refused (:func:`parse_server_url`) and what a server sends back is shown with the key and credentials masked. Harmony:
+the answer is the content or its final channel; cut off after the answer began, a cut-off reply; no answer is retried
+once with one step lower effort and a larger budget (when that changes the request), then returned without one
+(``stats["no_final"]``). Usage includes the prompt tokens a server's prefix cache served (``cached_tokens``, else 0).
 """
 
 from __future__ import annotations
@@ -27,21 +25,37 @@ import re
 import socket
 import threading
 import time
-import types
 import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, Literal, NamedTuple
 
 from sb3_r2po.common.parameters import complete_answer, final_channel, is_harmony
-from sb3_r2po.llm.base import BatchResult, ChatReply, LLMBackendError, Message, TransientState, ask_each
-from sb3_r2po.llm.harmony import analysis_only, check_reasoning_effort, cut_off_reply, retry_request, without_answer
-from sb3_r2po.llm.redaction import KEY_LIKE_RE, REDACTED, redact, redact_spec
+from sb3_r2po.llm.base import (
+    KEY_LIKE_RE,
+    REDACTED,
+    BatchResult,
+    ChatReply,
+    LLMBackendError,
+    Message,
+    TransientState,
+    analysis_only,
+    ask_each,
+    check_reasoning_effort,
+    cut_off_reply,
+    redact,
+    redact_spec,
+    retry_request,
+    without_answer,
+)
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
 _RETRY_STATUS = frozenset({408, 429})
+_MODEL_RE = re.compile(r"[A-Za-z0-9._:/@+\-]+")  # a model name after ``#`` (``org/name``, ``name:tag``)
+_PARAMETER_CHARS = frozenset("?&;=")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_EXCERPT = 2000  # characters of a body kept in a malformed-body message before masking and cutting
 
 
 class LLMServerError(LLMBackendError):
@@ -64,22 +78,21 @@ class LLMServerError(LLMBackendError):
 
 
 _ACTIVE_DEADLINE: contextvars.ContextVar[RequestDeadline | None] = contextvars.ContextVar("r2po_deadline", default=None)
-# httpcore ``trace`` events that report a new connection's network stream (``info["return_value"]``)
-_CONNECTED = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")
+_CONNECTED = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_tls.complete")  # httpcore trace events
 
 
 class RequestDeadline:
     """
     The deadline of one HTTP request: ``seconds`` after the request reaches the transport, a watchdog shuts down every
-    connection it opened (a blocked read ends at once) and sets :attr:`expired`. Within the ``with`` block (a context
-    variable: per thread), :func:`attach_deadline` starts the timer and reports the request's connections.
+    connection it opened (a blocked read ends at once) and sets :attr:`expired`. Active within its ``with`` block (a
+    context variable: per thread), where :func:`attach_deadline` starts the timer and reports the connections.
 
     :param seconds: Seconds from handing the request to the transport to the deadline.
     """
 
     def __init__(self, seconds: float) -> None:
         self.seconds = float(seconds)
-        self.expired = False  # the deadline passed before the block was left
+        self.expired = False
         self._streams: list[Any] = []
         self._done = False
         self._lock = threading.Lock()
@@ -92,12 +105,12 @@ class RequestDeadline:
         return self
 
     def arm(self) -> None:
-        """Start the watchdog timer (once: a redirected request keeps the deadline of the first)."""
+        """Start the timer (once: a redirected request keeps the deadline of the first)."""
         with self._lock:
-            if not (self._done or self._timer.is_alive() or self._timer.finished.is_set()):
+            if not self._done and self._timer.ident is None:
                 self._timer.start()
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._timer.cancel()
         with self._lock:
             self._done = True
@@ -138,22 +151,12 @@ def _shut_down(stream: Any) -> None:
 
 
 def attach_deadline(request: Any) -> None:
-    """An httpx ``request`` hook: within a :class:`RequestDeadline` block, start its timer and add its
+    """An httpx ``request`` hook: within a :class:`RequestDeadline` block, start its timer and set its
     :meth:`~RequestDeadline.trace` as httpcore's ``trace`` extension."""
     deadline = _ACTIVE_DEADLINE.get()
-    if deadline is None:
-        return
-    deadline.arm()
-    previous: Callable[[str, dict[str, Any]], Any] | None = request.extensions.get("trace")
-    if previous is None:
+    if deadline is not None:
+        deadline.arm()
         request.extensions["trace"] = deadline.trace
-        return
-
-    def both(event: str, info: dict[str, Any]) -> None:
-        previous(event, info)
-        deadline.trace(event, info)
-
-    request.extensions["trace"] = both
 
 
 @dataclass
@@ -165,8 +168,6 @@ class _Failure:
     retry_after: float | None = None
 
 
-_MODEL_RE = re.compile(r"[A-Za-z0-9._:/@+\-]+")  # a model name after ``#`` (``org/name``, ``name:tag``)
-_PARAMETER_CHARS = frozenset("?&;=")
 _KEY_HINT = (
     "Put the API key in an environment variable and name it with OpenAIBackend(..., api_key_env='MY_KEY_VARIABLE') "
     "(or pass OpenAIBackend(..., api_key=...), which is never saved)"
@@ -179,18 +180,18 @@ def _refuse(name: str, shown: str, why: str) -> ValueError:
 
 
 def _check_credentials(name: str, rest: str, shown: str) -> None:
-    """Refuse user information (also percent-encoded), parameters and key-like tokens in ``rest`` (after ``://``)."""
-    decoded = urllib.parse.unquote(rest)
-    if "@" in rest or "@" in decoded:
+    """Refuse user information, parameters and key-like tokens in ``rest`` (after ``://``), also percent-encoded."""
+    text = f"{rest}\n{urllib.parse.unquote(rest)}"
+    if "@" in text:
         why = "a server URL must not hold credentials (user:password@host): the URL is stored, shown and recorded"
         raise _refuse(name, shown, f"{why}. {_KEY_HINT}")
-    if _PARAMETER_CHARS.intersection(rest) or _PARAMETER_CHARS.intersection(decoded):
+    if _PARAMETER_CHARS.intersection(text):
         why = (
             "a server URL must not have a query string or parameters (?api_key=..., &token=...): a key there would "
             "be stored in model.zip and the run's transcript, and the openai client sends none"
         )
         raise _refuse(name, shown, f"{why}. {_KEY_HINT}")
-    if KEY_LIKE_RE.search(rest) or KEY_LIKE_RE.search(decoded):
+    if KEY_LIKE_RE.search(text):
         raise _refuse(name, shown, f"the URL holds what looks like an API key. {_KEY_HINT}")
 
 
@@ -254,7 +255,8 @@ class OpenAIBackend(TransientState):
         created); ``None`` sends a placeholder key.
     :param api_key: The API key itself (instead of ``api_key_env``): kept out of ``repr``, messages and pickles.
     :param reasoning_effort: ``"low"``, ``"medium"``, ``"high"``, or ``None`` to send none (server default).
-    :param reasoning_effort_via: ``"field"``, ``"chat_template_kwargs"`` or ``"both"`` (see the module notes).
+    :param reasoning_effort_via: Where the effort goes: the ``"field"`` ``reasoning_effort``, the
+        ``"chat_template_kwargs"``, or ``"both"``.
     :param max_tokens: Completion budget per request (reasoning included); ``None``: the server's default.
     :param retry_budget_factor: Budget multiplier of the one retry of an unanswered reply (``>= 1``); ``0``
         disables the retry.
@@ -315,7 +317,7 @@ class OpenAIBackend(TransientState):
         self.api_key_env = api_key_env
         self.has_api_key = api_key is not None  # passed with ``api_key=`` (never pickled)
         self._given_key = api_key
-        self._used_key: str | None = None  # the key of the client, for masking it in what a server sends back
+        self._used_key: str | None = None  # the client's key, masked in what a server sends back
         self.reasoning_effort = reasoning_effort
         self.reasoning_effort_via: ReasoningVia = reasoning_effort_via
         self.max_tokens = max_tokens
@@ -386,9 +388,8 @@ class OpenAIBackend(TransientState):
             if failure is None:
                 return response
             if not failure.retryable or attempts > self.max_retries:
-                error = self._error(what, failure, attempts)
-                # the server's exception is chained only when its text holds nothing to mask (an echoed key)
-                raise error from (failure.exc if self._mask(_chain_text(failure.exc)) == _chain_text(failure.exc) else None)
+                chain = _chain_text(failure.exc)  # chained only when it holds nothing to mask (an echoed key)
+                raise self._error(what, failure, attempts) from (failure.exc if self._mask(chain) == chain else None)
             wait = min(self.backoff_max, failure.retry_after if failure.retry_after is not None else delay)
             time.sleep(wait + random.uniform(0.0, 0.1 * wait))
             delay = min(self.backoff_max, delay * 2 if delay > 0 else 0.0)
@@ -441,7 +442,8 @@ class OpenAIBackend(TransientState):
 
     def _detail(self, text: str, limit: int = 300) -> str:
         """What a server or the client said, masked, then cut to ``limit`` characters (a key is never cut in two)."""
-        return _clip(self._mask(text[: 16 * limit]), limit)
+        text = self._mask(text[: 16 * limit])
+        return text if len(text) <= limit else text[:limit] + "..."
 
     def resolved_model(self) -> str:
         """The model name requests use (asks the server's ``/models`` once when none was given)."""
@@ -468,7 +470,7 @@ class OpenAIBackend(TransientState):
         if answer is None and retry is not None:
             self._count("retries")
             answer, raw, usage2 = self._ask(msgs, temperature, *retry)
-            usage = _Usage(*(_add(a, b) for a, b in zip(usage, usage2, strict=True)))
+            usage = _Usage(*(b if a is None else a if b is None else a + b for a, b in zip(usage, usage2, strict=True)))
         if answer is None:
             self._count("no_final")
         text, seconds = raw if answer is None else answer, time.perf_counter() - start
@@ -513,9 +515,8 @@ class OpenAIBackend(TransientState):
         if not response.choices:
             return None, "", usage
         choice = response.choices[0]
-        message = choice.message
-        content = message.content or ""
-        extra = message.model_extra or {}
+        content = choice.message.content or ""
+        extra = choice.message.model_extra or {}
         reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
         truncated = choice.finish_reason == "length"
         final = complete_answer(content) if content.strip() else None
@@ -573,14 +574,6 @@ def _body_error(response: Any) -> str:
     return "; the server said: " + text[:_EXCERPT]
 
 
-def _is_number(value: Any) -> bool:
-    """Whether ``value`` is a real number (numpy scalars included), not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def _check_key_settings(api_key_env: str | None, api_key: str | None) -> None:
     """Refuse a bad ``api_key_env`` or ``api_key`` without repeating either (each may be the key itself)."""
     if api_key_env is not None and api_key is not None:
@@ -594,8 +587,9 @@ def _check_key_settings(api_key_env: str | None, api_key: str | None) -> None:
         raise ValueError(f"api_key must be a non-empty string, got {type(api_key).__name__} (not repeated here)")
 
 
-def _add(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else a + b
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number (numpy scalars included), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class _Usage(NamedTuple):
@@ -614,23 +608,14 @@ def _usage(usage: Any) -> _Usage:
     ``usage.prompt_tokens_details.cached_tokens``, 0 when usage comes without it."""
     if usage is None:
         return _Usage(None, None, None)
-    details = getattr(usage, "prompt_tokens_details", None)
-    if isinstance(details, dict):  # a field the client's model does not declare
-        details = types.SimpleNamespace(**{k: v for k, v in details.items() if isinstance(k, str)})
-    cached = _count_of(getattr(details, "cached_tokens", None))
+    details = getattr(usage, "prompt_tokens_details", None)  # a dict where the client's model does not declare it
+    cached = _count_of(details.get("cached_tokens") if isinstance(details, dict) else getattr(details, "cached_tokens", None))
     prompt = _count_of(getattr(usage, "prompt_tokens", None))
     return _Usage(prompt, _count_of(getattr(usage, "completion_tokens", None)), 0 if cached is None else cached)
 
 
-_EXCERPT = 2000  # characters of a body kept in a malformed-body message before masking and cutting
-
-
 def _text(exc: Exception) -> str:
     return str(getattr(exc, "message", None) or exc)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _chain_text(exc: BaseException) -> str:
@@ -648,14 +633,11 @@ def _chain_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-_KEY_PIECE = 8  # a run of this many characters of the key (or the whole key, when shorter) is masked
-
-
 def _without_key(text: str, key: str | None) -> str:
-    """``text`` with every word holding the key, or ``_KEY_PIECE`` characters of it in a row, replaced by ``***``."""
+    """``text`` with every word holding the key, or 8 characters of it in a row, replaced by ``***``."""
     if not key:
         return text
-    size = min(_KEY_PIECE, len(key))
+    size = min(8, len(key))
     pieces = {key[i : i + size] for i in range(len(key) - size + 1)}
 
     def mask(match: re.Match[str]) -> str:

@@ -1,10 +1,5 @@
-"""Record every LLM call to a JSONL file (the run directory's transcript), and replay such a file as a backend.
-
-:class:`RecordingBackend` appends one JSON line per reply (request hash, messages, settings, the backend with
-credentials masked, the reply, usage, latency), fsynced before the reply is returned; a torn last line a crash left is
-cut off, with a warning, before the next append. :meth:`RecordingBackend.rewind` appends a marker ``{"rewind": N}``:
-readers keep only the first N calls before it. :class:`ReplayBackend` answers by request hash
-(:mod:`~sb3_r2po.llm.base`), repeated requests in recorded order; ``llm="replay:PATH"`` builds one (:data:`REPLAY_FORM`).
+"""Record every LLM call to a JSONL file (the run directory's transcript, one fsynced line per call; a marker
+``{"rewind": N}`` keeps only the first N calls before it), and replay such a file as a backend (``llm="replay:PATH"``).
 """
 
 from __future__ import annotations
@@ -29,10 +24,10 @@ from sb3_r2po.llm.base import (
     TransientState,
     answer_batch,
     canonical_messages,
+    redact,
     request_hash,
     request_settings,
 )
-from sb3_r2po.llm.redaction import redact
 from sb3_r2po.llm.resolve import StringForm, make_backend, reserved_prefix
 
 RECORD_VERSION = 1
@@ -50,10 +45,10 @@ def _describe(backend: Any) -> dict[str, Any]:
 
 class RecordingBackend(TransientState):
     """
-    Pass calls to ``inner`` and append each call and its reply to a JSONL file (fsynced per call).
+    Pass calls to ``inner`` and append each call and its reply to a JSONL file (fsynced per call; a torn last line a
+    crash left is cut off, with a warning, before the next append).
 
-    :param inner: The backend to record: a :class:`~sb3_r2po.llm.base.ChatBackend`, a callable ``(messages) -> str``,
-        or an ``llm`` string.
+    :param inner: The backend to record (a backend, a callable ``(messages) -> str`` or an ``llm`` string).
     :param path: The JSONL file (created with its folder; appended to when it exists).
     """
 
@@ -62,13 +57,11 @@ class RecordingBackend(TransientState):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self.recorded = 0
-        """Calls in the file as readers see them (rewound calls not counted), this backend's included."""
+        self.recorded = 0  # calls in the file as readers see them (rewound calls not counted)
         self.refresh()
 
     def refresh(self) -> int:
-        """Read the file again: cut off a half-written last line (with a warning) and return its calls (:attr:`recorded`;
-        :class:`LLMBackendError` for a damaged line, see :func:`read_records`)."""
+        """Read the file again: cut off a half-written last line (with a warning) and return its calls."""
         with self._lock:
             self._warn_cut(cut_partial_line(self.path))
             self.recorded = len(read_records(self.path)) if self.path.is_file() else 0
@@ -84,8 +77,7 @@ class RecordingBackend(TransientState):
             )
 
     def rewind(self, calls: int) -> int:
-        """Set aside the recorded calls after the first ``calls`` (they stay in the file, readers skip them) and return
-        how many (0: nothing was written): a resumed run asks them again, and a replay follows the new answers."""
+        """Set aside the recorded calls after the first ``calls`` (readers skip them) and return how many."""
         if calls < 0:
             raise ValueError(f"calls must be >= 0, got {calls}")
         extra = self.recorded - calls
@@ -108,12 +100,12 @@ class RecordingBackend(TransientState):
         return reply
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """Ask ``inner`` for several conversations (batched when it can) and record each reply, in order, also those a
-        failed batch did get before its error is raised."""
+        """As :meth:`answer_batch`, raising the first error once every reply that came is recorded."""
         return self.answer_batch(conversations, temperature=temperature).unwrap()
 
     def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
-        """As :meth:`chat_batch`, but return each conversation's reply or error."""
+        """Ask ``inner`` for several conversations (batched when it can) and record each reply, in order, also those a
+        failed batch did get; return each conversation's reply or error."""
         result = answer_batch(self.inner, conversations, temperature=temperature)
         for messages, reply in zip(conversations, result.replies, strict=True):
             if reply is not None:
@@ -166,12 +158,8 @@ def _problem(record: Any, count: int) -> str | None:
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """
-    The records of a :class:`RecordingBackend` file, in order, without the calls a ``rewind`` marker set aside. A last
-    line without its newline that is not JSON (a crash cut it short) is skipped with a warning.
-
-    :raises LLMBackendError: naming the line, when any other line is not a record.
-    """
+    """The records of a :class:`RecordingBackend` file, in order, without the calls a ``rewind`` marker set aside; a
+    torn last line is skipped with a warning, any other line that is not a record raises :class:`LLMBackendError`."""
     records: list[dict[str, Any]] = []
     lines = Path(path).read_bytes().split(b"\n")  # only a newline ends a line (not U+2028 inside a reply)
     for number, raw in enumerate(lines, start=1):
@@ -208,11 +196,11 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 class ReplayBackend(TransientState):
     """
-    Answer from a recording made by :class:`RecordingBackend`, by request hash.
+    Answer from a recording made by :class:`RecordingBackend`, by request hash (repeated requests in recorded order).
 
     :param path: The JSONL recording (read on the first call).
-    :param fallback: A backend (or callable, or ``llm`` string) that answers requests the recording lacks;
-        without one, a miss raises :class:`ReplayMissError`.
+    :param fallback: A backend (or callable, or ``llm`` string) that answers requests the recording lacks (without one,
+        :class:`ReplayMissError`).
     """
 
     def __init__(
@@ -251,13 +239,9 @@ class ReplayBackend(TransientState):
             reply = queue.popleft() if queue else None
         if reply is not None:
             self.stats["hits"] += 1
-            return ChatReply(
-                text=str(reply.get("text", "")),
-                prompt_tokens=reply.get("prompt_tokens"),
-                completion_tokens=reply.get("completion_tokens"),
-                seconds=float(reply.get("seconds") or 0.0),
-                prompt_tokens_cached=reply.get("prompt_tokens_cached"),  # absent from older recordings: unknown
-            )
+            tokens = (reply.get("prompt_tokens"), reply.get("completion_tokens"))
+            seconds, cached = float(reply.get("seconds") or 0.0), reply.get("prompt_tokens_cached")  # cached: None if absent
+            return ChatReply(str(reply.get("text", "")), *tokens, seconds, prompt_tokens_cached=cached)
         self.stats["misses"] += 1
         if self.fallback is not None:
             return self.fallback.chat(messages, temperature=temperature)

@@ -1,15 +1,13 @@
 """Turn the ``llm=`` argument (a string, a callable or a backend object) into a :class:`ChatBackend`.
 
-String forms are a table (:data:`STRING_FORMS`, tried in order): ``example[:seed]``; ``embedded[:size]``;
-``replay:PATH`` (registered by :mod:`sb3_r2po.llm`, since a replay's fallback is an ``llm`` argument itself); an
-``http(s)://`` URL with an optional ``#MODEL``; ``package.module:attribute``; a Hugging Face id ``ORG/NAME`` or a local
-model directory written as a path. The prefixes ``example:``, ``embedded:`` and ``replay:`` are reserved: a bad
-argument after one is a ``ValueError`` saying so. Matching and checking are cheap and offline (the import form only
-looks up its top-level package); building is lazy too.
+String forms are a table (:data:`STRING_FORMS`, tried in order; ``replay:PATH`` is registered by :mod:`sb3_r2po.llm`,
+since a replay's fallback is an ``llm`` argument itself). The prefixes ``example:``, ``embedded:`` and ``replay:`` are
+reserved: a bad argument after one is a ``ValueError`` saying so. Matching and checking are cheap and offline (the
+import form only looks up its top-level package); building is lazy too.
 
 **Secrets.** An ``llm`` string is stored as given (``model.zip``, ``history.json``, the transcript, messages), so a
 string carrying a credential (user information, a query string or parameters, a key-like token) is refused at the
-check, never stored redacted; every message that shows an ``llm`` string shows :func:`redact_spec` of it.
+check, never stored redacted; every message that shows an ``llm`` string shows :func:`~sb3_r2po.llm.base.redact_spec` of it.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sb3_r2po.llm.base import CallableBackend, ChatBackend
-from sb3_r2po.llm.redaction import redact, redact_spec, shown
+from sb3_r2po.llm.base import CallableBackend, ChatBackend, redact, redact_spec, shown
 
 
 @dataclass(frozen=True)
@@ -34,7 +31,7 @@ class StringForm:
     example: str
     matches: Callable[[str], bool]
     build: Callable[[str], ChatBackend]
-    check: Callable[[str], None] | None = None  # raises ValueError for a matched string that cannot be built (offline)
+    check: Callable[[str], None] | None = None  # raises ValueError for a matched string that cannot be built
 
 
 def reserved_prefix(prefix: str, *, ignore_case: bool = False) -> Callable[[str], bool]:

@@ -1,14 +1,13 @@
 """A chat backend running a Hugging Face model in-process through a ``transformers`` text-generation pipeline.
 
-This is how the R2PO paper ran gpt-oss-20b (R2PO's default ``llm="openai/gpt-oss-20b"``). The first
-:meth:`TransformersBackend.chat` loads the pipeline; before any download or load, a model known to be too large for
-the machine raises :class:`~sb3_r2po.llm.base.LLMBackendError` naming the alternatives (``memory_check=False`` skips
-it). Harmony: the answer is the final channel of the raw text; a final channel cut off by the budget is a cut-off
-reply; a reply without one is retried once with a larger budget and one step lower effort, then returned without an
-answer (``stats["no_final"]``). The reasoning effort is a chat-template variable; ``<|return|>`` and ``<|call|>`` are
-stop tokens. :meth:`TransformersBackend.chat_batch` is one ``generate`` call (left padding). Accounting: prompt tokens
-(the rendered template), completion tokens (re-tokenized, padding removed) and the wall time of the generate call,
-summed over both attempts of a retried reply.
+This is how the R2PO paper ran gpt-oss-20b (the default ``llm="openai/gpt-oss-20b"``). Before any download or load,
+a model known to be too large for the machine raises :class:`~sb3_r2po.llm.base.LLMBackendError` naming the
+alternatives. Harmony: the answer is the final channel of the raw text (the reasoning effort a chat-template variable,
+``<|return|>`` and ``<|call|>`` stop tokens); a final channel cut off by the budget is a cut-off reply; a reply without
+one is retried once with a larger budget and one step lower effort, then returned without an answer
+(``stats["no_final"]``). A batch is one ``generate`` call (left padding). Prompt tokens are the rendered template's,
+completion tokens are re-tokenized (padding removed), seconds are the generate call's; each is summed over both
+attempts of a retried reply.
 """
 
 from __future__ import annotations
@@ -24,8 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from sb3_r2po.common.parameters import complete_answer, final_channel, is_harmony
-from sb3_r2po.llm.base import ChatReply, LLMBackendError, Message, TransientState
-from sb3_r2po.llm.harmony import HARMONY_STOP_TOKENS, check_reasoning_effort, cut_off_reply, retry_request, without_answer
+from sb3_r2po.llm.base import (
+    HARMONY_STOP_TOKENS,
+    ChatReply,
+    LLMBackendError,
+    Message,
+    TransientState,
+    check_reasoning_effort,
+    cut_off_reply,
+    retry_request,
+)
 
 DEFAULT_MODEL = "openai/gpt-oss-20b"
 
@@ -51,8 +58,7 @@ def required_gpu_memory_gb(model: str) -> float | None:
 
     :param model: A Hugging Face model id or a local directory.
     """
-    name = model.rstrip("/\\").lower()
-    base = re.split(r"[/\\]", name)[-1]
+    base = re.split(r"[/\\]", model.rstrip("/\\").lower())[-1]
     if base in KNOWN_LARGE_MODELS:
         return KNOWN_LARGE_MODELS[base]
     path = Path(model).expanduser()
@@ -104,9 +110,8 @@ class TransformersBackend(TransientState):
     :param retry_lower_effort: Whether the retry also uses one step lower reasoning effort.
     :param dtype: Weights dtype for loading (``"auto"``: as stored).
     :param device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
-    :param device_map: Passed to the pipeline on CUDA when ``device`` is ``None`` or ``"cuda"`` (``"auto"`` by
-        default, which needs ``accelerate``; without it the model is put on ``device``). Not used on the CPU, nor
-        when ``device`` names one GPU (``"cuda:1"``): the model is put there.
+    :param device_map: Passed to the pipeline on CUDA when ``device`` is ``None`` or ``"cuda"`` and ``accelerate`` is
+        installed; otherwise the model is put on ``device`` (a named GPU such as ``"cuda:1"`` is honoured).
     :param batch_size: Most conversations per ``generate`` call in :meth:`chat_batch`; ``None``: all at once.
     :param memory_check: Refuse known-too-large models without a big enough GPU (before any download).
     :param trust_remote_code: Passed to the pipeline.
@@ -201,8 +206,6 @@ class TransformersBackend(TransientState):
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             pipe = pipeline("text-generation", model=self.model, **self._pipeline_kwargs(device))
-        except LLMBackendError:
-            raise
         except Exception as exc:  # missing files offline, unknown id, bad directory, out of memory, ...
             hint = " (the Hub is offline: only already downloaded models can load)" if _offline() else ""
             raise LLMBackendError(
@@ -212,8 +215,7 @@ class TransformersBackend(TransientState):
         if tok is None:
             raise LLMBackendError(f"llm={self.model_name!r}: the text-generation pipeline has no tokenizer")
         if tok.pad_token_id is None:  # prefer a token that does not end a harmony reply
-            vocab = tok.get_vocab()
-            tok.pad_token = "<|endoftext|>" if "<|endoftext|>" in vocab else tok.eos_token
+            tok.pad_token = "<|endoftext|>" if "<|endoftext|>" in tok.get_vocab() else tok.eos_token
         tok.padding_side = "left"
         self._stop_ids = _stop_token_ids(pipe)
         return pipe
@@ -271,7 +273,7 @@ class TransformersBackend(TransientState):
                 answer = cut_off_reply(text)
             elif final is None:  # no answer
                 self.stats["no_final"] += 1
-                answer = without_answer(text)
+                answer = text
             elif is_harmony(text):
                 answer = final
             else:
@@ -300,7 +302,7 @@ class TransformersBackend(TransientState):
                 batch_size=min(len(convs), self.batch_size or len(convs)),
                 return_full_text=False,
                 skip_special_tokens=False,
-                tokenizer_encode_kwargs=self._template_kwargs(effort),
+                tokenizer_encode_kwargs=_template_kwargs(effort),
                 **gen,
             )
         except Exception as exc:
@@ -310,13 +312,9 @@ class TransformersBackend(TransientState):
         texts = [self._strip_padding(out[0]["generated_text"]) for out in outputs]
         return texts, seconds
 
-    @staticmethod
-    def _template_kwargs(effort: str | None) -> dict[str, Any]:
-        return {} if effort is None else {"reasoning_effort": effort}
-
     def _count_prompt(self, messages: list[dict[str, str]], effort: str | None) -> int:
         enc = self.pipeline.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True, **self._template_kwargs(effort)
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, **_template_kwargs(effort)
         )
         return len(enc["input_ids"])
 
@@ -346,6 +344,10 @@ class TransformersBackend(TransientState):
             f"TransformersBackend({self.model_name!r}, reasoning_effort={self.reasoning_effort!r}, "
             f"max_new_tokens={self.max_new_tokens})"
         )
+
+
+def _template_kwargs(effort: str | None) -> dict[str, Any]:
+    return {} if effort is None else {"reasoning_effort": effort}
 
 
 def has_accelerate() -> bool:

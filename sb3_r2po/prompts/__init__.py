@@ -23,12 +23,25 @@ __all__ = [
     "register_task_description",
 ]
 
-_OURS = {"search_sees_task": True, "critic_selection_hints": True, "extra_statistics": True}
-"""Our prompt additions, on in the CPU presets."""
+_OURS = {"search_sees_task": True, "critic_selection_hints": True, "extra_statistics": True}  # on in the CPU presets
+
+# For CPU models (the quickstart's): the 8 best and 4 latest history entries, grown by appending up to 8 more before the
+# window is cut back (prefix reuse), 20 trajectory steps (head and tail), 2 figures, repeated steps folded, vectors
+# written as lists (params: [v, ...]), our additions on.
+_LEAN = {
+    "history_best_k": 8,
+    "history_recent": 4,
+    "history_slack": 8,
+    "max_trajectory_steps": 20,
+    "trajectory_digits": 2,
+    "fold_repeated_steps": True,
+    "reply_style": "list",
+    "prompt_layout": "compact",
+    **_OURS,
+}
 
 PROMPT_PRESETS: dict[str, dict[str, Any]] = {
-    # The reference implementation's rendering: the whole history, whole trajectories, 3 figures, indexed vectors, and
-    # none of our additions. These are R2PO's defaults.
+    # The reference's rendering (R2PO's defaults): the whole history and trajectories, 3 figures, indexed vectors.
     "full": {
         "history_best_k": None,
         "history_recent": None,
@@ -42,27 +55,11 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
         "critic_selection_hints": False,
         "extra_statistics": False,
     },
-    # For CPU models (the quickstart's): the 8 best and 4 latest history entries, grown by appending up to 8 more before
-    # the window is cut back (prefix reuse), 20 trajectory steps (head and tail), 2 figures, repeated steps folded,
-    # vectors written as lists (params: [v, ...]), our additions on.
-    "lean": {
-        "history_best_k": 8,
-        "history_recent": 4,
-        "history_slack": 8,
-        "max_trajectory_steps": 20,
-        "trajectory_digits": 2,
-        "fold_repeated_steps": True,
-        "reply_style": "list",
-        "prompt_layout": "compact",
-        **_OURS,
-    },
+    "lean": _LEAN,
+    # Long episodes: keeps Swimmer's Critic prompt under 3000 tokens at iteration 100 (5 best + 3 latest, 12 steps).
+    "tight": {**_LEAN, "history_best_k": 5, "history_recent": 3, "history_slack": 0, "max_trajectory_steps": 12},
 }
 """The presets by name: each maps R2PO's prompt parameters to their values."""
-# Long episodes: keeps Swimmer's Critic prompt under 3000 tokens at iteration 100 (5 best + 3 latest, 12 steps).
-PROMPT_PRESETS["tight"] = {
-    **PROMPT_PRESETS["lean"],
-    **{"history_best_k": 5, "history_recent": 3, "history_slack": 0, "max_trajectory_steps": 12},
-}
 
 
 def prompt_preset(name: str) -> dict[str, Any]:

@@ -1,7 +1,5 @@
-"""Render the Search, Critic and retry prompts from the Jinja2 templates in ``templates/``.
-
-Every call is one user message, as in the reference. Each template follows one reference template (named in its
-opening comment); our additions are options, off by default. Values are inserted as data: Jinja2 never evaluates
+"""Render the Search, Critic and retry prompts, one user message each as in the reference, from the Jinja2 templates
+in ``templates/`` (each names the reference template it follows). Values are inserted as data: Jinja2 never evaluates
 template syntax inside a value, so neither an env description nor an LLM reply can inject template code.
 """
 
@@ -26,22 +24,16 @@ TRAJECTORY_TITLES = {
     "best": "Best episode (the highest reward)",
 }
 
-SEARCH_TEMPLATES = {"r2po": "search_r2po.j2", "props": "search_props.j2", "props_plus": "search_props_plus.j2"}
+SEARCH_TEMPLATES = {name: f"search_{name}.j2" for name in ("r2po", "props", "props_plus")}
 """The Search template of each :data:`~sb3_r2po.r2po.arguments.SearchPrompt`."""
+CRITIC_TEMPLATES = {"critic_only": "critic_only.j2"} | {p: f"critic_{p}.j2" for p in ("r2po", "rep_traj", "three_traj")}
+"""The Critic template of each :data:`~sb3_r2po.r2po.arguments.CriticPrompt`."""
 
 PromptLayout = Literal["reference", "compact"]
 """How prompts write their data: ``reference``, the reference's formats; ``compact``, ours (vectors in the reply
 style, 4 significant figures, one line per step)."""
 
 PROMPT_LAYOUTS: tuple[PromptLayout, ...] = ("reference", "compact")
-
-CRITIC_TEMPLATES = {
-    "r2po": "critic_r2po.j2",
-    "rep_traj": "critic_rep_traj.j2",
-    "three_traj": "critic_three_traj.j2",
-    "critic_only": "critic_only.j2",
-}
-"""The Critic template of each :data:`~sb3_r2po.r2po.arguments.CriticPrompt`."""
 
 
 @dataclass(frozen=True)
@@ -72,27 +64,18 @@ class HistoryLine:
 def history_summary(
     history: tuple[HistoryLine, ...], best: float | None, best_episodes: int = 0, best_warmup: bool = False
 ) -> dict[str, Any]:
-    """
-    What the prompts say about the history beyond its lines: ``warmup_lines`` (a flag per line), ``warmup_shown``,
+    """What the prompts say about the history beyond its lines: ``warmup_lines`` (a flag per line), ``warmup_shown``,
     ``best``, ``best_episodes`` (0: unknown) and ``best_of_warmup``. While only warm-up candidates exist, the best is one
     episode's return (``best``; ``best_warmup``: it is a warm-up candidate's); once a K-episode line is shown, the larger
-    of ``best`` and every shown non-warm-up mean over as many episodes (``best_episodes``; 0: the most of any line).
-    """
+    of ``best`` and every shown non-warm-up mean over as many episodes (``best_episodes``; 0: the most of any line)."""
     warmup = tuple(line.warmup for line in history)
     scored = [line for line in history if not line.warmup]
-    summary: dict[str, Any] = {
-        "warmup_lines": warmup,
-        "warmup_shown": any(warmup),
-        "best": best,
-        "best_episodes": 0,
-        "best_of_warmup": False,
-    }
+    summary = {"warmup_lines": warmup, "warmup_shown": any(warmup), "best": best, "best_episodes": 0, "best_of_warmup": False}
     if best is None:
         return summary
     if not scored and (best_warmup or not best_episodes):
         summary["best_of_warmup"] = True
         return summary
-    # once a K-episode line is shown, a warm-up best (one episode) does not count
     n = best_episodes if best_episodes and not best_warmup else max(line.n_episodes for line in scored)
     same = [line.mean_return for line in scored if line.n_episodes == n]
     summary.update(best=max(same + ([] if best_warmup else [best])), best_episodes=n)
@@ -148,8 +131,8 @@ class PromptContext:
 
 @functools.lru_cache(maxsize=16)
 def template_environment(template_dir: str | None = None) -> jinja2.Environment:
-    """The Jinja2 environment of the packaged templates, or of the absolute ``template_dir`` (whose templates are
-    reloaded when their file changes); one per directory in a process."""
+    """The Jinja2 environment of the packaged templates, or of the absolute ``template_dir`` (reloaded when a file
+    changes); one per directory in a process."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("sb3_r2po", "prompts/templates")
         if template_dir is None
@@ -158,7 +141,7 @@ def template_environment(template_dir: str | None = None) -> jinja2.Environment:
         autoescape=False,
         trim_blocks=True,
         lstrip_blocks=True,
-        keep_trailing_newline=True,  # an included partial ends with its newline, like any other line
+        keep_trailing_newline=True,  # an included partial ends with its newline
         auto_reload=template_dir is not None,
     )
     env.filters["sig"] = lambda x, digits=3: sig(float(x), digits)
@@ -206,8 +189,8 @@ class PromptBuilder:
 
     def _common(self, ctx: PromptContext) -> dict[str, Any]:
         values = {f.name: getattr(ctx, f.name) for f in fields(ctx) if f.name != "extra"}
-        defaults = {"example": self._example(ctx.space), "trajectory_titles": TRAJECTORY_TITLES}
         summary = history_summary(ctx.history, ctx.best, ctx.best_episodes, ctx.best_warmup)
+        defaults = {"example": self._example(ctx.space), "trajectory_titles": TRAJECTORY_TITLES}
         return {**values, **summary, **defaults, **ctx.extra}
 
     def search(self, ctx: PromptContext, prompt: str = "r2po", history: str = "r2po") -> list[Message]:
@@ -240,8 +223,7 @@ class PromptBuilder:
         :param history: How the history is written (:data:`~sb3_r2po.r2po.arguments.HistoryStyle`).
         """
         values = dict(candidate=candidate, evidence=evidence, history_style=history, critic=True, **self._common(ctx))
-        text = self._render(CRITIC_TEMPLATES[prompt], **values)
-        return [{"role": "user", "content": text}]
+        return [{"role": "user", "content": self._render(CRITIC_TEMPLATES[prompt], **values)}]
 
     def retry(self, reason: str, space: ParameterSpace) -> Message:
         """The follow-up message after an unusable reply, stating what was wrong."""

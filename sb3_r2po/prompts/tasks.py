@@ -1,10 +1,7 @@
-"""Task descriptions shown to the LLM: the ten R2PO environments' (registered), generated text for any other (one line
-per observation dimension or for the state index, one per action or action dimension, the reward and the episode end).
-
-Each of the ten states only what the reference's description of the same env states (R2PO repository,
-``agent/policy/templates/env_descriptions/<env>.j2``, cited per env), in our words, checked against the env's code,
-with the reference's mistakes corrected (parameter counts and layouts come from the policy). Initial states,
-dynamics, maps, walls and holes and the Nim opponent's strategy stay out.
+"""Task descriptions shown to the LLM: the ten R2PO environments' (registered) and generated text for any other. Each
+of the ten states only what the reference's ``env_descriptions/<env>.j2`` states, in our words, with its mistakes
+corrected (the fidelity page lists them); initial states, dynamics, maps, walls, holes and the Nim opponent's strategy
+stay out.
 """
 
 from __future__ import annotations
@@ -41,7 +38,6 @@ _MOUNTAIN_CAR_STATE = (
 )  # both MountainCar tasks
 
 DESCRIPTIONS: dict[str, TaskDescription] = {
-    # Reference: env_descriptions/cartpole.j2 (its "18 parameters" is wrong: the policy has 10).
     "CartPole-v1": TaskDescription(
         summary=(
             "Balance a pole that stands upright on a cart, attached to it by an unactuated joint, by pushing the cart "
@@ -58,7 +54,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="+1 for every step on which the pole is upright and the cart is within [-2.4, 2.4]",
         episode_end="when the pole falls over or the cart leaves the allowed positions",
     ),
-    # Reference: env_descriptions/invertedpendulum.j2 (its "cart within [-0.2, 0.2]" goal is no condition of the env).
     "InvertedPendulum-v5": TaskDescription(
         summary=(
             "A cart moves along a straight line and carries a pole hinged at one end, the other end free. Balance the "
@@ -74,8 +69,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="+1 for every step on which the pole is upright",
         episode_end="when the pole falls over, i.e. its angle goes above 0.2 rad or below -0.2 rad",
     ),
-    # Reference: env_descriptions/inverteddoublependulum.j2 (it names no termination rule: its "Episode End"
-    # section is missing; ours says only that the episode ends when the pendulum stops being healthy).
     "InvertedDoublePendulum-v5": TaskDescription(
         summary=(
             "A cart moves along a straight line and carries a first pole; a second pole is attached to the far end of "
@@ -102,7 +95,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         ),
         episode_end="when the pendulum is no longer healthy",
     ),
-    # Reference: env_descriptions/mountaincar.j2 (its W layout is garbled; ours comes from the policy).
     "MountainCar-v0": TaskDescription(
         summary=(
             "A car is in a U-shaped valley. Reach the flag at the far right side of the hill: choose actions that get "
@@ -113,7 +105,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="-1 for each step",
         episode_end="when the car reaches the flag at the far right side of the hill",
     ),
-    # Reference: env_descriptions/mountaincarcontinuous.j2 (it omits the action range; ours states it).
     "MountainCarContinuous-v0": TaskDescription(
         summary=(
             "A car is in a U-shaped valley, and a torque can be applied to it (negative to the left, positive to the "
@@ -124,8 +115,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="-0.1 * a[0]^2 for each step, and +100 when the car reaches the goal",
         episode_end="when the car reaches the flag at the far right side of the hill",
     ),
-    # Reference: env_descriptions/swimmer.j2 (its "5 parameters" and argmax are wrong: 18 parameters, clipped
-    # continuous outputs, both rendered by the policy). It names no episode end.
     "Swimmer-v5": TaskDescription(
         summary=(
             "A swimmer made of segments (links) chained by rotor joints, each rotor joining two links, floats in a "
@@ -150,7 +139,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="x-velocity - 0.0001 * (a[0]^2 + a[1]^2) for each step",
         episode_end="not stated; the trajectories show where episodes end",
     ),
-    # Reference: env_descriptions/pong.j2 (its W layout is garbled; ours comes from the policy).
     "R2PO/Pong-v0": TaskDescription(
         summary=(
             "A 2D plane in which you are a paddle on the left side (the low-x side) that moves freely along the "
@@ -167,7 +155,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="+1 every time the paddle hits the ball",
         episode_end="the game is over when the paddle misses the ball",
     ),
-    # Reference: env_descriptions/frozenlake.j2 (the hole positions are left to be found from trajectories).
     "FrozenLake-v1": TaskDescription(
         summary=(
             "A 4x4 grid world (4 rows, 4 columns) on a frozen lake, where the agent moves left, down, right or up. The "
@@ -189,8 +176,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="+1 on reaching state 15 (the goal); every other state gives 0",
         episode_end="when the agent reaches the goal or steps onto a hole",
     ),
-    # Reference: env_descriptions/maze.j2 (the walls are left to be found from trajectories; its -0.01 step
-    # penalty is -0.1/9 in the env).
     "R2PO/Maze3x3-v0": TaskDescription(
         summary=(
             "A 3x3 grid world maze (3 rows, 3 columns). The agent starts in the top-left cell, state 0, and the goal is "
@@ -203,8 +188,6 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
         reward="+1 on the step that reaches the goal state 8, -0.1/9 (about -0.0111) on every other step",
         episode_end="when the agent reaches the goal state 8",
     ),
-    # Reference: env_descriptions/nim.j2 (its state range 0..11 is 0..10; it shows moves 1..3 as the policy's
-    # values, where our env's actions 0..2 stand for them).
     "R2PO/Nim-v0": TaskDescription(
         summary=(
             "The game of Nim. It starts with 10 sticks; the agent and the environment take turns, each removing 1, 2 or "
@@ -219,9 +202,7 @@ DESCRIPTIONS: dict[str, TaskDescription] = {
 }
 """The ten environments' descriptions by gymnasium id."""
 
-# Reference: env_descriptions/swimmer_projected_mlp_qr.j2 and swimmer_random_features.j2, the Swimmer descriptions of
-# its two nonlinear policies: the same observations, actions and reward, a summary that drops the starting position
-# and adds what good policies look like; the network and its parameters come from the policy (layout_lines).
+# Reference: env_descriptions/swimmer_projected_mlp_qr.j2 and swimmer_random_features.j2 (docs/policies.md).
 POLICY_DESCRIPTIONS: dict[tuple[str, str], TaskDescription] = {
     ("Swimmer-v5", "ProjectedMlpPolicy"): replace(
         DESCRIPTIONS["Swimmer-v5"],
@@ -247,7 +228,7 @@ TASK_DESCRIPTIONS: dict[str, TaskDescription] = dict(DESCRIPTIONS)
 
 POLICY_TASK_DESCRIPTIONS: dict[tuple[str, str], TaskDescription] = dict(POLICY_DESCRIPTIONS)
 """Registered descriptions of an env for one policy class, by ``(env id, policy class name)``: they win over
-:data:`TASK_DESCRIPTIONS` for that policy (the reference words some env descriptions per policy)."""
+:data:`TASK_DESCRIPTIONS` for that policy."""
 
 
 def register_task_description(env_id: str, description: TaskDescription, policy: str | None = None) -> None:
@@ -262,34 +243,31 @@ def _fmt(x: float) -> str:
     return "-inf" if x == -np.inf else "inf" if x == np.inf else f"{x:.3g}"
 
 
+def _ranges(name: str, box: spaces.Box, kind: str = "") -> tuple[str, ...]:
+    bounds = zip(box.low.reshape(-1), box.high.reshape(-1), strict=True)
+    return tuple(f"{name}[{i}]: {kind}range [{_fmt(float(lo))}, {_fmt(float(hi))}]" for i, (lo, hi) in enumerate(bounds))
+
+
 def generic_task_description(observation_space: spaces.Space, action_space: spaces.Space) -> TaskDescription:
-    """A description generated from the spaces alone, for environments without a registered one."""
+    """A description generated from the spaces alone (one line per observation dimension or for the state index, one
+    per action or action dimension), for environments without a registered one."""
     if isinstance(observation_space, spaces.Box):
-        low, high = observation_space.low.reshape(-1), observation_space.high.reshape(-1)
-        observations = tuple(
-            f"s[{i}]: range [{_fmt(lo)}, {_fmt(hi)}]" for i, (lo, hi) in enumerate(zip(low, high, strict=True))
-        )
+        observations = _ranges("s", observation_space)
     elif isinstance(observation_space, spaces.Discrete):
         first = int(observation_space.start)
         observations = (f"the state is an integer index in {first}..{first + int(observation_space.n) - 1}",)
     elif isinstance(observation_space, spaces.MultiDiscrete):
-        nvec = observation_space.nvec.reshape(-1).tolist()
         starts = np.broadcast_to(observation_space.start, observation_space.shape).reshape(-1).tolist()
-        observations = tuple(
-            f"s[{i}]: an integer in {first}..{first + n - 1}" for i, (n, first) in enumerate(zip(nvec, starts, strict=True))
-        )
+        pairs = enumerate(zip(observation_space.nvec.reshape(-1).tolist(), starts, strict=True))
+        observations = tuple(f"s[{i}]: an integer in {first}..{first + n - 1}" for i, (n, first) in pairs)
     elif isinstance(observation_space, spaces.MultiBinary):
         observations = tuple(f"s[{i}]: 0 or 1" for i in range(int(np.prod(observation_space.shape))))
     else:
         observations = (str(observation_space),)
     if isinstance(action_space, spaces.Discrete):
-        start = int(action_space.start)
-        actions = tuple(f"action {start + i}" for i in range(int(action_space.n)))
+        actions = tuple(f"action {int(action_space.start) + i}" for i in range(int(action_space.n)))
     elif isinstance(action_space, spaces.Box):
-        low, high = action_space.low.reshape(-1), action_space.high.reshape(-1)
-        actions = tuple(
-            f"a[{j}]: continuous, range [{_fmt(lo)}, {_fmt(hi)}]" for j, (lo, hi) in enumerate(zip(low, high, strict=True))
-        )
+        actions = _ranges("a", action_space, "continuous, ")
     else:
         actions = (str(action_space),)
     return TaskDescription(

@@ -12,16 +12,5 @@ from sb3_r2po.r2po.policies import (
 )
 from sb3_r2po.r2po.r2po import R2PO
 
-__all__ = [
-    "R2PO",
-    "CompactPolicy",
-    "LinearPolicy",
-    "MlpLinear",
-    "ProjectedMlp",
-    "ProjectedMlpPolicy",
-    "R2POSettings",
-    "RandomFeatures",
-    "RandomFeaturesPolicy",
-    "Tabular",
-    "TabularPolicy",
-]
+__all__ = ["R2PO", "CompactPolicy", "LinearPolicy", "MlpLinear", "ProjectedMlp", "ProjectedMlpPolicy", "R2POSettings"]
+__all__ += ["RandomFeatures", "RandomFeaturesPolicy", "Tabular", "TabularPolicy"]

@@ -1,12 +1,7 @@
-"""R2PO's settings: :class:`R2POSettings`, built and checked once from the constructor's arguments (a bad value gets a
-``ValueError`` naming it), the settings table's part of them (:func:`resolve_settings`), and the variants.
-
-R2PO and the paper's baselines and ablations are data (the table on the Variants page of the documentation): a
-:class:`Variant` says which LLM calls an iteration makes (its search pattern, :mod:`sb3_r2po.r2po.roles`), which
-template each call uses (the Jinja comment at the top of each file in ``sb3_r2po/prompts/templates`` names the
-reference's), what the Critic sees, whether keep-best applies, whether actions are clipped and how replies are read,
-as the reference's agent of the variant does. Adding a variant is one entry in :data:`VARIANTS`.
-"""
+"""R2PO's settings (:class:`R2POSettings`, built and checked once from the constructor's arguments; a bad value gets a
+``ValueError`` naming it) and the variants as data: a :class:`Variant` says which LLM calls an iteration makes, which
+templates they use, what the Critic sees, whether keep-best applies, whether actions are clipped and how replies are
+read, as the reference's agent of the variant does. Adding a variant is one entry in :data:`VARIANTS`."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import dataclasses
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,8 +31,7 @@ def check_int(name: str, value: Any, low: int, optional: bool = False) -> None:
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        allowed = f"an integer >= {low}" + (" or None" if optional else "")
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {low}{' or None' if optional else ''}, got {value!r}")
 
 
 def is_number(value: Any) -> bool:
@@ -54,21 +48,19 @@ def check_number(name: str, value: Any, low: float = -math.inf, strict: bool = F
         raise ValueError(f"{name} must be {allowed}{' or None' if optional else ''}, got {value!r}")
 
 
-def check_flag(name: str, value: Any) -> None:
-    """Raise a ``ValueError`` unless ``value`` is ``True`` or ``False``."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     """Raise a ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
+def _checked(default: Any, check: Callable[..., None], *args: Any, **kwargs: Any) -> Any:
+    """A settings field with its ``check(name, value, *args, **kwargs)``, run when the settings are built."""
+    return field(default=default, metadata={"check": lambda name, value: check(name, value, *args, **kwargs)})
+
+
 def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None) -> None:
-    """Raise a ``ValueError`` unless ``policy`` is a policy name or class taking the observation space of ``env``;
-    before SB3 wraps the env, so that the error names the env's own space."""
+    """Raise a ``ValueError`` unless ``policy`` is a policy name or class taking the observation space of ``env``."""
     if isinstance(policy, str) and policy not in aliases:
         raise ValueError(f"Unknown policy {policy!r}; R2PO accepts {sorted(aliases)} or a CompactPolicy class")
     if not isinstance(policy, (str, type)):
@@ -80,7 +72,7 @@ def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None) -> N
 
 
 def policy_alias(policy: str | type, aliases: Mapping[str, type]) -> str | None:
-    """The first alias of a policy name's or class's class (it names the policy in the settings table)."""
+    """The first alias of a policy name's or class's class (the settings table's name of the policy)."""
     cls = aliases.get(policy) if isinstance(policy, str) else policy
     return next((name for name, alias_class in aliases.items() if alias_class is cls), None)
 
@@ -94,78 +86,70 @@ WITHOUT_TABLE: dict[str, Any] = {
     "history_excerpts": None,
     "max_iterations": None,
 }
-"""The constructor arguments a plain ``R2PO(...)`` takes from the table when not given, with R2PO's value for an env
-the table lacks (``None``: derived where it is used, or no planned iteration count)."""
+"""The arguments ``R2PO(...)`` takes from the settings table when not given, with the value for an env it lacks."""
 
 
 @dataclass(frozen=True)
 class R2POSettings:
-    """
-    Every setting of a run (the constructor's arguments of the same names; ``R2PO``'s docstring says what each does),
-    checked when built: a bad value gets a ``ValueError`` naming it. ``dataclasses.replace(model.settings, ...)``
-    checks again; the model reads its ``settings`` at every ``learn()``. ``env_id``, ``reward_threshold`` and
-    ``env_time_limit`` are the env's (its spec); ``sources`` says where each setting of :func:`resolve_settings` came
-    from (empty for a model saved before the table).
-    """
+    """Every setting of a run (``R2PO``'s arguments of the same names), checked when built (``dataclasses.replace`` too).
+    ``env_id``, ``reward_threshold`` and ``env_time_limit`` are the env's; ``sources``: where each table setting came
+    from."""
 
     variant: str = "r2po"
-    n_eval_episodes: int = 20
-    warmup_episodes: int = 20
-    target_return: float | None = None
-    tau_c: float | None = None
-    step_size: float = 1.0
+    n_eval_episodes: int = _checked(20, check_int, 1)
+    warmup_episodes: int = _checked(20, check_int, 0)
+    target_return: float | None = _checked(None, check_number, optional=True)
+    tau_c: float | None = _checked(None, check_number, optional=True)
+    step_size: float = _checked(1.0, check_number, 0.0, strict=True)
     param_bounds: tuple[float, float] | None = None
-    param_decimals: int = 1
-    temperature: float = 0.0
-    max_episodes: int | None = None
-    max_iterations: int | None = None
-    max_episode_steps: int = 1000
-    max_trajectory_steps: int | None = None
-    trajectory_digits: int = 3
+    param_decimals: int = _checked(1, check_int, 0)
+    temperature: float = _checked(0.0, check_number, 0.0)
+    max_episodes: int | None = _checked(None, check_int, 1, optional=True)
+    max_iterations: int | None = _checked(None, check_int, 1, optional=True)
+    max_episode_steps: int = _checked(1000, check_int, 1)
+    max_trajectory_steps: int | None = _checked(None, check_int, 1, optional=True)
+    trajectory_digits: int = _checked(3, check_int, 1)
     fold_repeated_steps: bool = False
-    history_best_k: int | None = None
-    history_recent: int | None = None
-    history_slack: int = 0
+    history_best_k: int | None = _checked(None, check_int, 0, optional=True)
+    history_recent: int | None = _checked(None, check_int, 0, optional=True)
+    history_slack: int = _checked(0, check_int, 0)
     reply_style: ReplyStyle = "indexed"
     prompt_layout: PromptLayout = "reference"
     search_sees_task: bool = False
     critic_selection_hints: bool = False
     extra_statistics: bool = False
-    history_excerpts: int | None = None
+    history_excerpts: int | None = _checked(None, check_int, 0, optional=True)
     skip_unchanged_revisions: bool = False
-    max_llm_retries: int = 1
-    on_unusable_reply: str = "rerun"
-    max_iteration_attempts: int = 5
+    max_llm_retries: int = _checked(1, check_int, 0)
+    on_unusable_reply: str = _checked("rerun", check_choice, ON_UNUSABLE_REPLY)
+    max_iteration_attempts: int = _checked(5, check_int, 1)
     reject_duplicates: bool = False
-    reply_reading: str = "reference"
+    reply_reading: str = _checked("reference", check_choice, REPLY_READINGS)
     reject_cut_off_replies: bool = False
     clip_actions: bool | None = None
     prompt_template_dir: str | None = None
     checkpoint_dir: str | None = None
     stop_at_target: bool = False
     racing: bool = False
-    racing_chunk: int = 5
-    racing_z: float = 1.645
+    racing_chunk: int = _checked(5, check_int, 2)  # the racing rule needs a standard deviation
+    racing_z: float = _checked(1.645, check_number, 0.0)
     env_id: str | None = None
     reward_threshold: float | None = None
     env_time_limit: int | None = None
     sources: Mapping[str, SettingsSource] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in FLAGS:
-            check_flag(name, getattr(self, name))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            flag = f.type == "bool" or (f.type == "bool | None" and value is not None)  # the on/off options
+            if flag and not isinstance(value, (bool, np.bool_)):
+                raise ValueError(f"{f.name} must be True or False, got {value!r}")
+            if "check" in f.metadata:
+                f.metadata["check"](f.name, value)
         for name in ("checkpoint_dir", "prompt_template_dir"):
             if (path := getattr(self, name)) is not None and not isinstance(path, (str, os.PathLike)):
                 raise ValueError(f"{name} must be a path (str or os.PathLike) or None, got {path!r}")
-        check_int("n_eval_episodes", self.n_eval_episodes, 1)
-        check_int("warmup_episodes", self.warmup_episodes, 0)
-        check_int("max_episodes", self.max_episodes, 1, optional=True)
-        check_int("max_episode_steps", self.max_episode_steps, 1)
-        check_int("max_iterations", self.max_iterations, 1, optional=True)
-        check_int("param_decimals", self.param_decimals, 0)
-        check_number("step_size", self.step_size, 0.0, strict=True)
-        bounds = self.param_bounds
-        if bounds is not None:
+        if (bounds := self.param_bounds) is not None:
             pair = isinstance(bounds, (tuple, list, np.ndarray)) and len(bounds) == 2
             if not pair or not all(is_number(b) and math.isfinite(b) for b in bounds):
                 raise ValueError(f"param_bounds must be two finite numbers (low, high), got {bounds!r}")
@@ -173,26 +157,9 @@ class R2POSettings:
                 raise ValueError(f"param_bounds are empty or reversed: {bounds}")
             object.__setattr__(self, "param_bounds", (float(bounds[0]), float(bounds[1])))
         check_choice("reply_style", self.reply_style, REPLY_STYLES)
-        check_int("max_trajectory_steps", self.max_trajectory_steps, 1, optional=True)
-        check_int("trajectory_digits", self.trajectory_digits, 1)
-        check_int("history_best_k", self.history_best_k, 0, optional=True)
-        check_int("history_recent", self.history_recent, 0, optional=True)
-        check_int("history_slack", self.history_slack, 0)
+        check_choice("prompt_layout", self.prompt_layout, PROMPT_LAYOUTS)
         if self.history_slack and not self.compressed:
             raise ValueError("history_slack needs a compressed history (history_best_k or history_recent)")
-        check_int("history_excerpts", self.history_excerpts, 0, optional=True)
-        check_number("target_return", self.target_return, optional=True)
-        check_number("tau_c", self.tau_c, optional=True)
-        check_choice("prompt_layout", self.prompt_layout, PROMPT_LAYOUTS)
-        check_number("temperature", self.temperature, 0.0)
-        check_int("max_llm_retries", self.max_llm_retries, 0)
-        check_choice("on_unusable_reply", self.on_unusable_reply, ON_UNUSABLE_REPLY)
-        check_int("max_iteration_attempts", self.max_iteration_attempts, 1)
-        check_choice("reply_reading", self.reply_reading, REPLY_READINGS)
-        if self.clip_actions is not None:
-            check_flag("clip_actions", self.clip_actions)
-        check_int("racing_chunk", self.racing_chunk, 2)  # the racing rule needs a standard deviation
-        check_number("racing_z", self.racing_z, 0.0)
         get_variant(self.variant)
 
     @property
@@ -246,15 +213,13 @@ class R2POSettings:
 
 
 SETTINGS = tuple(f.name for f in dataclasses.fields(R2POSettings))
-FLAGS = tuple(f.name for f in dataclasses.fields(R2POSettings) if f.type == "bool")  # R2PO's on/off options
 
 
 def resolve_settings(
     given: Mapping[str, Any], table: Mapping[str, Any] | None, env: tuple[str | None, float | None, int | None]
 ) -> R2POSettings:
-    """The settings from the constructor's arguments ``given``; for those of :data:`~sb3_r2po.r2po.arguments.WITHOUT_TABLE`
-    an argument given (not ``None``) wins, then the ``table``'s value (``None``: no table, or a model being loaded),
-    then R2PO's derived value. ``env``: the env's id, reward threshold and time limit (``env_spec``)."""
+    """The settings from the constructor's arguments ``given``; for those of :data:`WITHOUT_TABLE` an argument given wins,
+    then the ``table``'s value, then the derived one. ``env``: the env's id, reward threshold and time limit."""
     values = {name: given[name] for name in SETTINGS if name in given}
     sources: dict[str, SettingsSource] = {}
     for name, derived in WITHOUT_TABLE.items():
@@ -274,7 +239,7 @@ def resolve_settings(
 
 
 def describe_settings(settings: R2POSettings) -> str:
-    """The line ``verbose >= 1`` prints at construction: the settings of :func:`resolve_settings` by source."""
+    """The line ``verbose >= 1`` prints at construction: the table's settings by source."""
     groups = {"reference": "the reference's (settings table)", "given": "given", "derived": "derived"}
     parts = []
     for source, title in groups.items():
@@ -290,16 +255,14 @@ SearchMode = Literal["one", "two_independent", "two_sequential", "none"]
 SearchPrompt = Literal["r2po", "props", "props_plus"]  # the Search template search_<name>.j2
 CriticPrompt = Literal["r2po", "rep_traj", "three_traj", "critic_only"]  # the Critic template critic_<name>.j2
 HistoryStyle = Literal["r2po", "f", "labelled", "reward"]
-"""How a prompt writes the history: ``r2po`` (rewards, warm-up entries marked), ``f`` (ProPS's f(params)),
-``labelled`` (each entry a warm-up or a training trial) or ``reward`` (mean rewards, the latest with an excerpt)."""
-
+"""How a prompt writes the history: ``r2po`` (rewards, warm-up marked), ``f`` (ProPS's f(params)), ``labelled`` (warm-up
+or training trial) or ``reward`` (mean rewards, the latest with an excerpt)."""
 EXCERPT_STEPS = 8  # steps of a history entry's rollout excerpt: the first 4 and the last 4 (the reference's max_steps)
 
 
 @dataclass(frozen=True)
 class CriticEvidence:
-    """
-    What the Critic is shown, and with which template.
+    """What the Critic is shown, and with which template.
 
     :param prompt: The Critic template (see :data:`CriticPrompt`).
     :param statistics: Aggregate statistics (return, length, successes).
@@ -326,8 +289,7 @@ class CriticEvidence:
 
 @dataclass(frozen=True)
 class Variant:
-    """
-    One method of the paper's comparison.
+    """One method of the paper's comparison.
 
     :param name: The ``variant=`` value.
     :param summary: One line for docs and tables.
@@ -338,8 +300,7 @@ class Variant:
     :param search_prompt: The Search template (see :data:`SearchPrompt`).
     :param search_history: How the Search prompt writes the history (see :data:`HistoryStyle`).
     :param search_trajectories: Whether, on tabular tasks, the Search prompt shows each entry's first episode (ProPS+).
-    :param clip_actions: Whether a linear policy's continuous action is clipped to the action bounds (the reference's
-        r2po, props and props_plus clip; its six ablations step the env with the raw output).
+    :param clip_actions: Whether a continuous action is clipped to the bounds (the six ablations use the raw output).
     :param reading: How a reply is read (:data:`~sb3_r2po.common.parameters.Reading`) for a linear and a tabular policy.
     """
 
@@ -365,8 +326,13 @@ _REP_TRAJ = CriticEvidence(
 )
 
 
+def _props(name: SearchPrompt, summary: str, **more: Any) -> Variant:
+    """ProPS and ProPS+: one Search proposal, no Critic, ProPS's history and reading of replies."""
+    return Variant(name, summary, critic=None, search_prompt=name, search_history="f", reading=("first_line", "last"), **more)
+
+
 def _ablation(name: str, summary: str, **changes: Any) -> Variant:
-    """One of the reference's six ablation agents: the ProPS Search prompt and history, the raw (unclipped) actions."""
+    """One of the reference's six ablations: the ProPS Search prompt and history, the raw (unclipped) actions."""
     return Variant(name, summary, **{"search_prompt": "props", "search_history": "f", "clip_actions": False, **changes})
 
 
@@ -374,22 +340,11 @@ VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in [
         Variant("r2po", "Search, then a Critic shown statistics, the median rollout and the revision rule; keep-best"),
-        Variant(
-            "props",
-            "ProPS: one Search proposal per iteration, a black box (no task description)",
-            critic=None,
-            search_prompt="props",
-            search_history="f",
-            reading=("first_line", "last"),
-        ),
-        Variant(
+        _props("props", "ProPS: one Search proposal per iteration, a black box (no task description)"),
+        _props(
             "props_plus",
             "ProPS+: ProPS with the task description (tabular tasks: each history entry's first episode)",
-            critic=None,
-            search_prompt="props_plus",
-            search_history="f",
             search_trajectories=True,
-            reading=("first_line", "last"),
         ),
         _ablation(
             "pure_search",

@@ -1,10 +1,6 @@
-"""Compact policies whose flat parameter vector an LLM can read and write.
-
-``"MlpLinear"`` (:class:`LinearPolicy`, ``y = x @ W + b``), ``"Tabular"`` (:class:`TabularPolicy`, an action per
-state), and the reference's two nonlinear policies for ``Box`` observations, ``"ProjectedMlp"`` and
-``"RandomFeatures"`` (:class:`FixedMatrixPolicy`). Each keeps ``theta`` as a float64 torch parameter (SB3's
-``save``/``load`` round trip is exact) and acts through a numpy forward that rollouts call with any candidate vector.
-"""
+"""Compact policies whose flat parameter vector an LLM reads and writes: ``"MlpLinear"`` (:class:`LinearPolicy`),
+``"Tabular"`` (:class:`TabularPolicy`) and the reference's ``"ProjectedMlp"`` and ``"RandomFeatures"``. ``theta`` is a
+float64 torch parameter (an exact ``save``/``load``); rollouts act through a numpy forward of any candidate vector."""
 
 from __future__ import annotations
 
@@ -20,40 +16,33 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 
 from sb3_r2po.common.parameters import ParameterSpace
 
-MAX_TABULAR_STATES = 1000
-"""Largest ``Discrete`` observation space a tabular policy accepts: one value per state must fit in a prompt."""
-
-
-OBSERVATION_SPACES = (
+MAX_TABULAR_STATES = 1000  # one value per state must fit in a prompt
+OBSERVATION_SPACES = (  # the words of the error that refuses an unsupported observation space
     "R2PO's policies take Box (not an image), MultiDiscrete and MultiBinary observations ('MlpLinear'; 'ProjectedMlp' "
     "and 'RandomFeatures': Box only) and Discrete ones ('Tabular'); Dict, Tuple, Graph, Text and image observations "
     "are not supported"
 )
-"""The observation spaces of all policies, in the words of the error that refuses another one."""
 
 
 def _offset(name: str, offset: int) -> str:
     """``name`` plus an integer offset as prompt text: ``j + 5``, ``s - 10``, ``j``."""
-    if offset == 0:
-        return name
-    return f"{name} {'+' if offset > 0 else '-'} {abs(offset)}"
+    return f"{name} {'+' if offset > 0 else '-'} {abs(offset)}" if offset else name
 
 
 class CompactPolicy(BasePolicy):
-    """
-    A flat parameter vector with a known parameter space.
+    """A flat parameter vector with a known parameter space.
 
     :param observation_space: The observation space of the environment.
     :param action_space: The action space of the environment.
     :param param_bounds: Range of every parameter (continuous parameter spaces).
     :param param_decimals: Precision of every parameter, in decimals (continuous parameter spaces).
-    :param squash_output: For ``Box`` actions, whether the output ``y`` is squashed into the bounds with ``tanh``
-        (``low + (tanh(y) + 1) / 2 * (high - low)``, as sb3-contrib ARS's policies) instead of clipped; ignored for other
-        action spaces. ``predict()`` maps ``tanh(y)`` onto the bounds (SB3's ``unscale_action``).
+    :param squash_output: For ``Box`` actions, whether ``y`` is squashed into the bounds instead of clipped, as
+        sb3-contrib ARS's policies: ``low + (tanh(y) + 1) / 2 * (high - low)``.
     """
 
-    observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)
-    """The observation spaces the policy takes (a ``Box`` only when it is not an image)."""
+    observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)  # a Box only when not an image
+    kind: ClassVar[str] = "linear"  # what the prompts call the policy: "improving a <kind> policy"
+    saved_arguments: ClassVar[tuple[str, ...]] = ("param_bounds", "param_decimals")  # constructor arguments saved
 
     def __init__(
         self,
@@ -91,12 +80,8 @@ class CompactPolicy(BasePolicy):
         raise NotImplementedError
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        return dict(
-            observation_space=self.observation_space,
-            action_space=self.action_space,
-            param_bounds=self.param_bounds,
-            param_decimals=self.param_decimals,
-        )
+        saved = {name: getattr(self, name) for name in self.saved_arguments}
+        return dict(observation_space=self.observation_space, action_space=self.action_space, **saved)
 
     def get_flat(self) -> np.ndarray:
         """The current parameters as a flat float64 numpy vector (a copy)."""
@@ -115,18 +100,9 @@ class CompactPolicy(BasePolicy):
         raise NotImplementedError
 
     def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
-        """
-        A batched forward pass for a fixed parameter vector.
-
-        :param params: The parameter vector.
-        :param clip: Whether continuous actions are clipped to the action bounds (``predict()`` always clips);
-            ``False`` gives the raw output, as the reference's ablations step the env with it.
-        """
+        """A batched forward pass of ``params``; ``clip=False``: continuous actions are the raw output (the ablations')."""
         params = np.asarray(params, dtype=np.float64).copy()
         return lambda observations: self.act(observations, params)
-
-    kind: ClassVar[str] = "linear"
-    """What the prompts call the policy: "improving a <kind> policy" (the Critics' opening)."""
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """How the flat parameters map onto the policy, in words, for prompts; ``clip``: whether training clips continuous
@@ -141,8 +117,7 @@ class CompactPolicy(BasePolicy):
         return self._predict(obs, deterministic)
 
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-        """The outputs ``y`` (``(batch, act_dim)``, float64) of ``params`` before they become actions (policies with
-        ``Box`` actions; ``squash_output``'s ``predict()`` needs them)."""
+        """The outputs ``y`` (``(batch, act_dim)``, float64) of ``params`` before they become actions."""
         raise NotImplementedError
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
@@ -169,7 +144,7 @@ class VectorPolicy(CompactPolicy):
         return ParameterSpace(self._size(), low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
 
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        return self.actor(self.get_flat() if params is None else params)(observations)
+        return self.actor(self._theta(params))(observations)
 
     def _theta(self, params: np.ndarray | None) -> np.ndarray:
         return self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
@@ -190,11 +165,11 @@ class LinearPolicy(VectorPolicy):
     :param param_bounds: Range of every parameter.
     :param param_decimals: Precision of every parameter, in decimals.
     :param with_bias: Whether ``y`` has the bias ``b`` (``act_dim`` parameters more), as ARS's ``with_bias``.
-    :param squash_output: For ``Box`` actions, ``tanh`` scaled into the bounds instead of clipping (see
-        :class:`CompactPolicy`).
+    :param squash_output: For ``Box`` actions, ``tanh`` scaled into the bounds instead of clipping.
     """
 
     observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+    saved_arguments = (*CompactPolicy.saved_arguments, "with_bias", "squash_output")
 
     def __init__(
         self,
@@ -213,9 +188,6 @@ class LinearPolicy(VectorPolicy):
 
     def _size(self) -> int:
         return self.obs_dim * self.act_dim + (self.act_dim if self.with_bias else 0)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return dict(super()._get_constructor_parameters(), with_bias=self.with_bias, squash_output=self.squash_output)
 
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(W, b)`` of shape ``(obs_dim, act_dim)`` and ``(act_dim,)`` (zeros without ``with_bias``) from a flat vector."""
@@ -248,13 +220,12 @@ class LinearPolicy(VectorPolicy):
 
 
 def _split(flat: np.ndarray, rows: int, cols: int, with_bias: bool, n_bias: int) -> tuple[np.ndarray, np.ndarray]:
-    """A ``(rows, cols)`` matrix (``flat``'s first values, row by row), then the bias: the rest, or ``n_bias`` zeros."""
+    """A ``(rows, cols)`` matrix of ``flat``'s first values, then the bias: the rest, or ``n_bias`` zeros."""
     return flat[: rows * cols].reshape(rows, cols), flat[rows * cols :] if with_bias else np.zeros(n_bias)
 
 
 def _features(observation_space: spaces.Space, obs_dim: int) -> Callable[[np.ndarray], np.ndarray]:
-    """Observations as the C-contiguous float64 ``(batch, obs_dim)`` features of SB3's ``preprocess_obs`` (one-hot per
-    ``MultiDiscrete`` value; ``ValueError`` for a value outside the space)."""
+    """Observations as the float64 ``(batch, obs_dim)`` features of SB3's ``preprocess_obs`` (one-hot for MultiDiscrete)."""
     if not isinstance(observation_space, spaces.MultiDiscrete):
         return lambda observations: np.ascontiguousarray(observations, dtype=np.float64).reshape(-1, obs_dim)
     nvec = observation_space.nvec.astype(np.int64)
@@ -275,7 +246,7 @@ def _features(observation_space: spaces.Space, obs_dim: int) -> Callable[[np.nda
 
 
 def _input_names(observation_space: spaces.Space) -> tuple[str, str, list[str]]:
-    """The linear layout's name of the input (``s``, or ``x`` for one-hot features), its introduction, each value's name."""
+    """The input's name (``s``, or ``x`` for one-hot features), its introduction, and each value's name."""
     if isinstance(observation_space, spaces.MultiDiscrete):
         nvec = observation_space.nvec.tolist()
         starts = np.broadcast_to(np.asarray(observation_space.start), observation_space.nvec.shape).tolist()
@@ -292,10 +263,9 @@ def _input_names(observation_space: spaces.Space) -> tuple[str, str, list[str]]:
 
 
 class TabularPolicy(CompactPolicy):
-    """
-    Tabular policy for ``Discrete`` observations: ``theta[s]`` is the action taken in state ``s``.
+    """Tabular policy for ``Discrete`` observations: ``theta[s]`` is the action taken in state ``s``.
 
-    :param observation_space: ``Discrete(n_states)`` with at most :data:`MAX_TABULAR_STATES` states.
+    :param observation_space: ``Discrete(n_states)`` with at most ``MAX_TABULAR_STATES`` (1000) states.
     :param action_space: ``Discrete``; the parameter values are its actions.
     :param param_bounds: Unused (kept so every policy takes the same arguments).
     :param param_decimals: Unused.
@@ -341,29 +311,19 @@ class TabularPolicy(CompactPolicy):
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """The state-to-parameter mapping; the allowed values are stated by the prompt's parameter section."""
         first, last = self.obs_start, self.obs_start + self.n_states - 1
-        if first == 0:
-            return (
-                f"Tabular policy: params[s] is the action taken in state s, for the {self.n_states} states s = 0..{last}.",
-            )
+        where = f" (params[0] is state {first}, params[{self.n_states - 1}] is state {last})" if first else ""
         return (
             f"Tabular policy: params[{_offset('s', -first)}] is the action taken in state s, for the {self.n_states} "
-            f"states s = {first}..{last} (params[0] is state {first}, params[{self.n_states - 1}] is state {last}).",
+            f"states s = {first}..{last}{where}.",
         )
 
 
-PROJECTED_MLP_SEED = 3001
-"""Default ``projection_seed`` of :class:`ProjectedMlpPolicy`: the reference's ``projection_seed_base`` (3000, its
-Swimmer configs) plus the run index of a first run (1)."""
-
-RANDOM_FEATURES_SEED = 1001
-"""Default ``projection_seed`` of :class:`RandomFeaturesPolicy`: the reference's ``random_feature_seed_base`` (1000, its
-Swimmer config) plus the run index of a first run (1)."""
+PROJECTED_MLP_SEED = 3001  # the reference's projection_seed_base (3000, its Swimmer configs) + a first run's index (1)
+RANDOM_FEATURES_SEED = 1001  # the reference's random_feature_seed_base (1000) + a first run's index (1)
 
 
 def _vector_dims(policy: type[CompactPolicy], observation_space: spaces.Space, action_space: spaces.Space) -> tuple[int, int]:
-    """``(obs_dim, act_dim)`` of a ``policy`` that maps the ``obs_dim`` features of an observation (SB3's
-    ``get_flattened_obs_dim``) to ``act_dim`` outputs ``y`` (``Discrete`` actions: one output per action, argmax; bounded
-    ``Box`` actions: one per dimension); ``ValueError`` for a space the policy does not take."""
+    """``(obs_dim, act_dim)``: SB3's flattened observation size, one output per ``Discrete`` action or ``Box`` dimension."""
     policy.check_observation_space(observation_space)
     obs_dim = int(get_flattened_obs_dim(observation_space))
     if isinstance(action_space, spaces.Discrete):
@@ -374,8 +334,7 @@ def _vector_dims(policy: type[CompactPolicy], observation_space: spaces.Space, a
 
 
 def _to_actions(action_space: spaces.Space, clip: bool, squash: bool = False) -> Callable[[np.ndarray], np.ndarray]:
-    """How outputs ``y`` (``(batch, act_dim)``) become actions: the argmax plus ``start``; or ``y`` clipped (``clip=False``:
-    itself), or with ``squash`` SB3's ``unscale_action`` of ``tanh(y)``, in the ``Box``'s dtype and shape."""
+    """Outputs ``y`` to actions: the argmax plus ``start``; ``y`` clipped (or not), or squashed (SB3's ``unscale_action``)."""
     if isinstance(action_space, spaces.Discrete):
         start = int(action_space.start)
         return lambda y: y.argmax(axis=1) + start
@@ -404,8 +363,14 @@ class FixedMatrixPolicy(VectorPolicy):
     """A :class:`VectorPolicy` with ``hidden_dim`` hidden units and fixed matrices drawn with
     ``numpy.random.RandomState(projection_seed)`` (:meth:`_draw`), kept as module buffers (saved with the model)."""
 
-    own_arguments: ClassVar[tuple[str, ...]] = ()
-    """The subclass's own constructor arguments, saved with the model under these names."""
+    saved_arguments: ClassVar[tuple[str, ...]] = (
+        *CompactPolicy.saved_arguments,
+        "hidden_dim",
+        "projection_seed",
+        "with_bias",
+        "squash_output",
+        "init_std",
+    )
 
     def __init__(
         self,
@@ -432,10 +397,6 @@ class FixedMatrixPolicy(VectorPolicy):
     def _draw(self, rng: np.random.RandomState) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        names = ("hidden_dim", "projection_seed", "with_bias", "squash_output", "init_std", *self.own_arguments)
-        return dict(super()._get_constructor_parameters(), **{name: getattr(self, name) for name in names})
-
     def fixed_matrices(self) -> tuple[np.ndarray, ...]:
         """The fixed matrices, in the order :meth:`_draw` gives them."""
         return tuple(buffer.detach().cpu().numpy() for buffer in self.buffers())
@@ -454,14 +415,14 @@ class ProjectedMlpPolicy(FixedMatrixPolicy):
     :param hidden_dim: Hidden units (the reference's Swimmer configs: 4).
     :param latent_dim_layer1: Latent values of layer 1 (5), at most its weight and bias count.
     :param latent_dim_layer2: Latent values of layer 2 (5), at most its weight and bias count.
-    :param projection_seed: Seed of the projections (:data:`PROJECTED_MLP_SEED`).
+    :param projection_seed: Seed of the projections (``PROJECTED_MLP_SEED``, 3001).
     :param with_bias: Whether both layers have a bias.
     :param squash_output: ``tanh`` scaled into the bounds instead of clipping ``Box`` actions (:class:`CompactPolicy`).
     :param init_std: Standard deviation of a warm-up draw of each latent value (then clipped and rounded; 2).
     :param decoded_weight_scale: Factor of the decoded weights (1).
     """
 
-    own_arguments = ("latent_dim_layer1", "latent_dim_layer2", "decoded_weight_scale")
+    saved_arguments = (*FixedMatrixPolicy.saved_arguments, "latent_dim_layer1", "latent_dim_layer2", "decoded_weight_scale")
     kind: ClassVar[str] = "neural-network"
 
     def __init__(
@@ -524,7 +485,7 @@ class ProjectedMlpPolicy(FixedMatrixPolicy):
         )
 
     def summary_lines(self) -> tuple[str, ...]:
-        """The network and the opaque params, as the reference's ProPS prompt for this policy tells its black-box Search."""
+        """The network and the opaque params, as the reference's ProPS prompt tells its black-box Search."""
         return self.layout_lines()
 
 
@@ -539,7 +500,7 @@ class RandomFeaturesPolicy(FixedMatrixPolicy):
     :param param_bounds: Range of every readout value (the reference: -2 to 2).
     :param param_decimals: Precision of every readout value, in decimals.
     :param hidden_dim: Random features (the reference's Swimmer config: 8).
-    :param projection_seed: Seed of the features (:data:`RANDOM_FEATURES_SEED`).
+    :param projection_seed: Seed of the features (``RANDOM_FEATURES_SEED``, 1001).
     :param with_bias: Whether the readout has a bias per output.
     :param squash_output: ``tanh`` scaled into the bounds instead of clipping ``Box`` actions (:class:`CompactPolicy`).
     :param init_std: Standard deviation of a warm-up draw of each readout value (then clipped and rounded; 0.75).
@@ -548,7 +509,7 @@ class RandomFeaturesPolicy(FixedMatrixPolicy):
     :param output_gain: Factor of the readout (0.5).
     """
 
-    own_arguments = ("obs_scale", "obs_clip", "output_gain")
+    saved_arguments = (*FixedMatrixPolicy.saved_arguments, "obs_scale", "obs_clip", "output_gain")
     kind: ClassVar[str] = "random-feature"
 
     def __init__(
@@ -580,8 +541,7 @@ class RandomFeaturesPolicy(FixedMatrixPolicy):
         return self.act_dim * self.hidden_dim + (self.act_dim if self.with_bias else 0)
 
     def weights(self, params: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The readout ``(theta, bias)`` of shapes ``(act_dim, hidden_dim)`` and ``(act_dim,)`` (zeros without
-        ``with_bias``)."""
+        """The readout ``(theta, bias)``: ``(act_dim, hidden_dim)`` and ``(act_dim,)`` (zeros without ``with_bias``)."""
         return _split(self._theta(params), self.act_dim, self.hidden_dim, self.with_bias, self.act_dim)
 
     def outputs(self, params: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
@@ -618,6 +578,5 @@ class RandomFeaturesPolicy(FixedMatrixPolicy):
 MlpLinear, Tabular, ProjectedMlp, RandomFeatures = LinearPolicy, TabularPolicy, ProjectedMlpPolicy, RandomFeaturesPolicy
 _SHORT: dict[str, type[BasePolicy]]
 _SHORT = {"MlpLinear": MlpLinear, "Tabular": Tabular, "ProjectedMlp": ProjectedMlp, "RandomFeatures": RandomFeatures}
-
 POLICY_ALIASES: dict[str, type[BasePolicy]] = {name: cls for short, cls in _SHORT.items() for name in (short, cls.__name__)}
 """The policy names ``R2PO`` accepts."""

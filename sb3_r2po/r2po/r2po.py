@@ -12,9 +12,8 @@ One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs 
     kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision (r2po/run_state.py)
     history.append(kept)                                 # 7. R2PO._commit; the run saved by r2po/run_state.py
 
-An iteration runs 8 files (these, r2po/policies.py and r2po/arguments.py: the settings, one
-:class:`~sb3_r2po.r2po.arguments.R2POSettings`, and the variants as data), the LLM backend and templates aside, at
-most 6 calls deep from ``learn`` to the env (tests/test_structure.py). Not "R²PO, Residual Rollout Policy Optimization".
+An iteration runs 8 files (these, r2po/policies.py and r2po/arguments.py: the settings and the variants as data), the
+LLM backend and templates aside, at most 6 calls deep from ``learn`` to the env (the structure tests).
 """
 
 from __future__ import annotations
@@ -56,15 +55,13 @@ LLMSpec = str | ChatBackend | Callable[[list[dict[str, str]]], str]
 
 
 class R2PO(BaseAlgorithm):
-    """
-    Reflective Prompted Policy Optimization (arXiv 2605.08315): an LLM proposes (Search) and revises (Critic) a compact
+    """Reflective Prompted Policy Optimization (arXiv 2605.08315): an LLM proposes (Search) and revises (Critic) a compact
     policy's parameters from rollouts; keep-best decides. Options marked *ours* are off by default (the fidelity page).
 
     :param policy: ``"MlpLinear"``, ``"ProjectedMlp"``, ``"RandomFeatures"`` (Box observations), ``"Tabular"``
         (Discrete ones) or a :class:`CompactPolicy` class.
     :param env: The environment (a gymnasium id, an env or a VecEnv).
-    :param llm: A string (:mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable ``(messages) -> str``; used from
-        the first ``learn()``, saved only as a string.
+    :param llm: A string (:mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable ``(messages) -> str``.
     :param variant: ``"r2po"`` or one of the paper's baselines and ablations (see :mod:`sb3_r2po.r2po.arguments`).
     :param n_eval_episodes: K, the episodes per evaluated candidate.
     :param warmup_episodes: Random candidates run for one episode each before the first iteration (``None``: see below).
@@ -91,19 +88,17 @@ class R2PO(BaseAlgorithm):
     :param history_excerpts: Latest entries whose episode excerpts rep_traj-style Critics see (``None``: see below).
     :param skip_unchanged_revisions: *Ours*: a revision equal to its candidate is not evaluated again (``declined``).
     :param max_llm_retries: With ``on_unusable_reply="reask"``: re-asks, with the error stated, after an unusable reply.
-    :param on_unusable_reply: ``"rerun"`` (the reference's): an unusable reply discards the iteration (its episodes are
-        counted) and runs it again, up to ``max_iteration_attempts`` times, then training stops with a warning;
+    :param on_unusable_reply: ``"rerun"`` (the reference's): an unusable reply discards the iteration and runs it again;
         ``"reask"`` (*ours*): re-asks, then a fallback step from the best (Search) or no revision (Critic).
-    :param max_iteration_attempts: Attempts of one iteration with ``on_unusable_reply="rerun"`` (the reference: 5).
+    :param max_iteration_attempts: Attempts of one iteration with ``"rerun"``, then training stops with a warning.
     :param reject_duplicates: *Ours*: a reply repeating a history vector (or the iteration's first) is unusable.
     :param reply_reading: ``"reference"`` (the variant's ``Variant.reading``) or ``"last_vector"`` (*ours*).
     :param reject_cut_off_replies: *Ours*: a reply cut at the token limit is unusable (the reference reads its lines).
     :param clip_actions: Whether training clips continuous actions (``None``: the variant's rule); ``predict()`` does.
     :param prompt_template_dir: A directory of Jinja2 templates replacing the packaged ones.
-    :param checkpoint_dir: A run directory: ``model.zip`` and ``history.json`` after every history entry, every LLM call
-        in ``llm_calls.jsonl``; resume with ``R2PO.load(".../model.zip", env=...).learn(..., reset_num_timesteps=False)``.
+    :param checkpoint_dir: A run directory: ``model.zip`` and ``history.json`` after every entry, the LLM calls' transcript.
     :param stop_at_target: End training once a history candidate reached the target in each of its K episodes.
-    :param racing: *Ours*: challengers run in chunks of ``racing_chunk`` episodes until they cannot win (rollouts.run_race).
+    :param racing: *Ours*: challengers run in chunks of ``racing_chunk`` episodes until they cannot win.
     :param racing_chunk: Episodes per racing chunk.
     :param racing_z: z-value of the racing rule's one-sided upper confidence bound.
     :param policy_kwargs: Extra arguments of the policy.
@@ -114,10 +109,8 @@ class R2PO(BaseAlgorithm):
     :param device: Torch device of the policy (the policy is tiny; ``"cpu"`` is right).
     :param _init_setup_model: Whether to build the policy at construction (``load()``: no, nor read the table).
 
-    ``None`` for the seven settings above: the table's (:mod:`sb3_r2po.zoo.settings`, the reference's settings per env,
-    variant and policy), else derived (:data:`~sb3_r2po.r2po.arguments.WITHOUT_TABLE`). ``settings.sources`` says which
-    applied (``"given"``, ``"reference"`` or ``"derived"``); ``verbose >= 1`` prints it. The settings (every argument
-    but ``policy``, ``env``, ``llm`` and SB3's) are ``model.settings``, an immutable, checked ``R2POSettings``.
+    ``None`` above: the settings table's value (:mod:`sb3_r2po.zoo.settings`), else derived; ``settings.sources`` says
+    which. The settings (every argument but ``policy``, ``env``, ``llm`` and SB3's) are ``model.settings``.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = POLICY_ALIASES
@@ -175,9 +168,9 @@ class R2PO(BaseAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         arguments.check_policy(policy, self.policy_aliases, env)
-        given = dict(locals())  # the constructor's arguments: the settings
+        given = dict(locals())
         if isinstance(env, str) and _init_setup_model and max_episode_steps is None:
-            env = reference_env(env, variant)  # the table's env_kwargs (the Maze's cap for six variants)
+            env = reference_env(env, variant)  # the table's env_kwargs
         super().__init__(
             policy,
             env,
@@ -193,7 +186,7 @@ class R2PO(BaseAlgorithm):
         )
         spec = env_spec(self.env)
         table = reference_settings(spec[0], variant, arguments.policy_alias(policy, self.policy_aliases))
-        self.settings = arguments.resolve_settings(given, table if _init_setup_model else None, spec)  # load: the saved
+        self.settings = arguments.resolve_settings(given, table if _init_setup_model else None, spec)
         check_int("seed", seed, 0, optional=True)
         if llm is not None and _init_setup_model:  # load() builds with defaults first, then sets the saved llm
             check_llm_spec(llm)
@@ -207,9 +200,9 @@ class R2PO(BaseAlgorithm):
         self._n_evaluations, self._stop_requested = 0, False
         self._last_result: RolloutResult | None = None  # the last entry's episodes (critic_only's evidence)
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
-        self._placed: np.ndarray | None = None  # the vector _use_best left in the policy (see _warmup)
-        self._backend: ChatBackend | None = None  # made at the first learn()
-        self._llm: LLMRoles | None = None  # the roles of the running learn()
+        self._placed: np.ndarray | None = None  # the vector _use_best left in the policy
+        self._backend: ChatBackend | None = None
+        self._llm: LLMRoles | None = None
         self._run = RunState()
         if _init_setup_model:
             self._setup_model()
@@ -228,9 +221,9 @@ class R2PO(BaseAlgorithm):
         self._placed = _use_best(self)
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
-        """SB3's ``set_env``, refusing VecEnv wrappers that change observations or rewards (see :func:`check_vec_env`)."""
+        """SB3's ``set_env``, refusing VecEnv wrappers that change observations or rewards."""
         super().set_env(env, force_reset=force_reset)
-        check_vec_env(self.env, cap=self.settings.episode_cap)  # then Monitor files see the episodes R2PO's cap cuts
+        check_vec_env(self.env, cap=self.settings.episode_cap)
 
     def _excluded_save_params(self) -> list[str]:
         last = [] if self.settings.variant_spec.search == "none" else ["_last_result"]  # only critic_only reads it again
@@ -243,8 +236,7 @@ class R2PO(BaseAlgorithm):
         exclude: Iterable[str] | None = None,
         include: Iterable[str] | None = None,
     ) -> None:
-        """Save (SB3's zip) as of the last history entry (:mod:`~sb3_r2po.r2po.run_state`), from a shallow copy: a save
-        from a callback or another thread never disturbs training. An ``llm`` object is never saved: ``load`` needs one."""
+        """Save (SB3's zip) as of the last history entry, from a shallow copy; an ``llm`` object is never saved."""
         saved = copy.copy(self)  # a new __dict__ sharing the policy, env and history with the model
         saved.__dict__.update(self._run.committed())
         saved.history = self._run.saved_history(self.history)
@@ -256,7 +248,7 @@ class R2PO(BaseAlgorithm):
         cls, path: str | Path | io.BufferedIOBase, env: GymEnv | None = None, *args: Any, **kwargs: Any
     ) -> R2PO:
         """SB3's ``load`` (only of files you trust: they hold pickles); a stored ``package.module:attribute`` llm string
-        is not imported unless ``llm=`` is given or :meth:`set_llm` confirms it; a run directory continues where it is."""
+        is not imported unless ``llm=`` is given or :meth:`set_llm` confirms it."""
         if kwargs.get("llm") is not None:  # checked before it is stored (a credential in a URL is refused)
             check_llm_spec(kwargs["llm"])
         changes = {name: kwargs.pop(name) for name in SETTINGS if name in kwargs}  # settings given: checked by replace
@@ -273,7 +265,7 @@ class R2PO(BaseAlgorithm):
         return int(self._episode_num)
 
     def set_llm(self, llm: LLMSpec) -> None:
-        """Replace the LLM (an ``llm`` string, a ``ChatBackend`` or a callable): it is used from the next ``learn()``."""
+        """Replace the LLM from the next ``learn()``."""
         check_llm_spec(llm)
         self.llm, self.llm_confirmed, self._backend = llm, True, None
 
@@ -296,15 +288,15 @@ class R2PO(BaseAlgorithm):
         progress_bar: bool = False,
     ) -> SelfR2PO:
         """
-        Train until ``total_timesteps`` environment steps (the running iteration or warm-up episode completes; a learn()
-        ending before the first iteration warns), ``max_iterations`` iterations, ``max_episodes``, or a callback stops.
+        Train until ``total_timesteps`` environment steps (the running iteration completes), ``max_iterations``,
+        ``max_episodes``, or a callback stops.
 
         :param total_timesteps: Environment steps to train for (a lower bound).
         :param callback: Callback(s) called after every environment step.
         :param log_interval: Dump the logs every ``log_interval`` iterations.
         :param tb_log_name: Name of the TensorBoard run.
         :param reset_num_timesteps: Whether to reset the step and episode counters.
-        :param progress_bar: Show a progress bar (tqdm and rich) in the unit that binds (see ``BudgetProgressBar``).
+        :param progress_bar: Show a progress bar (tqdm and rich).
         :return: The trained model.
         """
         clock = self._clock  # a bound method: the model pickles with its roles
@@ -313,17 +305,17 @@ class R2PO(BaseAlgorithm):
         total_timesteps, callback = self._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name)
         callback.on_training_start(locals(), globals())
         self._stop_requested = False
-        self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))  # what save() writes
+        self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))
         try:
             s = self.settings
             if self._backend is None:  # the first learn(): the backend, the run directory's lock and transcript
                 backend = make_llm(self.llm, self.llm_confirmed, self.policy.parameter_space, self.verbose)
                 self._backend = self._run.open(backend, s.checkpoint_dir, self.history)
-            self._run.acquire(self.history)  # a later learn(): the lock again; it is released when learn() ends
+            self._run.acquire(self.history)
             self._llm = LLMRoles(s, self.history, self.policy, self.llm_stats, self._backend, clock, self.verbose)
             self._progress = Progress(s, self.history, self.llm_stats)
-            calls = self._transcript_calls  # calls recorded after the last entry are asked again: a replay follows this run
-            self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)  # None: older checkpoints
+            calls = self._transcript_calls  # calls after the last entry are asked again
+            self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)
             if self._warmup(callback, total_timesteps):
                 planned, k = s.max_iterations or math.inf, s.n_eval_episodes  # the plan: completed iterations
                 while self.num_timesteps < total_timesteps and self.episodes_left >= k and self.iteration < planned:
@@ -359,7 +351,7 @@ class R2PO(BaseAlgorithm):
         return True
 
     def _iterate(self, callback: BaseCallback, discarded: list[run_state.DiscardedAttempt]) -> bool:
-        """One iteration: steps 1-7 of the algorithm in the module docstring. False when training must stop."""
+        """Steps 1-7 of the module docstring's algorithm; False when training must stop."""
         s, llm = self.settings, self._llm
         assert llm is not None
         k, pattern = s.n_eval_episodes, pattern_for(s.variant_spec)  # the variant's LLM steps
@@ -405,14 +397,13 @@ class R2PO(BaseAlgorithm):
     def _evaluate(
         self, params: np.ndarray, n_episodes: int, callback: BaseCallback, incumbent: float | None = None
     ) -> RolloutResult | None:
-        """``n_episodes`` episodes of ``params``, counted and reported to the callbacks after every vector step (``None``:
-        a callback stopped training); racing: in chunks, stopped once the candidate cannot reach the ``incumbent``."""
+        """``n_episodes`` episodes of ``params``, reported to the callbacks (``None``: a callback stopped training)."""
         s, env = self.settings, self.env
         assert env is not None
         if s.racing and incumbent is not None:
             run = lambda m: self._evaluate(params, m, callback)  # noqa: E731
             return run_race(run, n_episodes, s.racing_chunk, incumbent, s.racing_z, lambda: self._stop_requested)
-        if self.seed is not None:  # the run's own stream of env seeds, at its position (resumable: evaluation_seed)
+        if self.seed is not None:  # the run's own stream of env seeds, at its position
             env.seed(run_state.evaluation_seed(self.seed, self._n_evaluations))
         self._n_evaluations += 1
         callback.on_rollout_start()
@@ -434,9 +425,9 @@ class R2PO(BaseAlgorithm):
         return None if result.stopped else result
 
     def _commit(self, entry: run_state.HistoryEntry) -> None:
-        """Append a history entry, keep the best candidate in the policy, and save the state as of this entry."""
+        """Append a history entry, put the best candidate in the policy, and save."""
         assert entry.kept.result is not None and self._llm is not None
-        entry.shown = self._llm.view.stored_fields(entry.kept.result)  # what later prompts show of its episodes
+        entry.shown = self._llm.view.stored_fields(entry.kept.result)
         entry.episodes, entry.timesteps = int(self._episode_num), int(self.num_timesteps)
         record = entry.to_dict()
         self.history.append(record)
@@ -451,26 +442,25 @@ class R2PO(BaseAlgorithm):
             self._progress.entry(record, self._clock())
 
     def _roll_back(self) -> None:
-        """Return to the last history entry's state after an exception cut an iteration short: ``learn()`` repeats it."""
+        """Return to the last history entry's state after an exception."""
         for name, value in self._run.committed().items():
             setattr(self, name, value)
         committed = len(self._run.saved_history(self.history))
-        if len(self.history) > committed:  # cut inside _commit, after the append and before the snapshot (a Ctrl-C)
+        if len(self.history) > committed:  # cut inside _commit
             del self.history[committed:]
             self._placed = _use_best(self)
 
     def dump_logs(self) -> None:
-        """Write the iteration's metrics (the Metrics page of the documentation) at ``step=num_timesteps``."""
-        clock = self._clock()
+        """Write the metrics (the documentation's Metrics page) at ``step=num_timesteps``."""
         steps = (self.num_timesteps, self._num_timesteps_at_start, self.start_time)
         exchanges = self._llm.last_exchanges if self._llm is not None else {}
         buffers = (self.ep_info_buffer, self.ep_success_buffer)
-        record_metrics(self.logger, self.history, self.llm_stats, clock, steps, buffers, exchanges)
+        record_metrics(self.logger, self.history, self.llm_stats, self._clock(), steps, buffers, exchanges)
         self.logger.dump(step=self.num_timesteps)
 
 
 def _use_best(model: R2PO) -> np.ndarray:
-    """Put the best history candidate into the policy (an empty history: as it is); return the policy's vector."""
+    """Put the best history candidate into the policy; return the policy's vector."""
     best = model.best_record()
     if best is not None:
         model.policy.set_flat(np.asarray(best["params"], dtype=np.float64))

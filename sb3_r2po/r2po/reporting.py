@@ -23,8 +23,7 @@ TEXT_ONLY = ("stdout", "log", "json", "csv")  # logger formats that get no promp
 
 
 class Progress:
-    """Prints a line per history entry of a ``learn()`` (the warm-up: one when complete), for ``verbose >= 1``; the
-    line counts the LLM calls (``stats``: ``llm_stats``) since the last one."""
+    """Prints a line per history entry (the warm-up: one when complete) for ``verbose >= 1``, with the LLM calls since."""
 
     def __init__(self, settings: R2POSettings, history: list[dict[str, Any]], stats: dict[str, float]) -> None:
         self.settings, self.history, self.stats = settings, history, stats
@@ -32,25 +31,18 @@ class Progress:
 
     def entry(self, record: dict[str, Any], clock: Clock) -> None:
         """Report a history entry just committed."""
-        s, episodes_used = self.settings, clock.episodes_used
-        budget = f"/{s.max_episodes}" if s.max_episodes is not None else ""
+        s = self.settings
+        episodes = f"episodes {clock.episodes_used}" + (f"/{s.max_episodes}" if s.max_episodes is not None else "")
         best = best_record(self.history)
         assert best is not None
         if record["kind"] == "given":
-            print(
-                f"R2PO given vector (set_parameters): mean return {record['mean_return']:.4g} over {record['n_episodes']} "
-                f"episodes | episodes {episodes_used}{budget} | best {best['mean_return']:.4g}",
-                flush=True,
-            )
+            given = f"mean return {record['mean_return']:.4g} over {record['n_episodes']} episodes"
+            print(f"R2PO given vector (set_parameters): {given} | {episodes} | best {best['mean_return']:.4g}", flush=True)
             return
         if record["kind"] == "warmup":
-            done = sum(r["kind"] == "warmup" for r in self.history)
-            if done == s.warmup_episodes:
-                print(
-                    f"R2PO warm-up: {done} random candidates, 1 episode each | episodes {episodes_used}{budget} | "
-                    f"best return {best['mean_return']:.4g}",
-                    flush=True,
-                )
+            if (done := sum(r["kind"] == "warmup" for r in self.history)) == s.warmup_episodes:
+                warmup = f"{done} random candidates, 1 episode each"
+                print(f"R2PO warm-up: {warmup} | {episodes} | best return {best['mean_return']:.4g}", flush=True)
             return
         planned = s.max_iterations  # the plan, or fewer: this iteration, the full ones a cap pays for, a partial one
         if s.max_episodes is not None:
@@ -58,10 +50,7 @@ class Progress:
             full, rest = divmod(clock.episodes_left, per_iteration)
             paid = clock.iteration + int(full) + int(rest >= s.n_eval_episodes)
             planned = paid if planned is None else min(planned, paid)
-        parts = [
-            f"R2PO iteration {clock.iteration}" + (f"/{planned}" if planned else ""),
-            f"episodes {episodes_used}{budget}",
-        ]
+        parts = [f"R2PO iteration {clock.iteration}" + (f"/{planned}" if planned else ""), episodes]
         search, revision = record.get("search"), record["revision"]
         if search is not None:
             parts.append(f"{search['kind']} {search['mean_return']:.4g}")
@@ -99,9 +88,9 @@ def record_metrics(
     buffers: tuple[Any, Any],
     exchanges: dict[str, tuple[str, str]],
 ) -> None:
-    """Record the run's metrics in ``logger`` (the caller dumps them); ``steps``: ``num_timesteps`` now and when
-    ``learn()`` started, and ``time.time_ns()`` then; ``buffers``: SB3's episode and success buffers; ``exchanges``:
-    the last prompt and reply of each role (TensorBoard only)."""
+    """Record the run's metrics in ``logger``; ``steps``: ``num_timesteps`` now and at the start of ``learn()`` and
+    ``time.time_ns()`` then; ``buffers``: SB3's episode and success buffers; ``exchanges``: each role's last prompt and
+    reply (TensorBoard only)."""
     num_timesteps, timesteps_at_start, start_time = steps
     time_elapsed = max((time.time_ns() - start_time) / 1e9, sys.float_info.epsilon)
     infos, successes = buffers
@@ -114,8 +103,8 @@ def record_metrics(
     logger.record("time/fps", int((num_timesteps - timesteps_at_start) / time_elapsed))
     logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
     logger.record("time/total_timesteps", num_timesteps)
-    last = history[-1] if history else None
-    if last is not None and "revision" in last:  # an iteration's entry (not the warm-up's, nor a given vector's)
+    last = history[-1] if history else {}
+    if "revision" in last:  # an iteration's entry (not the warm-up's, nor a given vector's)
         _record_iteration(logger, last)
     best = best_record(history)
     if best is not None:
@@ -135,7 +124,6 @@ def record_metrics(
 
 
 def _record_iteration(logger: Logger, last: dict[str, Any]) -> None:
-    """The ``r2po/`` and ``diagnostics/`` metrics of the last iteration's history entry."""
     logger.record("r2po/kept_return", last["mean_return"])
     if last.get("search"):
         logger.record("r2po/search_return", last["search"]["mean_return"])
@@ -154,15 +142,14 @@ def planned_episodes(settings: R2POSettings, history: list[dict[str, Any]], cloc
     bounds = [] if s.max_episodes is None else [int(clock.episodes_left)]
     if s.max_iterations is not None:
         warmup = max(0, s.warmup_episodes - sum(r["kind"] == "warmup" for r in history))
-        iterations = max(0, s.max_iterations - clock.iteration)
-        bounds.append(warmup + iterations * s.variant_spec.candidates_per_iteration * s.n_eval_episodes)
+        per_iteration = s.variant_spec.candidates_per_iteration * s.n_eval_episodes
+        bounds.append(warmup + max(0, s.max_iterations - clock.iteration) * per_iteration)
     return max(0, min(bounds)) if bounds else None
 
 
 class BudgetProgressBar(ProgressBarCallback):
     """``learn(..., progress_bar=True)``'s bar: SB3's (steps) without ``max_episodes`` and ``max_iterations``; with
-    either, this ``learn()``'s episodes against ``plan()``'s planned episodes (:func:`planned_episodes`; steps move it
-    too when ``total_timesteps`` binds first), full when training ends."""
+    either, episodes against :func:`planned_episodes` (steps move it too when they bind first), full at the end."""
 
     def __init__(self, plan: Callable[[], tuple[int | None, Clock]]) -> None:
         super().__init__()
@@ -204,8 +191,7 @@ def with_progress_bar(
 
 
 def warn_before_first_iteration(settings: R2POSettings, history: list[dict[str, Any]], clock: Clock) -> None:
-    """Before the run's first iteration is complete, warn at the end of ``learn()`` with the warm-up so far and about
-    the steps the first iteration needs (and whether ``max_episodes`` is too small for it)."""
+    """Before the first iteration is complete, warn with the warm-up so far and the steps the first iteration needs."""
     s = settings
     if clock.iteration > 0:
         return

@@ -1,13 +1,8 @@
-"""The LLM's two roles, and which of them an iteration asks: the Search proposes a vector from the history, the
-Critic revises one from its evidence.
-
-:class:`LLMRoles` asks the backend (made once by :func:`make_llm`), re-asks or reruns after an unusable reply and counts
-every call in ``llm_stats``. Replies are parsed (:mod:`sb3_r2po.common.parameters`), never executed. ``R2PO._iterate``
-runs every variant through one loop; a search pattern (one per :data:`~sb3_r2po.r2po.arguments.SearchMode`) supplies its LLM
-steps, the proposal (step 1) and the challenger (step 4): ``one``: a Search proposal, then the Critic's revision of it
-(none without a Critic); ``two_independent``: two Search proposals asked as one batch; ``two_sequential``: a second
-Search proposal that sees the first's return; ``none``: the Critic's revision of the last history entry, always kept.
-A Critic revision's salience diagnostics (:func:`diagnose_revision`) are computed here too.
+"""The LLM's two roles and the search patterns that ask them: the Search proposes a vector from the history, the Critic
+revises one from its evidence. :class:`LLMRoles` asks the backend (:func:`make_llm`), re-asks or reruns after an
+unusable reply and counts every call in ``llm_stats``; replies are parsed (:mod:`sb3_r2po.common.parameters`), never
+executed. A search pattern (one per :data:`~sb3_r2po.r2po.arguments.SearchMode`) supplies an iteration's proposal and
+its challenger.
 """
 
 from __future__ import annotations
@@ -24,21 +19,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from sb3_r2po.common import rollouts
 from sb3_r2po.common.parameters import ParameterSpace, Reading, bound_reason, parse_params
-from sb3_r2po.common.rollouts import (
-    EvidencePackage,
-    ReferenceTrace,
-    RolloutResult,
-    TraceStyle,
-    ValueStyle,
-    build_evidence,
-    finite_mean,
-    mean_closest_index,
-    reference_excerpt,
-    reference_table,
-    render_excerpt,
-    render_trajectory,
-)
+from sb3_r2po.common.rollouts import EvidencePackage, ReferenceTrace, RolloutResult, TraceStyle, ValueStyle, finite_mean
 from sb3_r2po.llm.base import (
     ChatBackend,
     ChatReply,
@@ -52,22 +35,11 @@ from sb3_r2po.llm.base import (
 from sb3_r2po.llm.resolve import make_backend
 from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder, PromptContext
 from sb3_r2po.prompts.tasks import describe_task
+from sb3_r2po.r2po import run_state
 from sb3_r2po.r2po.arguments import EXCERPT_STEPS, R2POSettings, SearchMode, Variant
 from sb3_r2po.r2po.policies import CompactPolicy
 from sb3_r2po.r2po.reporting import call_line
-from sb3_r2po.r2po.run_state import (
-    Answer,
-    Candidate,
-    Clock,
-    DiscardedAttempt,
-    LLMCall,
-    Revision,
-    Role,
-    best_record,
-    duplicate_error,
-    perturb_best,
-    shown_history,
-)
+from sb3_r2po.r2po.run_state import Answer, Candidate, Clock, DiscardedAttempt, LLMCall, Record, Revision, Role
 from sb3_r2po.zoo.settings import default_history_excerpts
 
 Check = Callable[[np.ndarray], "str | None"]  # extra validation of a parsed vector: an error to state in a re-ask
@@ -82,8 +54,7 @@ class UnusableReply(Exception):
 
     def __init__(self, role: Role, reason: str) -> None:
         super().__init__(f"unusable {role} reply: {reason}")
-        self.role: Role = role
-        self.reason = reason
+        self.role, self.reason = role, reason
 
 
 def new_llm_stats() -> dict[str, float]:
@@ -115,20 +86,19 @@ def make_llm(llm: Any, confirmed: bool, space: ParameterSpace, verbose: int) -> 
             backend.prepare()
         if verbose >= 1:
             print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s", flush=True)
-    if isinstance(backend, Constrainable):  # constrained decoding (e.g. a grammar) from the parameter space
+    if isinstance(backend, Constrainable):  # e.g. a grammar from the parameter space
         backend.constrain(space)
     return backend
 
 
 class LLMRoles:
-    """The Search and Critic roles of one ``learn()``: they read ``settings``, ``history`` (at every call) and the
-    policy's parameter space, ask ``backend``, count every call in ``stats`` (``llm_stats``) and read the run's
-    iteration and episode counts from ``clock``."""
+    """The Search and Critic roles of one ``learn()``: they ask ``backend`` from ``settings``, ``history`` and the policy,
+    count every call in ``stats`` (``llm_stats``) and read the run's iteration and episode counts from ``clock``."""
 
     def __init__(
         self,
         settings: R2POSettings,
-        history: list[dict[str, Any]],
+        history: list[Record],
         policy: CompactPolicy,
         stats: dict[str, float],
         backend: ChatBackend,
@@ -140,14 +110,6 @@ class LLMRoles:
         self.view = PromptView(settings, history, policy)
         self.prompts = PromptBuilder(settings.prompt_template_dir, settings.reply_style)
         self.last_exchanges: dict[str, tuple[str, str]] = {}  # the last prompt and reply of each role (TensorBoard)
-
-    @property
-    def reading(self) -> Reading:
-        """How replies are read (``reply_reading``): the variant's reading for the policy's kind of parameters."""
-        if self.settings.reply_reading == "last_vector":
-            return "last_vector"
-        linear, tabular = self.settings.variant_spec.reading
-        return tabular if self.space.values is not None else linear
 
     def check_usable(self, role: Role, answer: Answer) -> None:
         """With ``on_unusable_reply="rerun"`` (the reference), an answer without a vector discards the iteration."""
@@ -161,13 +123,12 @@ class LLMRoles:
             return Candidate.answered(role, answer.params, answer)
         self.check_usable(role, answer)
         self.stats["fallbacks"] += 1
-        fallback = perturb_best(self.history, self.space, self.settings.step_size, rng)
+        fallback = run_state.perturb_best(self.history, self.space, self.settings.step_size, rng)
         return Candidate.answered("fallback", fallback, answer)
 
     def with_reruns(self, iterate: Callable[[list[DiscardedAttempt]], bool]) -> bool:
         """Run ``iterate(discarded)``; with ``on_unusable_reply="rerun"`` an unusable reply discards the attempt (its
-        episodes stay spent, in ``llm_stats["discarded_episodes"]``) and the iteration runs again, at most
-        ``max_iteration_attempts`` times, as the reference does; then training stops with a warning."""
+        episodes stay spent) and the iteration runs again, at most ``max_iteration_attempts`` times; then training stops."""
         stats, attempts, discarded = self.stats, self.settings.max_iteration_attempts, list[DiscardedAttempt]()
         for attempt in range(1, attempts + 1):
             episodes = self.clock().episodes_used
@@ -196,23 +157,14 @@ class LLMRoles:
         return False
 
     def search(self, shown: Shown = (), also: tuple[np.ndarray, ...] = ()) -> Answer:
-        """The Search proposes a new vector from the history (plus ``shown``); with ``reject_duplicates``, not one of
-        ``also`` (candidates of the running iteration)."""
+        """The Search's proposal from the history (plus ``shown``); with ``reject_duplicates``, not one of ``also``."""
         return self._ask("search", self._search_messages(shown), self.not_new(also))
 
     def search_pair(self) -> tuple[Answer, Answer]:
         """Two independent Search proposals from the same history, asked as one batch (pure_search)."""
-        messages = self._search_messages()  # the same for both
-        first, second = ask_together(
-            self.backend,
-            [messages, messages],
-            self.space,
-            checks=[
-                lambda settled: self.not_new(),
-                lambda settled: self.not_new(tuple(a.params for a in settled if a.params is not None)),
-            ],
-            **self._asking("search"),
-        )
+        messages = self._search_messages()
+        checks = [lambda settled: self.not_new(tuple(a.params for a in settled if a.params is not None))] * 2
+        first, second = ask_together(self.backend, [messages, messages], self.space, checks=checks, **self._asking("search"))
         return self._account("search", first), self._account("search", second)
 
     def revise(
@@ -238,20 +190,22 @@ class LLMRoles:
 
     def seen(self, params: np.ndarray) -> str | None:
         """With ``reject_duplicates``: why ``params``, a history vector, is unusable; otherwise ``None``."""
-        return duplicate_error(self.history, params) if self.settings.reject_duplicates else None
+        return run_state.duplicate_error(self.history, params) if self.settings.reject_duplicates else None
 
     def _search_messages(self, shown: Shown = ()) -> list[Message]:
         spec = self.settings.variant_spec
         return self.prompts.search(self.view.context(self.clock(), shown), spec.search_prompt, spec.search_history)
 
     def _asking(self, role: str) -> dict[str, Any]:  # ask_for_params's arguments from the settings
+        s, (linear, tabular) = self.settings, self.settings.variant_spec.reading
+        variant_reading = tabular if self.space.values is not None else linear
         return dict(
             role=role,
             retry_message=lambda reason: self.prompts.retry(reason, self.space),
-            temperature=self.settings.temperature,
-            max_retries=self.settings.reasks,
-            reading=self.reading,
-            reject_cut_off=self.settings.reject_cut_off_replies,
+            temperature=s.temperature,
+            max_retries=s.reasks,
+            reading="last_vector" if s.reply_reading == "last_vector" else variant_reading,
+            reject_cut_off=s.reject_cut_off_replies,
         )
 
     def _ask(self, role: str, messages: list[Message], check: Check) -> Answer:
@@ -259,8 +213,7 @@ class LLMRoles:
         return self._account(role, answer)
 
     def _account(self, role: str, answer: Answer) -> Answer:
-        """Count an answer's calls in ``llm_stats`` and keep the last exchange for the logs; with ``verbose >= 2`` print
-        a line per call (:func:`~sb3_r2po.r2po.reporting.call_line`)."""
+        """Count an answer's calls in ``llm_stats``, keep the last exchange and print them (``verbose``)."""
         stats, verbose = self.stats, self.verbose
         for call in answer.calls:
             if verbose >= 2:  # only a reply without error gave the answer's vector (the last call)
@@ -298,8 +251,7 @@ def points_at_worst(text: str) -> bool:
 def edit_size(before: Sequence[float] | np.ndarray, after: Sequence[float] | np.ndarray) -> dict[str, float]:
     """Number of changed parameters, largest absolute change and L1 norm of the change."""
     delta = np.abs(np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64))
-    changed = delta > 1e-12
-    return {"n_changed": int(changed.sum()), "max_change": float(delta.max(initial=0.0)), "l1": float(delta.sum())}
+    return {"n_changed": int((delta > 1e-12).sum()), "max_change": float(delta.max(initial=0.0)), "l1": float(delta.sum())}
 
 
 def diagnose_revision(
@@ -311,9 +263,8 @@ def diagnose_revision(
     accepted: bool,
     above_tau_c: bool,
 ) -> dict[str, Any]:
-    """A revision's ``record["diagnostics"]`` (logged as ``diagnostics/...``): ``accepted`` (committed), ``regression``
-    (an evaluated revision's mean return below the candidate's), the edit's size (:func:`edit_size`),
-    ``worst_fixation`` (:func:`points_at_worst`, a keyword proxy) and ``above_tau_c`` (the candidate met ``tau_c``)."""
+    """A revision's ``record["diagnostics"]``: ``accepted`` (committed), ``regression`` (an evaluated revision's mean
+    below the candidate's), :func:`edit_size`, ``worst_fixation`` (:func:`points_at_worst`) and ``above_tau_c``."""
     return {
         "accepted": bool(accepted),
         "regression": bool(after_return is not None and after_return < before_return),
@@ -325,8 +276,8 @@ def diagnose_revision(
 
 @dataclass(frozen=True)
 class Start:
-    """What an iteration starts from: the episodes the budget pays for, K, the last entry's episodes when still in
-    memory (critic_only's evidence) and ``tau_c`` (for the diagnostics)."""
+    """What an iteration starts from: the episodes the budget pays for, K, the last entry's episodes while in memory
+    (critic_only's evidence) and ``tau_c``."""
 
     episodes_left: float
     n_eval_episodes: int
@@ -345,8 +296,8 @@ class SearchPattern:
 
     def __init__(self, variant: Variant) -> None:
         self.variant = variant
-        critic_missing = self.second_role == "critic" and variant.critic is None
-        self.challenger: Role | None = None if critic_missing else self.second_role  # None: one candidate per iteration
+        # the role asked for this variant's second candidate (None: one candidate per iteration)
+        self.challenger = None if self.second_role == "critic" and variant.critic is None else self.second_role
 
     def propose(self, roles: LLMRoles, start: Start) -> Answer:
         """Step 1: the first candidate's answer."""
@@ -362,7 +313,7 @@ class SearchPattern:
         """The history entry's ``search`` and ``revision`` fields."""
         return first, revision
 
-    def diagnose(self, first: Candidate, revision: Revision, start: Start, history: list[dict[str, Any]]) -> dict | None:
+    def diagnose(self, first: Candidate, revision: Revision, start: Start, history: list[Record]) -> dict | None:
         """The diagnostics of a Critic revision (:func:`diagnose_revision`); ``None`` without one."""
         revised = revision.candidate
         if revision.role != "critic" or revised is None or revised.reply is None:
@@ -374,9 +325,8 @@ class SearchPattern:
 
 
 class PairedSearch(SearchPattern):
-    """pure_search: two independent Search proposals from the same history, asked as one batch before any rollout (as
-    the reference asks both before it evaluates either, so that an unusable second proposal discards the iteration
-    before its first K episodes run, with ``on_unusable_reply="rerun"``); keep the best."""
+    """pure_search: two independent Search proposals from the same history, asked as one batch before any rollout, as
+    the reference does (with ``on_unusable_reply="rerun"`` an unusable second one discards the iteration); keep the best."""
 
     second_role: Role | None = "search"
 
@@ -423,22 +373,23 @@ class CriticOnly(SearchPattern):
         history = roles.history
         if not history:  # no warm-up: the reference asks with an empty history and no trace
             return roles.revise(np.zeros(roles.space.size), 0.0, 0, roles.view.evidence(None), roles.not_new())
-        last = history[-1]
-        result = start.last_result if _holds(start.last_result, last) else None  # not saved: lost after a load
+        last, result = history[-1], start.last_result  # None after a load (not saved)
+        if result is not None and (
+            len(result.episodes) != last["n_episodes"] or not np.isclose(finite_mean(result.returns), last["mean_return"])
+        ):
+            result = None  # not the last entry's episodes
         params, evidence = np.asarray(last["params"]), roles.view.evidence(result)
         return roles.revise(params, last["mean_return"], last["n_episodes"], evidence, roles.not_new())
 
     def entry(self, first: Candidate, revision: Revision) -> tuple[Candidate | None, Revision]:
         return None, Revision("critic", "kept", first, own_episodes=False)
 
-    def diagnose(self, first: Candidate, revision: Revision, start: Start, history: list[dict[str, Any]]) -> dict | None:
+    def diagnose(self, first: Candidate, revision: Revision, start: Start, history: list[Record]) -> dict | None:
         if not history or first.reply is None:
             return None
         last = history[-1]
-        above = start.above_tau_c(last["mean_return"])
-        return diagnose_revision(
-            last["params"], first.params, last["mean_return"], first.mean_return, first.reply, True, above
-        )
+        before, above = last["mean_return"], start.above_tau_c(last["mean_return"])
+        return diagnose_revision(last["params"], first.params, before, first.mean_return, first.reply, True, above)
 
 
 def pattern_for(variant: Variant) -> SearchPattern:
@@ -452,13 +403,6 @@ def pattern_for(variant: Variant) -> SearchPattern:
     return patterns[variant.search](variant)
 
 
-def _holds(result: RolloutResult | None, record: dict[str, Any]) -> bool:
-    """Whether ``result`` holds the episodes of history ``record``."""
-    if result is None or len(result.episodes) != record["n_episodes"]:
-        return False
-    return bool(np.isclose(finite_mean(result.returns), record["mean_return"]))
-
-
 MAX_ECHOED_REPLY_CHARS = 2000  # a re-ask quotes at most this much of the unusable reply back to the model
 
 
@@ -469,7 +413,7 @@ def ask_for_params(
     *,
     role: str,
     retry_message: Callable[[str], Message],
-    check: Callable[[np.ndarray], str | None] = lambda params: None,
+    check: Check = lambda params: None,
     temperature: float = 0.0,
     max_retries: int = 1,
     first_reply: ChatReply | None = None,
@@ -484,35 +428,28 @@ def ask_for_params(
     :param space: The parameter space the reply must fit.
     :param role: ``"search"`` or ``"critic"`` (for the logs).
     :param retry_message: Builds the follow-up user message from a failure reason.
-    :param check: Extra validation of a parsed vector (e.g. "already in the history"); returns an error or ``None``
-        (cut like the parser's reasons).
+    :param check: Extra validation of a parsed vector: an error (cut like the parser's reasons) or ``None``.
     :param temperature: Sampling temperature passed to the backend.
     :param max_retries: Number of re-asks after the first unusable reply.
     :param first_reply: The reply to the first attempt when it was already asked (see :func:`ask_together`).
     :param reading: Which values of a reply make the vector (:data:`~sb3_r2po.common.parameters.Reading`).
-    :param reject_cut_off: Whether a reply cut off at the token limit is unusable (see
-        :func:`~sb3_r2po.common.parameters.parse_params`).
+    :param reject_cut_off: Whether a reply cut off at the token limit is unusable
+        (:func:`~sb3_r2po.common.parameters.parse_params`).
     """
     conversation = [dict(m) for m in messages]
     answer = Answer(params=None)
     for attempt in range(1 + max(0, max_retries)):
-        reply = (
-            first_reply if attempt == 0 and first_reply is not None else backend.chat(conversation, temperature=temperature)
-        )
+        reply = backend.chat(conversation, temperature=temperature) if attempt or first_reply is None else first_reply
         result = parse_params(reply.text, space, reading, reject_cut_off)
         error = result.error if not result.ok else check(result.params)  # type: ignore[arg-type]
-        if error is not None:
-            error = bound_reason(str(error))
+        error = None if error is None else bound_reason(str(error))
         tokens = (reply.prompt_tokens, reply.completion_tokens, reply.prompt_tokens_cached)
         answer.calls.append(LLMCall(role, conversation, reply.text, error, reply.seconds, *tokens))
         if error is None:
             answer.params, answer.notes = result.params, result.notes
             return answer
-        conversation = [
-            *conversation,
-            {"role": "assistant", "content": reply.text[:MAX_ECHOED_REPLY_CHARS]},
-            retry_message(error),
-        ]
+        echoed: Message = {"role": "assistant", "content": reply.text[:MAX_ECHOED_REPLY_CHARS]}
+        conversation = [*conversation, echoed, retry_message(error)]
     return answer
 
 
@@ -521,17 +458,13 @@ def ask_together(
     conversations: Sequence[Sequence[Message]],
     space: ParameterSpace,
     *,
-    role: str,
-    retry_message: Callable[[str], Message],
-    checks: Sequence[Callable[[list[Answer]], Callable[[np.ndarray], str | None]]],
+    checks: Sequence[Callable[[list[Answer]], Check]],
     temperature: float = 0.0,
-    max_retries: int = 1,
-    reading: Reading = "first",
-    reject_cut_off: bool = False,
+    **asking: Any,
 ) -> list[Answer]:
     """
-    Ask several independent prompts (the other arguments as :func:`ask_for_params`): the first attempts as one batch
-    (:func:`~sb3_r2po.llm.base.chat_batch`), the re-asks one by one, in order; one :class:`Answer` per prompt.
+    Ask several independent prompts: the first attempts as one batch (:func:`~sb3_r2po.llm.base.chat_batch`), the
+    re-asks one by one, in order; one :class:`Answer` per prompt (the other arguments as :func:`ask_for_params`).
 
     :param conversations: The prompts.
     :param checks: One factory per prompt: given the answers settled so far, it returns this prompt's extra check.
@@ -539,20 +472,9 @@ def ask_together(
     firsts = chat_batch(backend, conversations, temperature=temperature)
     answers: list[Answer] = []
     for messages, make_check, first in zip(conversations, checks, firsts, strict=True):
+        check = make_check(answers)
         answers.append(
-            ask_for_params(
-                backend,
-                messages,
-                space,
-                role=role,
-                retry_message=retry_message,
-                check=make_check(answers),
-                temperature=temperature,
-                max_retries=max_retries,
-                first_reply=first,
-                reading=reading,
-                reject_cut_off=reject_cut_off,
-            )
+            ask_for_params(backend, messages, space, check=check, first_reply=first, temperature=temperature, **asking)
         )
     return answers
 
@@ -566,7 +488,7 @@ Shown = tuple[tuple[np.ndarray, RolloutResult], ...]  # candidates evaluated ear
 class PromptView:
     """Builds what a prompt shows from the run's ``settings``, ``history`` and ``policy`` (spaces and layout)."""
 
-    def __init__(self, settings: R2POSettings, history: list[dict[str, Any]], policy: CompactPolicy) -> None:
+    def __init__(self, settings: R2POSettings, history: list[Record], policy: CompactPolicy) -> None:
         self.settings, self.history, self.policy, self.space = settings, history, policy, policy.parameter_space
         self.task = describe_task(settings.env_id, policy.observation_space, policy.action_space, type(policy).__name__)
 
@@ -575,18 +497,16 @@ class PromptView:
         return self.space.format(np.asarray(params, dtype=np.float64), self.settings.reply_style)
 
     def context(self, clock: Clock, shown: Shown = (), critic: bool = False) -> PromptContext:
-        """What a prompt shows; ``shown``: candidates evaluated earlier in this iteration; ``critic``: the Critic's
-        (its history shows excerpts where the variant's does; the Search's, props_plus's first episodes)."""
+        """What a prompt shows; ``shown``: candidates evaluated earlier in this iteration; ``critic``: the Critic's."""
         s, spec, policy, history = self.settings, self.settings.variant_spec, self.policy, self.history
-        best = best_record(history)
+        best = run_state.best_record(history)
         planned = s.max_iterations  # the plan, or fewer: the iterations a max_episodes cap still pays for
         if s.max_episodes is not None:
             per_iteration = spec.candidates_per_iteration * s.n_eval_episodes
             paid = clock.iteration + max(1, math.ceil(clock.episodes_left / max(1, per_iteration)))
             planned = paid if planned is None else min(planned, paid)
-        shown_entries = shown_history(history, s.history_best_k, s.history_recent, s.history_slack)
-        lines = self._history_lines(shown_entries, critic)
-        n = len(history)
+        shown_entries = run_state.shown_history(history, s.history_best_k, s.history_recent, s.history_slack)
+        n, lines = len(history), self._history_lines(shown_entries, critic)
         lines += [
             HistoryLine(self.format(p), finite_mean(res.returns), len(res.episodes), index=n + j, values=self.values(p))
             for j, (p, res) in enumerate(shown)
@@ -622,15 +542,12 @@ class PromptView:
         """The reference's trajectory format for the variant, spaces and policy (step cap: ``max_episode_steps``)."""
         spec = self.settings.variant_spec.critic
         observation: ValueStyle = "int" if isinstance(self.policy.observation_space, spaces.Discrete) else "list"
-        action: ValueStyle = "nested"
-        if self.space.is_discrete:
-            action = "int"
-        elif isinstance(self.policy.action_space, spaces.Discrete):
-            action = "wrapped"
+        wrapped = isinstance(self.policy.action_space, spaces.Discrete)
+        action: ValueStyle = "int" if self.space.is_discrete else "wrapped" if wrapped else "nested"
         trace = REFERENCE_TRACES.get(spec.prompt, "chain") if spec is not None else "chain"
         return ReferenceTrace(trace, observation, action, int(self.settings.max_episode_steps))
 
-    def _history_lines(self, shown: list[dict[str, Any]], critic: bool) -> list[HistoryLine]:
+    def _history_lines(self, shown: list[Record], critic: bool) -> list[HistoryLine]:
         spec = self.settings.variant_spec
         n, position = len(self.history), {id(r): i for i, r in enumerate(self.history)}
         excerpts = self.excerpted_entries() if critic and spec.critic is not None and spec.critic.excerpts else 0
@@ -658,20 +575,20 @@ class PromptView:
 
     def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
         """What later prompts show of an entry's episodes, stored in its record: ``rollout_excerpt`` (the episode closest
-        to the mean return, 8 steps; Critics shown excerpts) and ``first_episode`` (props_plus on tabular tasks)."""
+        to the mean return, 8 steps) and ``first_episode`` (props_plus on tabular tasks)."""
         s, spec, fields = self.settings, self.settings.variant_spec, dict[str, Any]()
         if spec.critic is not None and spec.critic.excerpts and result.episodes:
-            episode = result.episodes[mean_closest_index([float(r) for r in result.returns])]
+            episode = result.episodes[rollouts.mean_closest_index([float(r) for r in result.returns])]
             if s.prompt_layout == "reference":
                 trace = self.reference_trace()
-                fields["rollout_excerpt"] = reference_excerpt(episode, trace, EXCERPT_STEPS, s.trajectory_digits)
+                fields["rollout_excerpt"] = rollouts.reference_excerpt(episode, trace, EXCERPT_STEPS, s.trajectory_digits)
             else:
-                fields["rollout_excerpt"] = render_excerpt(episode, EXCERPT_STEPS, s.trajectory_digits)
+                fields["rollout_excerpt"] = rollouts.render_excerpt(episode, EXCERPT_STEPS, s.trajectory_digits)
         if spec.search_trajectories and self.space.is_discrete and result.episodes:
             if s.prompt_layout == "reference":
-                lines = reference_table(result.episodes[0], self.reference_trace())
+                lines = rollouts.reference_table(result.episodes[0], self.reference_trace())
             else:
-                lines = render_trajectory(result.episodes[0], None, s.trajectory_digits, fold=False).lines
+                lines = rollouts.render_trajectory(result.episodes[0], None, s.trajectory_digits, fold=False).lines
             fields["first_episode"] = list(lines)
         return fields
 
@@ -679,10 +596,10 @@ class PromptView:
         """The Critic's evidence package from a candidate's episodes (``None``: critic_only after a load)."""
         s, spec = self.settings, self.settings.variant_spec.critic
         assert spec is not None
-        if result is None:  # critic_only after a load: the last candidate's episodes are not saved
+        if result is None:
             return EvidencePackage(None, {}, {}, None, False, spec.step_rewards)
         max_steps = spec.max_steps if spec.max_steps is not None else s.max_trajectory_steps
-        return build_evidence(
+        return rollouts.build_evidence(
             result.episodes,
             s.target,
             s.revision_threshold,

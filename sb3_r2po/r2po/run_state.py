@@ -1,18 +1,12 @@
-"""The records of a run and its crash consistency: candidates, revisions, discarded attempts, LLM calls and history
-entries (``R2PO.history``: plain JSON-serialisable dicts, documented on the Usage page, each made by
-:meth:`HistoryEntry.to_dict`, so its keys and their order are defined here and nowhere else); the state as of the
-last history entry, and the run directory that holds it.
+"""The records of a run (candidates, revisions, discarded attempts, LLM calls and history entries: ``R2PO.history``'s
+JSON-serialisable dicts, whose keys and order :meth:`HistoryEntry.to_dict` alone defines), the state as of the last
+history entry and the run directory that holds it.
 
-:class:`RunState` keeps a *snapshot* of the values an iteration changes, as of the last history entry: a save in the
-middle of an iteration writes that state, and an exception that cuts an iteration short rolls the model back to it.
-
-The run directory (``checkpoint_dir``): every entry writes ``model.zip`` (the state and the history: the one file a run
-resumes from), then ``history.json`` (an export, never read back), each atomically; the LLM transcript
-``llm_calls.jsonl`` is rewound to the last entry when a run resumes, so it replays exactly. A run holds the directory's
-``.lock`` (a :class:`filelock.FileLock`, dying with its process) from :meth:`RunState.open` or :meth:`RunState.acquire`
-to :meth:`RunState.close`. A damaged, missing or foreign ``model.zip`` is refused with a :class:`RunDirectoryError`
-naming the file and the way out; a damaged ``history.json`` is written anew at the next entry. A run resumed from a
-copied or moved run directory writes into the copy (:func:`loaded_checkpoint_dir`).
+:class:`RunState` snapshots what an iteration changes as of the last history entry: a save mid-iteration writes that
+state, and an exception that cuts an iteration short rolls the model back to it. In the run directory
+(``checkpoint_dir``) every entry writes ``model.zip`` (the one file a run resumes from), then ``history.json`` (an
+export, never read back), each atomically; the transcript ``llm_calls.jsonl`` is rewound to the last entry on resume.
+A run holds the directory's ``.lock`` from :meth:`RunState.open` or :meth:`RunState.acquire` to :meth:`RunState.close`.
 """
 
 from __future__ import annotations
@@ -48,17 +42,17 @@ COMMITTED_STATE = tuple(
 def evaluation_seed(seed: int, evaluation: int) -> int:
     """The env seed of a run's evaluation number ``evaluation`` (from 0; sub-environment ``i`` adds ``i``): 31 bits of
     the ``evaluation``-th child of ``numpy.random.SeedSequence(seed)``."""
-    child = np.random.SeedSequence(seed, spawn_key=(evaluation,))  # == SeedSequence(seed).spawn(evaluation + 1)[-1]
-    return int(child.generate_state(1)[0] >> 1)
+    return int(np.random.SeedSequence(seed, spawn_key=(evaluation,)).generate_state(1)[0] >> 1)
 
+
+Record = dict[str, Any]  # a history entry, as R2PO.history stores it
 
 TRANSCRIPT = "llm_calls.jsonl"
 MODEL = "model.zip"
 HISTORY = "history.json"
 LOCK = ".lock"
 
-_MAX_DATA_BYTES = 256 * 2**20
-"""A model zip's ``data`` larger than this is not read (a history of that size is not one R2PO wrote)."""
+_MAX_DATA_BYTES = 256 * 2**20  # a model zip's larger ``data`` is not read (not a history R2PO wrote)
 
 
 class RunDirectoryError(ValueError):
@@ -82,7 +76,7 @@ def _special(path: Path) -> str | None:
     return None
 
 
-def _read_model(path: Path) -> tuple[list[dict[str, Any]] | None, str]:
+def _read_model(path: Path) -> tuple[list[Record] | None, str]:
     """The history in a model zip (checksums checked, ``data`` read as JSON, nothing unpickled), or ``None`` and why not."""
     if not path.exists():
         return None, "is a link to a file that does not exist" if path.is_symlink() else "is missing"
@@ -111,7 +105,7 @@ def _read_model(path: Path) -> tuple[list[dict[str, Any]] | None, str]:
     return history, ""
 
 
-def _continues(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> bool:
+def _continues(ours: list[Record], theirs: list[Record]) -> bool:
     """Whether the history ``ours`` starts with ``theirs`` (compared as JSON text, so a NaN equals a NaN)."""
     return [json.dumps(e, sort_keys=True) for e in ours[: len(theirs)]] == [json.dumps(e, sort_keys=True) for e in theirs]
 
@@ -158,18 +152,14 @@ def check_model_file(path: str | os.PathLike[str]) -> Path:
 
 
 def loaded_checkpoint_dir(path: Any, saved: str | None) -> str | None:
-    """
-    The ``checkpoint_dir`` of a model loaded from ``path`` (a path or a file object) whose zip saved ``saved``: the
+    """The ``checkpoint_dir`` of a model loaded from ``path`` (a path or a file object) whose zip saved ``saved``: the
     directory of a run directory's ``model.zip``, so that a copied or moved run directory resumes into itself (with a
-    warning); otherwise ``saved``.
-    """
+    warning); otherwise ``saved``."""
     if saved is None or not isinstance(path, (str, os.PathLike)):
         return saved
     target = _zip_path(path)
     here = target.parent
-    if target.name != MODEL or not target.is_file() or not _is_run_directory(here):
-        return saved
-    if _same_directory(here, Path(saved)):
+    if target.name != MODEL or not target.is_file() or not _is_run_directory(here) or _same_directory(here, Path(saved)):
         return saved
     warnings.warn(
         f"{str(target)!r} was loaded from a run directory that is not the one its run was started in "
@@ -189,7 +179,7 @@ def _same_directory(a: Path, b: Path) -> bool:
 
 class RunState:
     """The snapshot of a model's :data:`COMMITTED_STATE` at its last history entry, and its run directory (``None``:
-    no files), locked by :meth:`open`, unlocked by :meth:`close`, locked again by :meth:`acquire`."""
+    no files), locked by :meth:`open` and :meth:`acquire`, unlocked by :meth:`close`."""
 
     def __init__(self) -> None:
         self.directory: Path | None = None
@@ -205,23 +195,20 @@ class RunState:
 
     def snapshot(self, values: dict[str, Any], history_length: int) -> None:
         """Remember copies of ``values`` as the state of the history's first ``history_length`` entries."""
-        self._values = copy.deepcopy(values)
-        self._history_length = history_length
+        self._values, self._history_length = copy.deepcopy(values), history_length
 
     def committed(self) -> dict[str, Any]:
         """Copies of the snapshot's values."""
         return copy.deepcopy(self._values)
 
-    def saved_history(self, history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def saved_history(self, history: list[Record]) -> list[Record]:
         """The entries of ``history`` the snapshot covers (an entry appended and not yet committed is left out)."""
         return history if self._history_length is None else history[: self._history_length]
 
-    def open(
-        self, backend: ChatBackend, directory: str | os.PathLike[str] | None, history: list[dict[str, Any]]
-    ) -> ChatBackend:
+    def open(self, backend: ChatBackend, directory: str | os.PathLike[str] | None, history: list[Record]) -> ChatBackend:
         """
-        With a run directory (created when missing; ``None``: no files): lock it until :meth:`close`, check it
-        (:meth:`check_directory`) against ``history`` and return ``backend`` recording every call to its transcript.
+        With a run directory (created when missing; ``None``: no files): lock it until :meth:`close`, check it against
+        ``history`` and return ``backend`` recording every call to its transcript.
 
         :raises RunDirectoryInUseError: when another run holds the directory.
         :raises RunDirectoryError: when it holds another run, or files that cannot be used.
@@ -235,7 +222,7 @@ class RunState:
         assert self.transcript is not None
         return self.transcript
 
-    def acquire(self, history: list[dict[str, Any]]) -> None:
+    def acquire(self, history: list[Record]) -> None:
         """Lock the run directory of :meth:`open` again (the next ``learn()``), check it and count its transcript's calls
         again; nothing happens without a directory or while locked (errors as :meth:`open`)."""
         if self.directory is not None and not self.locked:
@@ -276,7 +263,7 @@ class RunState:
             ) from error
         self._lock = lock
 
-    def _enter(self, history: list[dict[str, Any]], backend: ChatBackend | None) -> None:
+    def _enter(self, history: list[Record], backend: ChatBackend | None) -> None:
         self._lock_directory()
         assert self.directory is not None
         path = self.directory / TRANSCRIPT
@@ -299,7 +286,7 @@ class RunState:
             self.close()
             raise
 
-    def check_directory(self, history: list[dict[str, Any]]) -> None:
+    def check_directory(self, history: list[Record]) -> None:
         """Raise a :class:`RunDirectoryError` when the ``model.zip`` cannot be loaded (also missing beside a
         ``history.json``) or holds a run ``history`` does not continue, or ``history.json`` is a folder."""
         assert self.directory is not None
@@ -331,9 +318,7 @@ class RunState:
         if self.transcript is not None:
             self.transcript.rewind(calls)
 
-    def write(
-        self, directory: str | os.PathLike[str], save: Callable[[io.BytesIO], None], history: list[dict[str, Any]]
-    ) -> None:
+    def write(self, directory: str | os.PathLike[str], save: Callable[[io.BytesIO], None], history: list[Record]) -> None:
         """Write ``model.zip`` (by ``save``: the state and ``history``), then its export ``history.json``, atomically."""
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
@@ -344,18 +329,15 @@ class RunState:
 
 
 Kind = Literal["warmup", "given", "search", "critic", "fallback"]
-"""Where a history entry's vector came from: a random warm-up draw, the user (``set_parameters()`` before ``learn()``,
-evaluated for K episodes), a Search or Critic reply, or the fallback."""
+"""Where a history entry's vector came from: a random warm-up draw, the user (``set_parameters()`` before ``learn()``),
+a Search or Critic reply, or the fallback."""
 
-Role = Literal["search", "critic"]  # the LLM role that answered
+Role = Literal["search", "critic"]
 
 RevisionStatus = Literal["none", "skipped", "failed", "declined", "interrupted", "kept", "rejected"]
 """What became of an iteration's second candidate: ``none`` (no second call), ``skipped`` (no budget left, or a callback
 stopped training), ``failed`` (no usable reply), ``declined`` (unchanged, with ``skip_unchanged_revisions``),
 ``interrupted`` (a callback stopped its evaluation), ``kept`` / ``rejected`` (the selection's verdict)."""
-
-
-Record = dict[str, Any]
 
 
 class Clock(NamedTuple):
@@ -402,9 +384,9 @@ class Candidate:
 
 @dataclass
 class Revision:
-    """An iteration's second step (a Critic revision or a second Search proposal): the role asked (``None``: none),
-    its status, its candidate (``None``: no usable reply), whether it equals the first, and whether its record lists
-    its own episodes (not for critic_only's revision, which is the entry itself)."""
+    """An iteration's second step (a Critic revision or a second Search proposal): the role asked (``None``: none), its
+    status, its candidate (``None``: no usable reply), whether it equals the first, and whether its record lists its own
+    episodes (not critic_only's, which is the entry itself)."""
 
     role: Role | None = None
     status: RevisionStatus = "none"
@@ -427,21 +409,19 @@ class Revision:
     def to_dict(self) -> dict[str, Any]:
         """The history's ``revision`` field."""
         candidate = self.candidate
-        evaluated = candidate is not None and candidate.result is not None
+        result = None if candidate is None else candidate.result
         record: dict[str, Any] = {
             "role": self.role,
             "status": self.status,
             "params": None if candidate is None else floats(candidate.params),
-            "mean_return": candidate.mean_return if candidate is not None and evaluated else None,
+            "mean_return": None if result is None else finite_mean(result.returns),
             "failures": self.failures if candidate is None else candidate.failures,
             "adjusted": [] if candidate is None else candidate.adjusted,
         }
         if self.unchanged is not None:
             record["unchanged"] = self.unchanged
-        if evaluated and self.own_episodes:
-            assert candidate is not None and candidate.result is not None
-            record["n_episodes"] = len(candidate.result.episodes)
-            record["returns"] = floats(candidate.result.returns)
+        if result is not None and self.own_episodes:
+            record.update(n_episodes=len(result.episodes), returns=floats(result.returns))
         return record
 
 
@@ -456,9 +436,9 @@ class DiscardedAttempt:
 
 @dataclass
 class HistoryEntry:
-    """One history entry: the kept candidate of a warm-up draw (iteration 0), a given vector or an iteration, with
-    what later prompts show of its episodes, the iteration's first candidate and second step (``None`` for the
-    warm-up), the diagnostics, the discarded attempts, and the episodes and steps run when it was committed."""
+    """One history entry: the kept candidate of a warm-up draw (iteration 0), a given vector or an iteration, what later
+    prompts show of its episodes, the iteration's two steps (``None``: warm-up), diagnostics, discarded attempts and the
+    episodes and steps run when it was committed."""
 
     iteration: int
     kept: Candidate
@@ -496,8 +476,7 @@ class HistoryEntry:
                 record["diagnostics"] = self.diagnostics
             if self.discarded:
                 record["discarded_attempts"] = [dataclasses.asdict(attempt) for attempt in self.discarded]
-        record["episodes"] = self.episodes
-        record["timesteps"] = self.timesteps
+        record.update(episodes=self.episodes, timesteps=self.timesteps)
         return record
 
 
@@ -513,11 +492,9 @@ def find(history: list[Record], params: np.ndarray) -> Record | None:
 
 
 def shown_history(history: list[Record], best_k: int | None, recent: int | None, slack: int = 0) -> list[Record]:
-    """
-    The history as prompts show it: all of it, or the best ``best_k`` plus the ``recent`` latest (in history order).
+    """The history as prompts show it: all of it, or the best ``best_k`` plus the ``recent`` latest (in history order).
     With ``slack`` > 0 the shown entries grow by appending (a prefix cache reuses them) until there would be more than
-    ``best_k + recent + slack``; then they are cut back to the best ``best_k`` plus the ``recent`` latest.
-    """
+    ``best_k + recent + slack``; then they are cut back to the best ``best_k`` plus the ``recent`` latest."""
     if best_k is None and recent is None:
         return history
     n, best_k, recent = len(history), best_k or 0, recent or 0
@@ -566,7 +543,7 @@ def reached(history: list[Record], target: float, n_episodes: int) -> bool:
 @dataclass
 class LLMCall:
     """
-    One call to the LLM, as logged (the token counts as the backend reported them, see
+    One call to the LLM, as logged (the token counts as the backend reported them:
     :class:`~sb3_r2po.llm.base.ChatReply`).
 
     :param role: ``"search"`` or ``"critic"``.

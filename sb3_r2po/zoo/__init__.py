@@ -1,13 +1,11 @@
 """
 RL Zoo integration: ``python -m sb3_r2po.zoo train|enjoy|plot_train|plot_from_file|all_plots ...``.
 
-The zoo keeps its algorithms in one dict, ``rl_zoo3.utils.ALGOS``, imported by name by every zoo module:
-:func:`register_r2po` adds R2PO to each copy, makes the zoo resolve an R2PO entry's ``variants:``
-(:mod:`sb3_r2po.zoo.settings`) and prepares ``-optimize`` (:data:`SEARCH_SPACE`, :mod:`sb3_r2po.zoo.optimize`).
-``train`` without ``-conf``/``--conf-file`` gets our ``r2po.yml`` for ``--algo r2po``, and our ``<algo>.yml`` when it
-has an entry for the ``--env`` id (options read as the zoo's parser reads them); ``plot_train``/``all_plots`` get
-``-e/--env`` ids as the zoo's folder names (``R2PO/Nim-v0`` -> ``R2PO-Nim-v0``). Nothing here imports ``rl_zoo3`` at
-import time.
+:func:`register_r2po` adds R2PO to every copy of the zoo's ``ALGOS`` dict, makes the zoo resolve an R2PO entry's
+``variants:`` (:mod:`sb3_r2po.zoo.settings`) and prepares ``-optimize`` (:data:`SEARCH_SPACE`,
+:mod:`sb3_r2po.zoo.optimize`). ``train`` without ``-conf``/``--conf-file`` gets our ``r2po.yml`` for ``--algo r2po``,
+and our ``<algo>.yml`` when it has an entry for the ``--env`` id; ``plot_train``/``all_plots`` get ``-e/--env`` ids as
+the zoo's folder names (``R2PO/Nim-v0`` -> ``R2PO-Nim-v0``). Nothing here imports ``rl_zoo3`` at import time.
 """
 
 from __future__ import annotations
@@ -23,16 +21,14 @@ from typing import Any
 from sb3_r2po.zoo.settings import read_entries
 
 ALGO_NAME = "r2po"  # R2PO's zoo --algo name
-
-SCRIPTS: dict[str, tuple[str, str]] = {
-    "train": ("rl_zoo3.train", "train"),
-    "enjoy": ("rl_zoo3.enjoy", "enjoy"),
-    "plot_train": ("rl_zoo3.plots.plot_train", "plot_train"),
-    "plot_from_file": ("rl_zoo3.plots.plot_from_file", "plot_from_file"),
-    "all_plots": ("rl_zoo3.plots.all_plots", "all_plots"),
-}
+SCRIPTS = ("train", "enjoy", "plot_train", "plot_from_file", "all_plots")  # rl_zoo3.<name> or rl_zoo3.plots.<name>
 PLOT_SCRIPTS = ("plot_train", "all_plots")  # their -e/--env values are matched against log folder names
+USAGE = (
+    f"usage: python -m sb3_r2po.zoo {{{'|'.join(SCRIPTS)}}} [zoo arguments ...]\n"
+    "(see the RL Zoo page of the sb3_r2po documentation; python -m sb3_r2po.zoo train -h)"
+)
 CONFIG_DIR_ENV = "SB3_R2PO_ZOO_CONFIGS"  # a directory of zoo hyperparameter files that replaces ours
+#: The R2PO hyperparameters -optimize samples and their choices (the paper's among them); the rest: r2po.yml, --hyperparams
 SEARCH_SPACE: dict[str, list[Any]] = {
     "step_size": [0.1, 0.25, 0.5, 1.0, 2.0],
     "n_eval_episodes": [5, 10, 20],
@@ -40,8 +36,6 @@ SEARCH_SPACE: dict[str, list[Any]] = {
     "max_trajectory_steps": [20, 40, 80, None],
     "reply_style": ["indexed", "list"],
 }
-"""The R2PO hyperparameters ``-optimize`` samples (:func:`sample_r2po_params`) and their choices; the paper's values are
-among them. What is not sampled comes from ``r2po.yml`` and ``--hyperparams``."""
 
 
 def config_dir() -> Path:
@@ -77,19 +71,16 @@ def register_r2po(name: str = ALGO_NAME) -> list[str]:
     :param name: The algorithm name in the zoo.
     :return: The zoo modules whose ``ALGOS`` holds the entry (``rl_zoo3.utils`` first).
     """
-    import rl_zoo3.utils
-
     from sb3_r2po import R2PO
 
-    _register_optimize(name)  # first: the zoo modules it imports are patched below
-    _register_variant_settings()
+    importlib.import_module("rl_zoo3.utils")  # ALGOS' own module
+    _register_hooks(name)  # first: the zoo modules it imports are patched below
     patched: list[str] = []
-    loaded = sorted((key, mod) for key, mod in list(sys.modules.items()) if key.startswith("rl_zoo3") and mod is not None)
-    for mod_name, module in [("rl_zoo3.utils", rl_zoo3.utils), *loaded]:
-        algos = getattr(module, "ALGOS", None)
+    for module_name in ["rl_zoo3.utils", *sorted(key for key in list(sys.modules) if key.startswith("rl_zoo3"))]:
+        algos = getattr(sys.modules.get(module_name), "ALGOS", None)
         if isinstance(algos, dict):
             algos[name] = R2PO
-            patched.append(mod_name)
+            patched.append(module_name)
     return list(dict.fromkeys(patched))
 
 
@@ -98,37 +89,21 @@ def sample_r2po_params(trial: Any, n_actions: int, n_envs: int, additional_args:
     return {name: trial.suggest_categorical(name, choices) for name, choices in SEARCH_SPACE.items()}
 
 
-def _register_optimize(name: str) -> None:
-    """Add R2PO's Optuna sampler and make the zoo's trial callback also evaluate an R2PO run when it ends."""
+def _register_hooks(name: str) -> None:
+    """Add R2PO's Optuna sampler, evaluate an R2PO trial when its run ends, and resolve R2PO entries' variants."""
     try:
         import rl_zoo3.exp_manager
         from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
-    except ImportError:  # optuna missing: only -optimize needs it
+    except ImportError:  # optuna missing: -optimize and train (the ExperimentManager) cannot run anyway
         return
+    from sb3_r2po import R2PO
     from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
+    from sb3_r2po.zoo.settings import install_variant_settings
 
     HYPERPARAMS_SAMPLER[name] = sample_r2po_params
     if not issubclass(rl_zoo3.exp_manager.TrialEvalCallback, FinalTrialEvalCallback):
         rl_zoo3.exp_manager.TrialEvalCallback = FinalTrialEvalCallback  # type: ignore[misc]
-
-
-def _register_variant_settings() -> None:
-    try:
-        import rl_zoo3.exp_manager  # noqa: F401  (needs optuna)
-    except ImportError:  # only train needs the ExperimentManager, and it cannot run without it
-        return
-    from sb3_r2po.zoo.settings import install_variant_settings
-
-    install_variant_settings(_is_r2po)
-
-
-def _is_r2po(algo: str) -> bool:
-    from rl_zoo3.utils import ALGOS
-
-    from sb3_r2po import R2PO
-
-    algo_class = ALGOS.get(algo)
-    return isinstance(algo_class, type) and issubclass(algo_class, R2PO)
+    install_variant_settings(R2PO)
 
 
 def resolve_train_args(argv: Sequence[str]) -> list[str]:
@@ -150,8 +125,7 @@ def resolve_train_args(argv: Sequence[str]) -> list[str]:
         return argv
     if given.conf_file is not None:
         return argv
-    algo, env_id = given.algo, given.env
-    conf = config_file(algo) if algo == ALGO_NAME or env_id in config_env_ids(algo) else None
+    conf = config_file(given.algo) if given.algo == ALGO_NAME or given.env in config_env_ids(given.algo) else None
     return argv if conf is None else ["--conf-file", str(conf), *argv]
 
 
@@ -160,25 +134,16 @@ def normalize_plot_env_args(argv: Sequence[str]) -> list[str]:
     out: list[str] = []
     in_env = False
     for token in argv:
-        if token.startswith("--env="):
-            token = "--env=" + token[len("--env=") :].replace("/", "-")
-        elif in_env and not token.startswith("-"):
+        if token.startswith("--env=") or (in_env and not token.startswith("-")):
             token = token.replace("/", "-")
         out.append(token)
         in_env = token in ("-e", "--env") or (in_env and not token.startswith("-"))
     return out
 
 
-def _usage() -> str:
-    return (
-        f"usage: python -m sb3_r2po.zoo {{{'|'.join(SCRIPTS)}}} [zoo arguments ...]\n"
-        "(see the RL Zoo page of the sb3_r2po documentation; python -m sb3_r2po.zoo train -h)"
-    )
-
-
 def load_script(name: str) -> Callable[[], Any]:
     """Import the zoo script ``name`` and return its entry function (R2PO is registered first)."""
-    module_name, func_name = SCRIPTS[name]
+    module_name = f"rl_zoo3.{name}" if name in ("train", "enjoy") else f"rl_zoo3.plots.{name}"
     try:
         register_r2po()
         module = importlib.import_module(module_name)
@@ -189,7 +154,7 @@ def load_script(name: str) -> Callable[[], Any]:
             raise SystemExit(f"{name} needs the zoo's plotting extras ({error}): pip install 'rl_zoo3[plots]'") from error
         raise
     register_r2po()  # modules imported just now: patch any copy of ALGOS they hold
-    return getattr(module, func_name)
+    return getattr(module, name)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -197,15 +162,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     (the script name and its arguments) defaults to ``sys.argv[1:]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(USAGE)
         raise SystemExit(0 if argv else 2)
     script, args = argv[0], argv[1:]
     if script not in SCRIPTS:
-        print(f"unknown script {script!r}\n{_usage()}", file=sys.stderr)
+        print(f"unknown script {script!r}\n{USAGE}", file=sys.stderr)
         raise SystemExit(2)
-
-    import sb3_r2po  # noqa: F401  (registers the custom envs)
-
     if script == "train":
         args = resolve_train_args(args)
     elif script in PLOT_SCRIPTS:

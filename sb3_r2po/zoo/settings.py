@@ -1,18 +1,21 @@
 """
-The settings table ``sb3_r2po/zoo/configs/r2po.yml``, R2PO's zoo hyperparameter file, read by the zoo, ``compare``,
+The settings table ``sb3_r2po/zoo/configs/r2po.yml`` (R2PO's zoo hyperparameter file), read by the zoo, ``compare``,
 ``ablate`` and a plain ``R2PO(policy, env_id)`` (:func:`reference_settings`). An env entry holds R2PO's settings, its
-``variants:`` the keys whose values differ per variant in the authors' reference configs (``props: {tau_c: null,
-...}``), its ``policies:`` those per policy alias; :func:`apply_variant` resolves an entry for one variant wherever
-a variant is built from the file, and settings the user gives win. Nothing here imports ``rl_zoo3`` at import time.
+``variants:`` the values that differ per variant in the authors' reference configs (``props: {tau_c: null, ...}``),
+its ``policies:`` those per policy alias; :func:`apply_variant` resolves an entry for one variant wherever a variant is
+built from the file, and settings the user gives win. Nothing here imports ``rl_zoo3`` at import time.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import gymnasium as gym
+import yaml
 
 from sb3_r2po.r2po.arguments import VARIANTS, WITHOUT_TABLE
 
@@ -21,37 +24,22 @@ HISTORY_EXCERPTS_KEY = "history_excerpts"  # the reference's traj_history_last_n
 POLICIES_KEY = "policies"  # an env entry's settings per policy alias: {policy: {key: value, ..., variants: {...}}}
 MERGED_KEYS = ("env_kwargs",)  # merged with the entry's (a variant's episode cap keeps FrozenLake's is_slippery)
 DEFAULT_VARIANT = "r2po"
-
 SETTINGS_FILE = Path(__file__).resolve().parent / "configs" / "r2po.yml"  # R2PO(...) reads it whatever the env var says
-
 REFERENCE_KEYS = tuple(WITHOUT_TABLE)
 
 
-def variant_overrides(entry: Mapping[str, Any], variant: str) -> dict[str, Any]:
-    """The settings the entry's ``variants:`` gives ``variant`` (``ValueError`` for a malformed mapping)."""
-
-    table = entry.get(VARIANTS_KEY) or {}
+def _layer(entry: Mapping[str, Any], key: str, noun: str, name: str | None, known: Collection[str] = ()) -> dict[str, Any]:
+    """``entry[key][name]`` (``{}`` when absent); ``ValueError`` for a malformed table or, with ``known``, unknown names."""
+    table = entry.get(key) or {}
     if not isinstance(table, Mapping):
-        raise ValueError(f"'{VARIANTS_KEY}' must map variant names to settings, got {table!r}")
-    unknown = sorted(str(name) for name in table if name not in VARIANTS)
+        raise ValueError(f"'{key}' must map {noun} names to settings, got {table!r}")
+    unknown = sorted(str(other) for other in table if other not in known) if known else []
     if unknown:
-        raise ValueError(f"'{VARIANTS_KEY}' names unknown variants {unknown}; choose from {sorted(VARIANTS)}")
-    overrides = table.get(variant) or {}
-    if not isinstance(overrides, Mapping):
-        raise ValueError(f"'{VARIANTS_KEY}: {variant}' must be a mapping of settings, got {overrides!r}")
-    return dict(overrides)
-
-
-def policy_overrides(entry: Mapping[str, Any], variant: str, policy: str | None) -> dict[str, Any]:
-    """The entry's ``policies:`` settings of ``policy``, then its ``variants:`` for ``variant`` (``ValueError``: malformed)."""
-    table = entry.get(POLICIES_KEY) or {}
-    if not isinstance(table, Mapping):
-        raise ValueError(f"'{POLICIES_KEY}' must map policy names to settings, got {table!r}")
-    layer = table.get(policy) or {} if policy is not None else {}
+        raise ValueError(f"'{key}' names unknown {noun}s {unknown}; choose from {sorted(known)}")
+    layer = table.get(name) or {} if name is not None else {}
     if not isinstance(layer, Mapping):
-        raise ValueError(f"'{POLICIES_KEY}: {policy}' must be a mapping of settings, got {layer!r}")
-    own = {key: value for key, value in layer.items() if key != VARIANTS_KEY}
-    return {**own, **variant_overrides(layer, variant)}
+        raise ValueError(f"'{key}: {name}' must be a mapping of settings, got {layer!r}")
+    return dict(layer)
 
 
 def apply_variant(
@@ -72,21 +60,19 @@ def apply_variant(
     name = variant if variant is not None else str(settings.get("variant") or DEFAULT_VARIANT)
     policy = policy if policy is not None else settings.get("policy")
     applied: dict[str, Any] = {}
-    overrides = {**variant_overrides(entry, name), **policy_overrides(entry, name, None if policy is None else str(policy))}
+    overrides = _layer(entry, VARIANTS_KEY, "variant", name, VARIANTS)
+    policy_layer = _layer(entry, POLICIES_KEY, "policy", None if policy is None else str(policy))
+    overrides |= {key: value for key, value in policy_layer.items() if key != VARIANTS_KEY}
+    overrides |= _layer(policy_layer, VARIANTS_KEY, "variant", name, VARIANTS)  # the policy's settings for the variant
     for key, value in overrides.items():
-        if key in explicit:
-            continue
-        base = settings.get(key)
-        if key in MERGED_KEYS and isinstance(value, Mapping) and isinstance(base, Mapping):
-            value = {**base, **value}
-        settings[key] = applied[key] = value
+        if key not in explicit:
+            merge = key in MERGED_KEYS and isinstance(value, Mapping) and isinstance(settings.get(key), Mapping)
+            settings[key] = applied[key] = {**settings[key], **value} if merge else value
     return settings, applied
 
 
 @functools.lru_cache(maxsize=64)
 def _read_entries(path: str, mtime_ns: int) -> dict[str, Any]:
-    import yaml
-
     with open(path) as file:
         return yaml.safe_load(file) or {}
 
@@ -94,11 +80,6 @@ def _read_entries(path: str, mtime_ns: int) -> dict[str, Any]:
 def read_entries(path: str | Path) -> dict[str, Any]:
     """A hyperparameter file's entries, read once per modification (not to be modified)."""
     return _read_entries(str(path), Path(path).stat().st_mtime_ns)
-
-
-def reference_env_ids() -> list[str]:
-    """The env ids the table has an entry for (``default`` excluded)."""
-    return [str(env_id) for env_id in read_entries(SETTINGS_FILE) if env_id != "default"]
 
 
 def reference_settings(env_id: str | None, variant: str, policy: str | None = None) -> dict[str, Any] | None:
@@ -126,8 +107,6 @@ def reference_env(env_id: str, variant: str) -> Any:
     env_kwargs = (reference_settings(env_id, variant) or {}).get("env_kwargs")
     if not env_kwargs:
         return env_id
-    import gymnasium as gym
-
     try:
         return gym.make(env_id, render_mode="rgb_array", **env_kwargs)
     except TypeError:  # an env without render_mode, as SB3's maybe_make_env
@@ -140,10 +119,11 @@ def default_history_excerpts(env_id: str | None, variant: str, tabular: bool) ->
     return int(excerpts) if excerpts is not None else (100 if tabular else 5)
 
 
-def install_variant_settings(is_r2po: Callable[[str], bool]) -> None:
-    """Make RL Zoo's ``ExperimentManager`` resolve an R2PO entry (:func:`apply_variant`) after reading the
-    hyperparameters; ``--hyperparams`` keys and ``--env-kwargs`` keep the user's values. Idempotent."""
+def install_variant_settings(r2po_class: type) -> None:
+    """Make RL Zoo's ``ExperimentManager`` resolve the entry of an algorithm that is ``r2po_class`` (:func:`apply_variant`)
+    after reading the hyperparameters; ``--hyperparams`` keys and ``--env-kwargs`` keep the user's values. Idempotent."""
     import rl_zoo3.exp_manager
+    import rl_zoo3.utils
 
     manager_class = rl_zoo3.exp_manager.ExperimentManager
     if getattr(manager_class.read_hyperparameters, "sb3_r2po_variants", False):
@@ -152,23 +132,20 @@ def install_variant_settings(is_r2po: Callable[[str], bool]) -> None:
 
     def read_hyperparameters(self: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         hyperparams, saved_hyperparams = original(self)
-        if not is_r2po(self.algo):
+        algo_class = rl_zoo3.utils.ALGOS.get(self.algo)
+        if not (isinstance(algo_class, type) and issubclass(algo_class, r2po_class)):
             return hyperparams, saved_hyperparams
         explicit = set(self.custom_hyperparams or {})
         if self.env_kwargs:  # --env-kwargs (or a caller's env_kwargs): the zoo lets them win over the file's
             explicit.add("env_kwargs")
         variant = str(hyperparams.get("variant") or DEFAULT_VARIANT)
         resolved, applied = apply_variant(hyperparams, variant, explicit)
-        policy = hyperparams.get("policy")
-        overridden = {**variant_overrides(hyperparams, variant), **policy_overrides(hyperparams, variant, policy)}
-        kept = sorted(set(overridden) & explicit)
+        kept = sorted(set(apply_variant(hyperparams, variant)[1]) & explicit)
         if applied or kept:
             shown = ", ".join(f"{key}={value!r}" for key, value in applied.items()) or "none"
             note = f" (yours kept: {', '.join(kept)})" if kept else ""
             print(f"Settings of variant {variant!r} for this env ({VARIANTS_KEY} of the config): {shown}{note}")
-        saved = OrderedDict((key, resolved[key]) for key in sorted(resolved))
-        return resolved, saved
+        return resolved, OrderedDict((key, resolved[key]) for key in sorted(resolved))
 
-    # the mark that makes this idempotent: an attribute of our own wrapper, read above on whatever the zoo's method is
-    read_hyperparameters.sb3_r2po_variants = True  # type: ignore[attr-defined]
+    read_hyperparameters.sb3_r2po_variants = True  # type: ignore[attr-defined]  # the mark read above
     manager_class.read_hyperparameters = read_hyperparameters  # type: ignore[method-assign]
