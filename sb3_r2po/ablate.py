@@ -3,12 +3,10 @@
     python -m sb3_r2po.ablate --llm example --envs CartPole-v1 --variants r2po props rep_traj --seeds 0 1 2 \\
         --max-episodes 200 --out ablation.md
 
-Every run starts from the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` for the variant (the reference's settings,
-budget included), as ``compare`` builds it; ``--max-episodes``, ``--n-eval-episodes`` and ``--warmup-episodes`` replace
-the file's values when given. Writes a markdown report (mean and best iteration return per variant over seeds, the
-salience summary, the settings, the command) and ``<out>.runs.json``; the results store (``--store``, default
-``<out>.store/``) lets the same command rerun nothing that finished. One backend answers every run in turn, so
-``--llm replay:FILE`` of a ``--record FILE`` (from an empty store) reproduces the table exactly.
+Every run starts from the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` for the variant (as ``compare`` builds it);
+the options given replace the file's values. Writes a markdown report and ``<out>.runs.json``; the results store
+(``--store``, default ``<out>.store/``) lets the same command rerun nothing that finished, and ``--llm replay:FILE`` of
+a ``--record FILE`` (from an empty store) reproduces the table exactly (the Variants page of the documentation).
 """
 
 from __future__ import annotations

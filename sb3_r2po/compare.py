@@ -30,32 +30,21 @@ from tqdm.auto import tqdm
 
 from sb3_r2po.common.files import atomic_write
 from sb3_r2po.experiments import report as reports
+from sb3_r2po.experiments import runs
 from sb3_r2po.experiments.executors import EXECUTORS, make_executor
 from sb3_r2po.experiments.grids import GRIDS, PUBLISHED, grid, paper_grid
-from sb3_r2po.experiments.runs import (
-    BASELINES,
-    R2PO_METHODS,
-    ResultsStore,
-    RunResult,
-    RunSpec,
-    comparison_env_settings,
-    episodes_used,
-    method_algo,
-    r2po_entry,
-    r2po_settings,
-)
 from sb3_r2po.prompts import PROMPT_PRESETS
 
 DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)  # without --grid and --seeds: five runs per method
 
 
-def _note_unused_episodes(specs: Sequence[RunSpec]) -> None:
-    """Say on stderr which R2PO runs cannot use their whole budget (K does not divide budget - warm-up)."""
-    for spec in dict.fromkeys(RunSpec(s.env_id, s.method, 0, s.budget, s.llm, s.settings) for s in specs if s.is_r2po):
-        used = episodes_used(spec.env_id, spec.method, spec.budget, spec.settings_dict)
+def _note_unused_episodes(specs: Sequence[runs.RunSpec]) -> None:
+    """Say on stderr which R2PO runs cannot use their whole budget: ``warmup + K * floor((budget - warmup) / K)``."""
+    for spec in dict.fromkeys(runs.RunSpec(s.env_id, s.method, 0, s.budget, s.llm, s.settings) for s in specs if s.is_r2po):
+        settings = {**runs.r2po_entry(spec.env_id, spec.method), **spec.settings_dict}
+        k, warmup = int(settings.get("n_eval_episodes", 20)), int(settings.get("warmup_episodes", 20))
+        used = min(spec.budget, warmup) + k * (max(0, spec.budget - warmup) // k)
         if used != spec.budget:
-            settings = {**r2po_entry(spec.env_id, spec.method), **spec.settings_dict}
-            k, warmup = settings.get("n_eval_episodes", 20), settings.get("warmup_episodes", 20)
             print(
                 f"note: {spec.method} will use {used} of the {spec.budget} episodes (warm-up {warmup}, then K={k} per "
                 "evaluation); for an exact match choose budget - warm-up as a multiple of K",
@@ -85,8 +74,8 @@ def run_comparison(
     store: str | Path | None = None,
 ) -> dict[str, Any]:
     """
-    Run the grid; return ``runs.json``'s data: ``settings``, ``runs`` (:meth:`RunResult.record`, grid order), ``command``,
-    ``versions`` and ``wall_time_s``.
+    Run the grid; return ``runs.json``'s data: ``settings``, ``runs``
+    (:meth:`~sb3_r2po.experiments.runs.RunResult.record`, grid order), ``command``, ``versions`` and ``wall_time_s``.
 
     :param env_id: The env (``envs`` wins when given).
     :param methods: The methods (with ``grid_name``: those of the grid's; empty: all of them).
@@ -100,10 +89,10 @@ def run_comparison(
     """
     executor = executor or "serial"
     for method in methods:
-        method_algo(method)  # fail on an unknown method before anything runs
-    if llm is None and (grid_name is not None or any(m in R2PO_METHODS for m in methods)):
+        runs.method_algo(method)  # fail on an unknown method before anything runs
+    if llm is None and (grid_name is not None or any(m in runs.R2PO_METHODS for m in methods)):
         raise ValueError("R2PO methods need an llm string (--llm)")
-    settings = r2po_settings(n_eval_episodes, warmup_episodes, prompts)  # an unknown preset fails here
+    settings = runs.r2po_settings(n_eval_episodes, warmup_episodes, prompts)  # an unknown preset fails here
     env_ids = list(envs or ([] if env_id is None else [env_id]))
     if grid_name == "paper":
         specs = paper_grid(llm, env_ids or None, list(methods) or None, list(seeds) or None, budget, settings)
@@ -118,7 +107,7 @@ def run_comparison(
     _note_unused_episodes(specs)
     env_ids = list(dict.fromkeys(s.env_id for s in specs))
     budgets = sorted({s.budget for s in specs})
-    per_env = {e: comparison_env_settings(e, [s.method for s in specs if s.env_id == e], threshold) for e in env_ids}
+    per_env = {e: runs.comparison_env_settings(e, [s.method for s in specs if s.env_id == e], threshold) for e in env_ids}
     common = {
         "env": env_ids[0] if len(env_ids) == 1 else None,
         "methods": list(dict.fromkeys(s.method for s in specs)),
@@ -138,13 +127,13 @@ def run_comparison(
     start = time.perf_counter()
     directory = contextlib.nullcontext(store) if store is not None else tempfile.TemporaryDirectory(prefix="sb3_r2po_compare_")
     with directory as root:  # a temporary store is removed at the end
-        results_store = ResultsStore(root)
+        results_store = runs.ResultsStore(root)
         done = len(results_store.results(specs))
         with tqdm(total=len(specs), initial=done, desc="runs", unit="run", disable=not progress) as bar:
             if done:
                 bar.write(f"{results_store.root}: {done} of {len(specs)} runs already there", file=sys.stderr)
 
-            def on_result(result: RunResult) -> None:
+            def on_result(result: runs.RunResult) -> None:
                 spec = result.spec
                 stats = reports.summarize(result.returns, window, per_env[spec.env_id]["threshold"])
                 bar.write(
@@ -181,10 +170,10 @@ def write_outputs(result: dict[str, Any], out: Path) -> None:
     per_env = reports.env_settings(result["settings"])
     curves, intervals = _figure_names(list(per_env), "curves"), _figure_names(list(per_env), "intervals")
     for env_id, s in per_env.items():
-        runs = [r for r in result["runs"] if r["env"] == env_id]
-        budget = max(len(r["returns"]) for r in runs) if isinstance(s["budget"], str) else s["budget"]
-        reports.plot_curves(runs, out / curves[env_id], env_id, s["window"], s["threshold"], budget)
-        reports.plot_intervals(runs, out / intervals[env_id], env_id, s["window"])
+        mine = [r for r in result["runs"] if r["env"] == env_id]
+        budget = max(len(r["returns"]) for r in mine) if isinstance(s["budget"], str) else s["budget"]
+        reports.plot_curves(mine, out / curves[env_id], env_id, s["window"], s["threshold"], budget)
+        reports.plot_intervals(mine, out / intervals[env_id], env_id, s["window"])
     atomic_write(out / "runs.json", json.dumps(result, indent=1).encode("utf-8"))
     (out / "results.md").write_text(report(result))
     thresholds = {e: s["threshold"] for e, s in per_env.items()}
@@ -200,8 +189,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id")
     parser.add_argument("--envs", nargs="+", default=None, help="several env ids (wins over --env)")
     parser.add_argument(
-        "--methods", nargs="+", default=None, choices=[*R2PO_METHODS, *BASELINES], metavar="METHOD",
-        help=f"R2PO or a variant ({', '.join(R2PO_METHODS)}) and baselines ({', '.join(BASELINES)}); default r2po ppo ars",
+        "--methods", nargs="+", default=None, choices=[*runs.R2PO_METHODS, *runs.BASELINES], metavar="METHOD",
+        help=f"R2PO or a variant ({', '.join(runs.R2PO_METHODS)}) and baselines ({', '.join(runs.BASELINES)}); "
+        "default r2po ppo ars",
     )  # fmt: skip
     parser.add_argument(
         "--seeds", nargs="+", type=int, default=None,
@@ -247,7 +237,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.methods = args.methods or ["r2po", "ppo", "ars"]
         args.seeds = args.seeds or list(DEFAULT_SEEDS)
         args.budget = args.budget or 300
-    if args.llm is None and (args.grid is not None or any(m in R2PO_METHODS for m in args.methods)):
+    if args.llm is None and (args.grid is not None or any(m in runs.R2PO_METHODS for m in args.methods)):
         parser.error("R2PO methods need --llm")
 
 

@@ -1,17 +1,10 @@
-"""Train several R2PO models side by side, their LLM calls sent together as batches.
-
-    models = [R2PO("MlpLinear", "CartPole-v1", llm=llm, seed=seed, max_episodes=200) for seed in range(4)]
-    learn_in_lockstep(models, total_timesteps=100_000)
-
-Each model learns in its own thread; one :class:`~sb3_r2po.llm.batching.BatchingBackend` holds every LLM call until
-all models still training wait for the LLM, then sends them as one batch. Each model keeps its own env, generator,
-history and checkpoint directory: with a deterministic LLM a seed gives the same history as alone.
-"""
+"""Train several R2PO models side by side, their LLM calls sent together as batches (:func:`learn_in_lockstep`;
+the Scaling page)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
@@ -39,8 +32,7 @@ def _with_stop(callback: MaybeCallback, event: threading.Event) -> list[BaseCall
 
 
 def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[Any, BatchingBackend]:
-    """The models' one ``llm`` (equal strings, or one object) and its :class:`BatchingBackend`; ``ValueError`` otherwise,
-    and for a constraining backend and several parameter spaces."""
+    """The models' one ``llm`` (equal strings, or one object) and its :class:`BatchingBackend`, else ``ValueError``."""
     llm = models[0].llm
     for i, model in enumerate(models[1:], start=1):
         if not (model.llm == llm if isinstance(llm, str) else model.llm is llm):
@@ -55,11 +47,13 @@ def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[An
 
 
 def _run_threads(
-    threads: Sequence[threading.Thread], finished: Sequence[threading.Event], stop: threading.Event, ready: threading.Barrier
+    train: Callable[[int], None], finished: Sequence[threading.Event], stop: threading.Event, ready: threading.Barrier
 ) -> None:
-    """Start ``threads`` and wait for their ``finished`` events (not ``Thread.join()``: a KeyboardInterrupt inside it
-    marks a running thread stopped, CPython issue 90882). On an exception (Ctrl-C) set ``stop``, break ``ready``, wait
-    for every running thread and raise it."""
+    """Run ``train(i)`` in a daemon thread per ``finished`` event (a second Ctrl-C while they stop still ends the process;
+    checkpoint_dir keeps every entry) and wait for the events (not ``Thread.join()``: a KeyboardInterrupt inside it marks
+    a running thread stopped, CPython issue 90882). On an exception (Ctrl-C) set ``stop``, break ``ready``, wait for
+    every running thread and raise it."""
+    threads = [threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(finished))]
     try:
         for thread in threads:
             thread.start()
@@ -126,11 +120,7 @@ def learn_in_lockstep(
     for model in models:
         model.set_llm(backend)
     try:
-        # daemon threads: a second Ctrl-C while they stop still ends the process (checkpoint_dir keeps every entry)
-        threads = [
-            threading.Thread(target=train, args=(i,), name=f"r2po-lockstep-{i}", daemon=True) for i in range(len(models))
-        ]
-        _run_threads(threads, finished, stop, ready)
+        _run_threads(train, finished, stop, ready)
     finally:
         for model in models:
             model.llm = llm  # the spec is what save() stores; the backend object is never saved

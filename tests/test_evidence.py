@@ -2,12 +2,11 @@ import numpy as np
 import pytest
 
 from sb3_r2po.common.rollouts import (
+    SELECTORS,
     Episode,
     build_evidence,
     digits_apart,
-    mean_closest_index,
     median,
-    median_index,
     render_trajectory,
     sig,
     summarize,
@@ -25,6 +24,7 @@ def episode(rewards: list[float], end: str = "terminated", obs_dim: int = 2) -> 
 
 
 def test_median_selection_and_ties() -> None:
+    median_index, mean_closest_index = SELECTORS["median"], SELECTORS["mean"]
     assert median_index([1.0, 5.0, 3.0]) == 2
     # median of [1, 2, 3, 4] is 2.5: returns 2 and 3 are equally close -> the lowest index wins
     assert median_index([4.0, 3.0, 2.0, 1.0]) == 1

@@ -146,6 +146,8 @@ def test_bounds_and_invalid_settings() -> None:
         ProjectedMlpPolicy(spaces.Discrete(4), SWIMMER_ACT)
     with pytest.raises(ValueError, match="bounded Box"):
         RandomFeaturesPolicy(SWIMMER_OBS, spaces.Box(-np.inf, np.inf, shape=(2,)))
+    with pytest.raises(TypeError, match="hiden_dim"):  # a misspelt policy_kwargs name is refused, not ignored
+        ProjectedMlpPolicy(SWIMMER_OBS, SWIMMER_ACT, hiden_dim=3)  # type: ignore[call-arg]
 
 
 def test_r2po_bounds_default_to_the_policy_and_explicit_ones_win() -> None:

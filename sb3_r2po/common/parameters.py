@@ -238,9 +238,7 @@ def final_channel(text: str) -> str | None:
 
 def final_is_truncated(text: str) -> bool:
     """Whether raw harmony ``text`` ends inside its last final channel (other text cannot tell: ``False``)."""
-    if not _is_raw(text):
-        return False
-    finals = _RAW_FINAL.findall(text)
+    finals = _RAW_FINAL.findall(text) if _is_raw(text) else []
     return bool(finals) and finals[-1][1] == ""
 
 
@@ -266,8 +264,7 @@ def as_cut_off(text: str) -> str:
 
 def complete_answer(text: str) -> str | None:
     """The final channel of ``text``, or ``None`` when it has none or it was cut off (:func:`final_is_truncated`)."""
-    final = final_channel(text)
-    return None if final is None or final_is_truncated(text) else final
+    return None if final_is_truncated(text) else final_channel(text)
 
 
 def before_final(text: str) -> str:
@@ -379,14 +376,10 @@ def _indexed_blocks(text: str) -> list[list[re.Match[str]]]:
     return blocks
 
 
-def _spelled_indices(entries: Sequence[re.Match[str]]) -> str:
-    """The indices of ``entries`` as written, for a reason: the first few, and how many in all."""
-    shown = []
-    for match in entries[:_MAX_LISTED_INDICES]:
-        index = _index(match.group(1))
-        shown.append(str(index) if index is not None else quote(match.group(1)))
-    more = f", ... ({len(entries)} in all)" if len(entries) > _MAX_LISTED_INDICES else ""
-    return "[" + ", ".join(shown) + more + "]"
+def _first_few(texts: Sequence[str], total: int) -> str:
+    """The first few ``texts`` of ``total`` for a reason, and how many in all when there are more."""
+    more = f", ... ({total} in all)" if total > _MAX_LISTED_INDICES else ""
+    return ", ".join(texts[:_MAX_LISTED_INDICES]) + more
 
 
 def _grouped_value(text: str, entries: Sequence[re.Match[str]]) -> str | None:
@@ -410,9 +403,11 @@ def _indexed_vector(text: str, entries: list[re.Match[str]], size: int) -> list[
     if run < len(entries) and run == size and _WORD.search(text[entries[run - 1].end() : entries[run].start()]):
         entries = entries[:run]  # a complete vector, then commentary mentioning single values
     elif run < len(entries):
+        first = entries[:_MAX_LISTED_INDICES]
+        spelled = [str(i) if (i := _index(m.group(1))) is not None else quote(m.group(1)) for m in first]
         return (
             "the indices must be params[0], params[1], ... (decimal digits) in order without gaps or repeats, "
-            f"got {_spelled_indices(entries)}"
+            f"got [{_first_few(spelled, len(entries))}]"
         )
     return _grouped_value(text, entries) or [m.group(2) for m in entries]
 
@@ -468,10 +463,8 @@ def _occurrence_vector(text: str, size: int, first: bool) -> list[str] | str | N
         listed = next(matches, None) if first else max(matches, key=lambda m: m.start(), default=None)
         return None if listed is None else _listed_vector(listed.group(1), size)
     if len(found) < size:
-        missing = [i for i in range(size) if i not in found]
-        shown = ", ".join(f"params[{i}]" for i in missing[:_MAX_LISTED_INDICES])
-        more = f", ... ({len(missing)} in all)" if len(missing) > _MAX_LISTED_INDICES else ""
-        return f"expected all {size} values params[0]..params[{size - 1}], missing {shown}{more}"
+        missing = [f"params[{i}]" for i in range(size) if i not in found]
+        return f"expected all {size} values params[0]..params[{size - 1}], missing {_first_few(missing, len(missing))}"
     entries = [found[i] for i in range(size)]
     return _grouped_value(text, entries) or [m.group(2) for m in entries]
 
@@ -525,6 +518,4 @@ def parse_params(reply: str, space: ParameterSpace, reading: Reading = "first", 
     :return: The vector, or the reason it could not be read (at most :data:`MAX_REASON_CHARS` characters).
     """
     result = _parse(reply, space, reading, reject_cut_off)
-    if result.error is not None and len(result.error) > MAX_REASON_CHARS:
-        return ParseResult(None, bound_reason(result.error))
-    return result
+    return result if result.error is None else ParseResult(None, bound_reason(result.error))

@@ -2,10 +2,8 @@
 sees of them (statistics, the median trajectory, with ``tau_c`` the revision rule) in our or the reference's format.
 
 Episodes go to free sub-environments until K have *started*, and every started one runs to its end (the first K to
-*finish* would favour short ones). A bare VecEnv steps each busy sub-environment alone (``env_method("step")``), so
-its ``Monitor`` logs only R2PO's episodes; a ``SubprocVecEnv`` steps in lock-step while all are busy; through VecEnv
-wrappers all step in lock-step, the idle ones' steps counted but never shown to the LLM. Racing (ours, off by
-default) stops a challenger's chunks of ``m`` episodes once ``mean + z * std(ddof=1) / sqrt(m)`` is below the
+*finish* would favour short ones; which sub-environments step: the design decisions page, "Several envs"). Racing (ours, off
+by default) stops a challenger's chunks of ``m`` episodes once ``mean + z * std(ddof=1) / sqrt(m)`` is below the
 incumbent's mean.
 """
 
@@ -117,14 +115,12 @@ class RolloutResult:
     :param stopped: Whether the step hook asked to stop before all episodes finished (the result is incomplete).
     :param stop_requested: Whether the step hook asked to stop, also in the step that finished the last episode.
     :param n_steps: Environment steps taken.
-    :param successes: The ``info["is_success"]`` of each finished episode's last step that has one, in finishing order.
     """
 
     episodes: list[Episode]
     stopped: bool = False
     stop_requested: bool = False
     n_steps: int = 0
-    successes: list[Any] = field(default_factory=list)
 
     @functools.cached_property
     def returns(self) -> np.ndarray:
@@ -178,25 +174,13 @@ CAPPED = "r2po_episode_cap"  #: The step info key by which :class:`EpisodeCap` s
 
 
 class EpisodeCap(TimeLimit):
-    """R2PO's episode cap as a ``TimeLimit`` beneath a ``Monitor``, so the Monitor logs the episodes it cuts; the cutting
-    step's info has :data:`CAPPED` (R2PO records the episode as ``"capped"``).
-
-    :param env: The environment (without a time limit of its own).
-    :param max_episode_steps: R2PO's episode cap.
-    """
-
-    def __init__(self, env: gym.Env, max_episode_steps: int) -> None:
-        super().__init__(env, max_episode_steps)
-        self.cap, self.steps = max_episode_steps, 0
-
-    def reset(self, **kwargs: Any) -> Any:
-        self.steps = 0
-        return super().reset(**kwargs)
+    """R2PO's episode cap as a ``TimeLimit`` beneath a ``Monitor`` (on an env without a time limit of its own), so the
+    Monitor logs the episodes it cuts; the cutting step's info has :data:`CAPPED` (R2PO records them as ``"capped"``)."""
 
     def step(self, action: Any) -> Any:
         observation, reward, terminated, truncated, info = super().step(action)
-        self.steps += 1
-        if truncated and not terminated and self.steps >= self.cap:
+        assert self._elapsed_steps is not None  # TimeLimit counts the steps since its reset
+        if truncated and not terminated and self._elapsed_steps >= self._max_episode_steps:
             info = {**info, CAPPED: True}
         return observation, reward, terminated, truncated, info
 
@@ -313,7 +297,6 @@ class _Evaluation:
         self.n_episodes, self.started, self.n_steps = n_episodes, 0, 0
         self.tracks: list[_Track | None] = [None] * len(observations)
         self.finished: list[Episode] = []
-        self.successes: list[Any] = []
         for i, observation in enumerate(observations):
             self.begin(i, observation)
 
@@ -322,11 +305,6 @@ class _Evaluation:
         self.tracks[i] = None
         if self.started < self.n_episodes:
             self.tracks[i], self.started = _Track(self.started, observation), self.started + 1
-
-    def end(self, track: _Track, end: EndReason, info: dict) -> None:
-        self.finished.append(track.episode(end))
-        if info.get("is_success") is not None:
-            self.successes.append(info["is_success"])
 
 
 def run_episodes(
@@ -369,7 +347,7 @@ def run_episodes(
             end = track.add(recorded[i], next_obs, rewards[i], env_end, max_episode_steps)
             if end is not None:
                 ended.append(i)
-                run.end(track, end, infos[i])
+                run.finished.append(track.episode(end))
                 if env_end is None:  # the cap or a non-finite value ended the episode, not the env: reset it
                     obs[i] = _reset_one(env, i)
         n_steps = len(obs) if lock_step else sum(track is not None for track in run.tracks)
@@ -381,7 +359,7 @@ def run_episodes(
             counted[ended] = True
             stop = not on_step(VecStep(np.asarray(obs), np.asarray(actions), np.array(rewards), counted, infos, n_steps))
     done = sorted(run.finished, key=lambda ep: ep.index)
-    return RolloutResult(done, stop and len(done) < n_episodes, stop, run.n_steps, run.successes)
+    return RolloutResult(done, stop and len(done) < n_episodes, stop, run.n_steps)
 
 
 def env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:
@@ -494,16 +472,6 @@ def median(values: Sequence[float]) -> float:
     return (low + high) / 2 if math.isfinite(low + high) else low / 2 + high / 2
 
 
-def median_index(returns: Sequence[float]) -> int:
-    """The episode whose return is closest to the median of the returns (ties to the lowest index)."""
-    return closest_index(returns, median(returns))
-
-
-def mean_closest_index(returns: Sequence[float]) -> int:
-    """The episode whose return is closest to the mean of the returns (ties to the lowest index)."""
-    return closest_index(returns, finite_mean(returns))
-
-
 LARGEST_INTEGER_PRINTED = 1e15  # from here sig keeps the exponent form
 
 
@@ -541,8 +509,8 @@ def _vector(row: np.ndarray, digits: int) -> str:
 
 
 def _shown(n: int, max_steps: int | None) -> tuple[list[range], int]:
-    """The steps shown of ``n`` (all, or the first ``max_steps / 2``, at least 1, and the rest from the end) and how
-    many are omitted."""
+    """The ranges of ``n`` steps shown (all, or a head of ``max(1, max_steps // 2)`` and a tail of the rest), and how many
+    are omitted."""
     if max_steps is None or n <= max_steps:
         return [range(n)], 0
     head = max(1, max_steps // 2)
@@ -550,20 +518,13 @@ def _shown(n: int, max_steps: int | None) -> tuple[list[range], int]:
     return [range(head), range(n - tail, n)], n - head - tail
 
 
-def _same_step(episode: Episode, t: int, u: int) -> bool:
-    return (
-        episode.rewards[t] == episode.rewards[u]
-        and np.array_equal(np.asarray(episode.actions[t]), np.asarray(episode.actions[u]))
-        and np.array_equal(np.asarray(episode.observations[t]), np.asarray(episode.observations[u]))
-    )
-
-
 def _runs(episode: Episode, part: range, fold: bool) -> Iterator[tuple[int, int]]:
-    """The steps of ``part`` as runs ``t..u`` of identical steps (without ``fold``, one step each)."""
+    """Runs ``t..u`` of identical steps (reward, action, observation) in ``part``; without ``fold``, one step each."""
+    columns = (episode.rewards, episode.actions, episode.observations)
     t = part.start
     while t < part.stop:
         u = t
-        while fold and u + 1 < part.stop and _same_step(episode, t, u + 1):
+        while fold and u + 1 < part.stop and all(np.array_equal(np.asarray(c[t]), np.asarray(c[u + 1])) for c in columns):
             u += 1
         yield t, u
         t = u + 1
@@ -736,17 +697,9 @@ def reference_table(episode: Episode, fmt: ReferenceTrace) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class EvidencePackage:
-    """Everything the Critic is shown about a candidate's K episodes.
-
-    :param statistics: Aggregate statistics (``None`` when a variant hides them).
-    :param trajectories: Named rendered trajectories, e.g. ``{"median": ...}``.
-    :param trajectory_returns: The return of each shown trajectory, by name.
-    :param tau_c: Revision-rule threshold (``None``: no rule).
-    :param above_tau_c: Whether the candidate's mean return reaches ``tau_c``.
-    :param step_rewards: Whether the rendered trajectories show the rewards.
-    :param trajectory_indices: The position of each shown trajectory among the K episodes, by name.
-    :param reference: Whether the trajectories are written in the reference's format (:class:`ReferenceTrace`).
-    """
+    """Everything the Critic is shown about a candidate's K episodes, as :func:`build_evidence` makes it (its parameters
+    say what each field holds; ``tau_c`` is ``None`` without a rule, ``above_tau_c`` whether the mean return reaches it;
+    ``trajectory_returns`` and ``trajectory_indices`` are each shown trajectory's return and position, by name)."""
 
     statistics: EpisodeStatistics | None
     trajectories: dict[str, RenderedTrajectory]
@@ -758,13 +711,14 @@ class EvidencePackage:
     reference: bool = False
 
 
-SELECTORS = {
-    "median": median_index,
-    "mean": mean_closest_index,
+SELECTORS: dict[str, Callable[[Sequence[float]], int]] = {
+    "median": lambda returns: closest_index(returns, median(returns)),
+    "mean": lambda returns: closest_index(returns, finite_mean(returns)),
     "worst": lambda returns: int(np.argmin(returns)),
     "best": lambda returns: int(np.argmax(returns)),
 }
-"""How each named trajectory is picked from the K returns (ties to the lowest index)."""
+"""How each named trajectory is picked from the K returns: the one closest to the median or the mean, the worst or the
+best (ties to the lowest index)."""
 
 
 def build_evidence(

@@ -1,18 +1,10 @@
 """Run a policy written as Python source (an LLM's) in a hardened worker process, one round trip per batch.
 
-The source defines a class with ``act(self, obs)``: the one class it defines with an ``act`` method, or the one named
-``class_name``. :class:`CodeSandbox` instantiates it once, without arguments, and calls ``act`` once per observation of
-each batch; ``act`` returns an int, a float, a list or an array.
-
-``mode="strict"`` (Linux only): a persistent worker, ``python -I`` with only the BLAS thread counts in its environment,
-imports ``math``, ``random`` and ``numpy``, then hardens itself before it compiles the source: a network namespace
-(``unshare``); uid ``nobody`` when started as root and ``nobody`` can read the library directories; Landlock (read-only
-access to the interpreter's library directories, no TCP bind or connect from ABI 4, no signals or abstract unix
-sockets out from ABI 6); rlimits (``memory_mb`` of address space, CPU seconds, no file writes, no new processes, 16
-descriptors, no core); a seccomp allow-list (:data:`ALLOWED_SYSCALLS`, ``openat`` without write flags; any other
-system call, socket, clone, execve, kill ..., fails with EPERM). A layer the system refuses is left out with a warning
-naming it; :attr:`CodeSandbox.layers` names those applied. Replies are JSON of at most 16 MiB, never pickles.
-``mode="trusted"`` runs the code in this process: no protection, no timeout.
+``mode="strict"`` (Linux only): a persistent ``python -I`` worker that hardens itself before it compiles the source (a
+network namespace, uid ``nobody`` when started as root, Landlock, rlimits, a seccomp allow-list: the Code policies page,
+"Security model"); a layer the system refuses is left out with a warning, :attr:`CodeSandbox.layers` names those
+applied. Replies are JSON of at most 16 MiB, never pickles. ``mode="trusted"`` runs the code in this process: no
+protection, no timeout.
 """
 
 from __future__ import annotations
@@ -38,8 +30,7 @@ import numpy as np
 
 POLICY_FILE = "<policy>"  # the policy's file name in its tracebacks
 MAX_REPLY_BYTES = 16 << 20
-START_TIMEOUT = 30.0
-"""Seconds the worker may take to start, import numpy and harden itself."""
+START_TIMEOUT = 30.0  # seconds the worker may take to start, import numpy and harden itself
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 NOBODY = 65534
 ALLOWED_SYSCALLS = (
@@ -74,14 +65,13 @@ class SandboxTimeout(SandboxError, TimeoutError):
     """A call to the worker ran past its timeout; the worker was killed."""
 
 
-class CodeSandbox:
+class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
     """A policy's source, loaded once and called with batches of observations.
 
-    :param source: Python source defining the policy class
+    :param source: Python source defining the policy class (``act(self, obs)``; instantiated once, without arguments)
     :param class_name: the class to use; ``None``: the one class the source defines with an ``act`` method
     :param mode: ``"strict"``: a hardened worker process (Linux only); ``"trusted"``: this process, no protection
-    :param call_timeout: seconds one call (loading the source, or one batch) may take in strict mode; the worker is
-        killed past it
+    :param call_timeout: seconds a call (loading the source, or a batch) may take in strict mode; past it the worker is killed
     :param memory_mb: the worker's address-space limit in MiB
     :param cpu_seconds: the worker's CPU time limit over its whole life, in seconds
     :raises PolicyError: the source does not compile or its class cannot be found or instantiated
@@ -172,9 +162,6 @@ class CodeSandbox:
         if process is not None:
             with process, contextlib.suppress(ProcessLookupError):  # leaving it closes the pipes and reaps the worker
                 os.killpg(process.pid, signal.SIGKILL)  # the worker and whatever it forked where forking was allowed
-
-    def __enter__(self) -> CodeSandbox:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -1,9 +1,6 @@
-"""
-Executors carry out a grid of :class:`~sb3_r2po.experiments.runs.RunSpec`: ``serial`` (in this process), ``lockstep``
-(the seeds of an R2PO method together, their LLM calls batched) or ``ray`` (a Ray task per run). Each skips the runs
-its store holds, saves each result as its run ends and returns the results in the specs' order; with a deterministic
-LLM they give equal results. With Ray the store must be on storage every node mounts at the same path.
-"""
+"""Executors carry out a grid of :class:`~sb3_r2po.experiments.runs.RunSpec`: ``serial``, ``lockstep`` or ``ray``. Each
+skips the runs its store holds, saves each result as its run ends and returns the results in the specs' order; with a
+deterministic LLM they give equal results. With Ray the store must be on storage every node mounts at the same path."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sb3_r2po.experiments.runs import PreparedRun, Report, ResultsStore, RunResult, RunSpec, finish_run, prepare_run, run_one
@@ -134,6 +131,7 @@ def _failure(spec: RunSpec, error: Exception) -> RunFailure:
     return RunFailure(spec, f"{type(error).__name__} ({kind}): {error}", str(error))
 
 
+@dataclass
 class RayExecutor:
     """
     One Ray task per run, retried when its worker dies (an R2PO run resumes from its checkpoint; the run directory's
@@ -155,28 +153,24 @@ class RayExecutor:
         the workers' own environment, which must have ``sb3_r2po`` installed).
     """
 
-    def __init__(
-        self,
-        address: str | None = None,
-        max_retries: int = 3,
-        num_cpus: float = 1,
-        num_gpus: float = 0,
-        cluster_cpus: int | None = None,
-        device: str = "cpu",
-        on_result: Report | None = None,
-        lock_wait_s: float = LOCK_WAIT_S,
-        runtime_env: dict[str, Any] | None = None,
-    ) -> None:
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if num_cpus <= 0:
-            raise ValueError(f"num_cpus must be > 0, got {num_cpus}")
-        if cluster_cpus is not None and address is not None:
+    address: str | None = None
+    max_retries: int = 3
+    num_cpus: float = 1
+    num_gpus: float = 0
+    cluster_cpus: int | None = None
+    device: str = "cpu"
+    on_result: Report | None = None
+    lock_wait_s: float = LOCK_WAIT_S
+    runtime_env: dict[str, Any] | None = None
+    started: bool = field(default=False, init=False)  # whether this executor started (or connected) Ray
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.num_cpus <= 0:
+            raise ValueError(f"num_cpus must be > 0, got {self.num_cpus}")
+        if self.cluster_cpus is not None and self.address is not None:
             raise ValueError("cluster_cpus is the size of a local Ray; a cluster at an address has its own")
-        self.address, self.max_retries, self.num_cpus, self.num_gpus = address, int(max_retries), float(num_cpus), num_gpus
-        self.cluster_cpus, self.device, self.on_result, self.runtime_env = cluster_cpus, device, on_result, runtime_env
-        self.lock_wait_s = float(lock_wait_s)
-        self.started = False  # whether this executor started (or connected) Ray
 
     def start(self) -> None:
         """Start the local Ray or connect to ``address`` (unless Ray is initialised); ``RuntimeError``: a local Ray

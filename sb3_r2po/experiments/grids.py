@@ -1,8 +1,5 @@
-"""
-Grids of runs: env x method x seed (:func:`grid`) and the named grids (:data:`GRIDS`): ``paper``, the ten envs of the
-R2PO paper (arXiv 2605.08315), ten seeds, R2PO with every variant and the paper's SB3 algorithms at the paper's
-budgets, with the published numbers (:data:`PUBLISHED`).
-"""
+"""Grids of runs: env x method x seed (:func:`grid`) and the named grids (:data:`GRIDS`): ``paper``, the R2PO paper's
+(arXiv 2605.08315) envs, seeds, methods and budgets, with its published numbers (:data:`PUBLISHED`)."""
 
 from __future__ import annotations
 

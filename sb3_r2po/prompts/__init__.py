@@ -1,11 +1,8 @@
 """Prompts: Jinja2 templates (``templates/*.j2``), the task descriptions they show (:mod:`sb3_r2po.prompts.tasks`) and
-named prompt settings, each fixing all eleven of R2PO's prompt-rendering parameters::
+named prompt settings, each fixing all eleven of R2PO's prompt-rendering parameters (``full``: the reference's; ``lean``
+and ``tight``: ours, for small CPU models, a variant of R2PO: see the fidelity page)::
 
     model = R2PO("MlpLinear", "Swimmer-v5", llm="embedded", **prompt_preset("tight"))
-
-``full`` is the reference's rendering (R2PO's defaults). ``lean`` and ``tight`` are ours, for small models on a CPU:
-shorter prompts (``prompt_layout="compact"``) with our additions on (``search_sees_task``, ``critic_selection_hints``,
-``extra_statistics``), which makes a run a variant of R2PO, not the paper's method.
 """
 
 from __future__ import annotations
@@ -25,9 +22,7 @@ __all__ = [
 
 _OURS = {"search_sees_task": True, "critic_selection_hints": True, "extra_statistics": True}  # on in the CPU presets
 
-# For CPU models (the quickstart's): the 8 best and 4 latest history entries, grown by appending up to 8 more before the
-# window is cut back (prefix reuse), 20 trajectory steps (head and tail), 2 figures, repeated steps folded, vectors
-# written as lists (params: [v, ...]), our additions on.
+# For CPU models (the quickstart's); the shown history grows by appending (prefix reuse) before it is cut back.
 _LEAN = {
     "history_best_k": 8,
     "history_recent": 4,
@@ -41,8 +36,7 @@ _LEAN = {
 }
 
 PROMPT_PRESETS: dict[str, dict[str, Any]] = {
-    # The reference's rendering (R2PO's defaults): the whole history and trajectories, 3 figures, indexed vectors.
-    "full": {
+    "full": {  # the reference's rendering (R2PO's defaults)
         "history_best_k": None,
         "history_recent": None,
         "history_slack": 0,
@@ -63,8 +57,7 @@ PROMPT_PRESETS: dict[str, dict[str, Any]] = {
 
 
 def prompt_preset(name: str) -> dict[str, Any]:
-    """
-    The R2PO keyword arguments of a named prompt preset (a copy: change it freely).
+    """The R2PO keyword arguments of a named prompt preset (a copy: change it freely).
 
     :param name: One of ``PROMPT_PRESETS``: ``"full"``, ``"lean"`` or ``"tight"``.
     :raises ValueError: for an unknown name.

@@ -38,8 +38,7 @@ PROMPT_LAYOUTS: tuple[PromptLayout, ...] = ("reference", "compact")
 
 @dataclass(frozen=True)
 class HistoryLine:
-    """
-    One history entry as shown in a prompt.
+    """One history entry as shown in a prompt.
 
     :param params: The vector, formatted.
     :param mean_return: Its mean return (a warm-up entry: its one episode's return).
@@ -84,8 +83,7 @@ def history_summary(
 
 @dataclass(frozen=True)
 class PromptContext:
-    """
-    What every prompt shows.
+    """What every prompt shows.
 
     :param task: The task description (``None``: no task section).
     :param layout: Lines describing how the flat parameters map onto the policy.
@@ -156,8 +154,7 @@ def template_environment(template_dir: str | None = None) -> jinja2.Environment:
 
 
 class PromptBuilder:
-    """
-    Renders chat messages from the package's templates.
+    """Renders chat messages from the package's templates.
 
     :param template_dir: A directory of Jinja2 templates replacing the packaged ones.
     :param reply_style: The vector format the reply-format line asks for (:data:`~sb3_r2po.common.parameters.ReplyStyle`).
@@ -194,8 +191,7 @@ class PromptBuilder:
         return {**values, **summary, **defaults, **ctx.extra}
 
     def search(self, ctx: PromptContext, prompt: str = "r2po", history: str = "r2po") -> list[Message]:
-        """
-        The Search-LLM's message: propose a new vector from the history.
+        """The Search-LLM's message: propose a new vector from the history.
 
         :param ctx: What the prompt shows.
         :param prompt: The template: ``"r2po"``, ``"props"`` or ``"props_plus"`` (:data:`SEARCH_TEMPLATES`).
@@ -212,8 +208,7 @@ class PromptBuilder:
         prompt: str = "r2po",
         history: str = "r2po",
     ) -> list[Message]:
-        """
-        The Critic-LLM's message: revise ``candidate`` given its evidence package.
+        """The Critic-LLM's message: revise ``candidate`` given its evidence package.
 
         :param ctx: What the prompt shows.
         :param candidate: The proposal under review (``critic_only`` shows none: its evidence is the latest episode).

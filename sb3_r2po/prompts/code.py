@@ -48,8 +48,7 @@ def _space(space: spaces.Space, integer: str) -> str:
 def describe_spaces(
     env_id: str | None, observation_space: spaces.Space, action_space: spaces.Space, horizon: int
 ) -> tuple[str, str]:
-    """
-    PromptPO's Observation Context and Implementation Details, generated: what act(obs) receives and returns (shape,
+    """PromptPO's Observation Context and Implementation Details, generated: what act(obs) receives and returns (shape,
     dtype, bounds; an integer's range) and the horizon; where :data:`~sb3_r2po.prompts.tasks.TASK_DESCRIPTIONS` has
     ``env_id``, also the goal, each index's and action's meaning and the episode end.
 
@@ -70,8 +69,7 @@ def describe_spaces(
 
 
 def reward_source(env: gym.Env) -> str | None:
-    """
-    The source of the unwrapped env's ``step``, dedented: the whole step, dynamics included, as the classic-control envs
+    """The source of the unwrapped env's ``step``, dedented: the whole step, dynamics included, as the classic-control envs
     compute the reward in it (a helper's reward, as MuJoCo's ``_get_rew``, shows as its call only; FrozenLake's step looks
     it up in a table). PromptPO shows hand-written reward files instead, with the reward alone.
 
@@ -85,8 +83,7 @@ def reward_source(env: gym.Env) -> str | None:
 
 
 def extract_code(reply: str) -> tuple[str | None, str]:
-    """
-    The code of a reply (of a harmony reply's final channel) as PromptPO takes it: from the first ```python fence to the
+    """The code of a reply (of a harmony reply's final channel) as PromptPO takes it: from the first ```python fence to the
     next ```, stripped. The code is not run.
 
     :param reply: The LLM's reply.
@@ -116,8 +113,7 @@ def _has_act(classes: dict[str, ast.ClassDef], name: str, seen: set[str]) -> boo
 
 
 def find_policy_class(source: str, expected_name: str) -> tuple[str | None, str]:
-    """
-    The policy class of ``source`` as PromptPO picks it, parsed and compiled, never run: the top-level class named
+    """The policy class of ``source`` as PromptPO picks it, parsed and compiled, never run: the top-level class named
     ``expected_name`` in any case, else the only one with an ``act`` whose name does not contain "observation".
 
     :param source: The reply's code (:func:`extract_code`).
@@ -157,16 +153,14 @@ def _attempts(history: Sequence[Attempt]) -> list[dict[str, Any]]:
     best = int(np.argmax(means)) if len(history) >= HINT_FROM else -1
     entries = []
     for i, item in enumerate(history):
-        returns = "[" + ", ".join(repr(float(r)) for r in item["returns"]) + "]"
-        shown = {"number": i + 1, "returns": returns, "mean": means[i], "best": i == best}
+        shown = {"number": i + 1, "returns": repr([float(r) for r in item["returns"]]), "mean": means[i], "best": i == best}
         entries.append({"feedback": "", "reflection": "", **item, **shown})
     return entries
 
 
 @dataclass(frozen=True)
 class CodeTask:
-    """
-    What PromptPO's prompts show of an env, and the six prompts (plain text, one user message each).
+    """What PromptPO's prompts show of an env, and the six prompts (plain text, one user message each).
 
     :param title: The class-name stem (:func:`env_title`): the policy class is ``<title>Policy``, the reward's name
         ``<title>RewardFunction``.
@@ -188,8 +182,7 @@ class CodeTask:
 
     @classmethod
     def for_env(cls, env: gym.Env, horizon: int | None = None) -> CodeTask:
-        """
-        The generated contents for ``env`` (:func:`describe_spaces`; :func:`reward_source`, else the task's reward
+        """The generated contents for ``env`` (:func:`describe_spaces`; :func:`reward_source`, else the task's reward
         line); to show your own texts instead, :func:`dataclasses.replace` the fields.
 
         :param env: A gymnasium env; its spec gives the id (the title) and the time limit.
@@ -223,8 +216,7 @@ class CodeTask:
         return self._render("policy")
 
     def refine(self, history: Sequence[Attempt]) -> str:
-        """
-        A later round's prompt: the first round's, the latest entry's reflection (not repeated in the entry), every
+        """A later round's prompt: the first round's, the latest entry's reflection (not repeated in the entry), every
         entry (the best hinted from :data:`HINT_FROM` entries on), the request to do better.
 
         :param history: The kept policy of every round so far, oldest first.

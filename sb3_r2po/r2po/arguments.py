@@ -1,7 +1,5 @@
-"""R2PO's settings (:class:`R2POSettings`, built and checked once from the constructor's arguments; a bad value gets a
-``ValueError`` naming it) and the variants as data: a :class:`Variant` says which LLM calls an iteration makes, which
-templates they use, what the Critic sees, whether keep-best applies, whether actions are clipped and how replies are
-read, as the reference's agent of the variant does. Adding a variant is one entry in :data:`VARIANTS`."""
+"""R2PO's settings (:class:`R2POSettings`, checked once when built: a bad value gets a ``ValueError`` naming it) and
+the variants as data (a :class:`Variant` per method of the paper's comparison; adding one is an entry in :data:`VARIANTS`)."""
 
 from __future__ import annotations
 
@@ -54,6 +52,12 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
+def check_path(name: str, value: Any) -> None:
+    """Raise a ``ValueError`` unless ``value`` is a path (``str`` or ``os.PathLike``) or ``None``."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a path (str or os.PathLike) or None, got {value!r}")
+
+
 def _checked(default: Any, check: Callable[..., None], *args: Any, **kwargs: Any) -> Any:
     """A settings field with its ``check(name, value, *args, **kwargs)``, run when the settings are built."""
     return field(default=default, metadata={"check": lambda name, value: check(name, value, *args, **kwargs)})
@@ -71,22 +75,16 @@ def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None) -> N
         policy_class.check_observation_space(space)
 
 
-def policy_alias(policy: str | type, aliases: Mapping[str, type]) -> str | None:
-    """The first alias of a policy name's or class's class (the settings table's name of the policy)."""
-    cls = aliases.get(policy) if isinstance(policy, str) else policy
-    return next((name for name, alias_class in aliases.items() if alias_class is cls), None)
-
-
-WITHOUT_TABLE: dict[str, Any] = {
-    "target_return": None,
-    "tau_c": None,
-    "warmup_episodes": 20,
-    "step_size": 1.0,
-    "max_episode_steps": 1000,
-    "history_excerpts": None,
-    "max_iterations": None,
-}
-"""The arguments ``R2PO(...)`` takes from the settings table when not given, with the value for an env it lacks."""
+WITHOUT_TABLE = (
+    "target_return",
+    "tau_c",
+    "warmup_episodes",
+    "step_size",
+    "max_episode_steps",
+    "history_excerpts",
+    "max_iterations",
+)
+"""The arguments ``R2PO(...)`` takes from the settings table when not given; for an env it lacks, the settings' default."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +125,8 @@ class R2POSettings:
     reply_reading: str = _checked("reference", check_choice, REPLY_READINGS)
     reject_cut_off_replies: bool = False
     clip_actions: bool | None = None
-    prompt_template_dir: str | None = None
-    checkpoint_dir: str | None = None
+    prompt_template_dir: str | None = _checked(None, check_path)
+    checkpoint_dir: str | None = _checked(None, check_path)
     stop_at_target: bool = False
     racing: bool = False
     racing_chunk: int = _checked(5, check_int, 2)  # the racing rule needs a standard deviation
@@ -146,9 +144,6 @@ class R2POSettings:
                 raise ValueError(f"{f.name} must be True or False, got {value!r}")
             if "check" in f.metadata:
                 f.metadata["check"](f.name, value)
-        for name in ("checkpoint_dir", "prompt_template_dir"):
-            if (path := getattr(self, name)) is not None and not isinstance(path, (str, os.PathLike)):
-                raise ValueError(f"{name} must be a path (str or os.PathLike) or None, got {path!r}")
         if (bounds := self.param_bounds) is not None:
             pair = isinstance(bounds, (tuple, list, np.ndarray)) and len(bounds) == 2
             if not pair or not all(is_number(b) and math.isfinite(b) for b in bounds):
@@ -160,12 +155,13 @@ class R2POSettings:
         check_choice("prompt_layout", self.prompt_layout, PROMPT_LAYOUTS)
         if self.history_slack and not self.compressed:
             raise ValueError("history_slack needs a compressed history (history_best_k or history_recent)")
-        get_variant(self.variant)
+        if self.variant not in VARIANTS:
+            raise ValueError(f"Unknown variant {self.variant!r}; choose one of {sorted(VARIANTS)}")
 
     @property
     def variant_spec(self) -> Variant:
         """The :class:`~sb3_r2po.r2po.arguments.Variant` named by ``variant``."""
-        return get_variant(self.variant)
+        return VARIANTS[self.variant]
 
     @property
     def target(self) -> float | None:
@@ -222,13 +218,14 @@ def resolve_settings(
     then the ``table``'s value, then the derived one. ``env``: the env's id, reward threshold and time limit."""
     values = {name: given[name] for name in SETTINGS if name in given}
     sources: dict[str, SettingsSource] = {}
-    for name, derived in WITHOUT_TABLE.items():
+    defaults = {f.name: f.default for f in dataclasses.fields(R2POSettings)}
+    for name in WITHOUT_TABLE:
         if given.get(name) is not None:
             values[name], sources[name] = given[name], "given"
         elif table is not None and table.get(name) is not None:
             values[name], sources[name] = table[name], "reference"
         else:
-            values[name], sources[name] = derived, "derived"
+            values[name], sources[name] = defaults[name], "derived"
     env_id, reward_threshold, env_time_limit = env
     settings = R2POSettings(
         **values, env_id=env_id, reward_threshold=reward_threshold, env_time_limit=env_time_limit, sources=sources
@@ -336,6 +333,11 @@ def _ablation(name: str, summary: str, **changes: Any) -> Variant:
     return Variant(name, summary, **{"search_prompt": "props", "search_history": "f", "clip_actions": False, **changes})
 
 
+def _two_searches(name: str, summary: str, search: SearchMode) -> Variant:
+    """An ablation of two Search calls, no Critic, replies read at the first occurrence of each value."""
+    return _ablation(name, summary, search=search, critic=None, reading=("first", "first"))
+
+
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in [
@@ -346,20 +348,10 @@ VARIANTS: dict[str, Variant] = {
             "ProPS+: ProPS with the task description (tabular tasks: each history entry's first episode)",
             search_trajectories=True,
         ),
-        _ablation(
-            "pure_search",
-            "two independent Search proposals from the same history; keep the best",
-            search="two_independent",
-            critic=None,
-            reading=("first", "first"),
+        _two_searches(
+            "pure_search", "two independent Search proposals from the same history; keep the best", "two_independent"
         ),
-        _ablation(
-            "actor_second_pass",
-            "Search A is evaluated and shown, then Search B; keep the best",
-            search="two_sequential",
-            critic=None,
-            reading=("first", "first"),
-        ),
+        _two_searches("actor_second_pass", "Search A is evaluated and shown, then Search B; keep the best", "two_sequential"),
         Variant(
             "critic_only",
             "one draft-critique-revise Critic call per iteration (history excerpts, the latest trace); always kept",
@@ -389,11 +381,3 @@ VARIANTS: dict[str, Variant] = {
     ]
 }
 """Every variant by name."""
-
-
-def get_variant(name: str) -> Variant:
-    """The variant called ``name``; a clear ``ValueError`` listing the names otherwise."""
-    try:
-        return VARIANTS[name]
-    except KeyError:
-        raise ValueError(f"Unknown variant {name!r}; choose one of {sorted(VARIANTS)}") from None

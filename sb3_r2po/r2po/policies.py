@@ -4,8 +4,8 @@ float64 torch parameter (an exact ``save``/``load``); rollouts act through a num
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 import torch as th
@@ -13,6 +13,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.preprocessing import get_flattened_obs_dim, is_image_space
 from stable_baselines3.common.type_aliases import PyTorchObs
+from typing_extensions import Unpack
 
 from sb3_r2po.common.parameters import ParameterSpace
 
@@ -22,6 +23,12 @@ OBSERVATION_SPACES = (  # the words of the error that refuses an unsupported obs
     "and 'RandomFeatures': Box only) and Discrete ones ('Tabular'); Dict, Tuple, Graph, Text and image observations "
     "are not supported"
 )
+
+
+def short_name(policy: str | type, aliases: Mapping[str, type]) -> str | None:
+    """The first name ``aliases`` gives the class of a policy name or class (the settings table's name for it)."""
+    cls = aliases.get(policy) if isinstance(policy, str) else policy
+    return next((name for name, alias_class in aliases.items() if alias_class is cls), None)
 
 
 def _offset(name: str, offset: int) -> str:
@@ -73,8 +80,8 @@ class CompactPolicy(BasePolicy):
     @classmethod
     def title(cls) -> str:
         """The class's name and the short name ``R2PO`` takes for it, for messages: ``LinearPolicy ('MlpLinear')``."""
-        alias = next((name for name, policy in POLICY_ALIASES.items() if policy is cls and name != cls.__name__), None)
-        return cls.__name__ if alias is None else f"{cls.__name__} ({alias!r})"
+        alias = short_name(cls, POLICY_ALIASES)
+        return cls.__name__ if alias in (None, cls.__name__) else f"{cls.__name__} ({alias!r})"
 
     def _make_parameter_space(self) -> ParameterSpace:
         raise NotImplementedError
@@ -156,9 +163,8 @@ class VectorPolicy(CompactPolicy):
 
 
 class LinearPolicy(VectorPolicy):
-    """
-    sb3-contrib ARS's ``LinearPolicy`` ``y = x @ W + b``, ``x`` the observation as SB3's ``preprocess_obs`` gives it (one-hot
-    per ``MultiDiscrete`` value); flat layout ``params[i * act_dim + j] = W[i, j]``, then ``b``.
+    """sb3-contrib ARS's ``LinearPolicy`` ``y = x @ W + b``, ``x`` the observation as SB3's ``preprocess_obs`` gives it
+    (one-hot per ``MultiDiscrete`` value); flat layout ``params[i * act_dim + j] = W[i, j]``, then ``b``.
 
     :param observation_space: A non-image ``Box``, a ``MultiDiscrete`` (one dimension of values) or a ``MultiBinary``.
     :param action_space: ``Discrete`` (argmax) or a bounded ``Box`` (clipped, or squashed with ``squash_output``).
@@ -359,38 +365,42 @@ def _output_rule(action_space: spaces.Space, n_outputs: int, squash: bool = Fals
     return "the action is y, clipped to the action bounds" if clip else "the action is y itself (not clipped to the bounds)"
 
 
+class FixedMatrixOptions(TypedDict, total=False):
+    """The keyword arguments :class:`FixedMatrixPolicy` and its subclasses share; one not given takes the class's
+    attribute of that name (the reference's value, the Policies page)."""
+
+    param_bounds: tuple[float, float]  #: Range of every parameter.
+    param_decimals: int  #: Precision of every parameter, in decimals.
+    hidden_dim: int  #: Hidden units (random features).
+    projection_seed: int  #: Seed of the fixed matrices.
+    with_bias: bool  #: Whether every layer has a bias.
+    squash_output: bool  #: ``tanh`` scaled into the bounds instead of clipping ``Box`` actions (:class:`CompactPolicy`).
+    init_std: float  #: Standard deviation of a warm-up draw of each parameter (then clipped and rounded).
+
+
 class FixedMatrixPolicy(VectorPolicy):
     """A :class:`VectorPolicy` with ``hidden_dim`` hidden units and fixed matrices drawn with
     ``numpy.random.RandomState(projection_seed)`` (:meth:`_draw`), kept as module buffers (saved with the model)."""
 
-    saved_arguments: ClassVar[tuple[str, ...]] = (
-        *CompactPolicy.saved_arguments,
-        "hidden_dim",
-        "projection_seed",
-        "with_bias",
-        "squash_output",
-        "init_std",
-    )
+    saved_arguments: ClassVar[tuple[str, ...]] = tuple(FixedMatrixOptions.__annotations__)
+    hidden_dim: int
+    projection_seed: int
 
     def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        param_bounds: tuple[float, float],
-        param_decimals: int,
-        squash_output: bool,
-        hidden_dim: int,
-        projection_seed: int,
-        with_bias: bool,
-        init_std: float,
+        self, observation_space: spaces.Space, action_space: spaces.Space, **options: Unpack[FixedMatrixOptions]
     ) -> None:
+        if unknown := set(options).difference(FixedMatrixOptions.__annotations__):  # as Python's own check
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {sorted(unknown)}")
         self.obs_dim, self.act_dim = _vector_dims(type(self), observation_space, action_space)
-        self.hidden_dim, self.projection_seed, self.with_bias = int(hidden_dim), int(projection_seed), bool(with_bias)
-        self.init_std = float(init_std)
+        self.hidden_dim = int(options.get("hidden_dim", self.hidden_dim))
+        self.projection_seed = int(options.get("projection_seed", self.projection_seed))
+        self.init_std = float(options.get("init_std", self.init_std))
+        self.with_bias = bool(options.get("with_bias", True))
         if self.hidden_dim < 1:
-            raise ValueError(f"hidden_dim must be >= 1, got {hidden_dim}")
+            raise ValueError(f"hidden_dim must be >= 1, got {options['hidden_dim']}")
         matrices = self._draw(np.random.RandomState(self.projection_seed))
-        super().__init__(observation_space, action_space, param_bounds, param_decimals, squash_output)
+        bounds, decimals = options.get("param_bounds", self.param_bounds), options.get("param_decimals", 1)
+        super().__init__(observation_space, action_space, bounds, decimals, options.get("squash_output", False))
         for name, matrix in matrices.items():
             self.register_buffer(name, th.as_tensor(matrix, dtype=th.float64))
 
@@ -403,47 +413,33 @@ class FixedMatrixPolicy(VectorPolicy):
 
 
 class ProjectedMlpPolicy(FixedMatrixPolicy):
-    """
-    The reference's ``ProjectedMLPPolicy``: ``y = tanh(s @ W1 + b1) @ W2 + b2``, layer ``l``'s flattened weights and
-    bias being ``decoded_weight_scale * Q_l @ z_l`` (``z1 = params[:latent_dim_layer1]``, ``z2`` the rest; ``Q_l``
-    the Q factor of a standard normal ``(layer size, latent size)`` matrix, layer 1's drawn first).
+    """The reference's ``ProjectedMLPPolicy``: ``y = tanh(s @ W1 + b1) @ W2 + b2``, layer ``l``'s flattened weights and
+    bias ``decoded_weight_scale * Q_l @ z_l``, ``Q_l`` a fixed orthonormal projection (the Policies page).
 
     :param observation_space: A non-image ``Box`` (flattened).
     :param action_space: ``Discrete`` (argmax of ``y``) or a bounded ``Box`` (``y`` clipped).
-    :param param_bounds: Range of every latent value (the reference: -6 to 6).
-    :param param_decimals: Precision of every latent value, in decimals.
-    :param hidden_dim: Hidden units (the reference's Swimmer configs: 4).
-    :param latent_dim_layer1: Latent values of layer 1 (5), at most its weight and bias count.
-    :param latent_dim_layer2: Latent values of layer 2 (5), at most its weight and bias count.
-    :param projection_seed: Seed of the projections (``PROJECTED_MLP_SEED``, 3001).
-    :param with_bias: Whether both layers have a bias.
-    :param squash_output: ``tanh`` scaled into the bounds instead of clipping ``Box`` actions (:class:`CompactPolicy`).
-    :param init_std: Standard deviation of a warm-up draw of each latent value (then clipped and rounded; 2).
-    :param decoded_weight_scale: Factor of the decoded weights (1).
+    :param latent_dim_layer1: Latent values of layer 1, at most its weight and bias count.
+    :param latent_dim_layer2: Latent values of layer 2, at most its weight and bias count.
+    :param decoded_weight_scale: Factor of the decoded weights.
+    :param shared: :class:`FixedMatrixOptions`; defaults: the class attributes (the reference's, the Policies page).
     """
 
     saved_arguments = (*FixedMatrixPolicy.saved_arguments, "latent_dim_layer1", "latent_dim_layer2", "decoded_weight_scale")
     kind: ClassVar[str] = "neural-network"
+    param_bounds, hidden_dim, projection_seed, init_std = (-6.0, 6.0), 4, PROJECTED_MLP_SEED, 2.0
 
     def __init__(
         self,
         observation_space: spaces.Space,
         action_space: spaces.Space,
-        param_bounds: tuple[float, float] = (-6.0, 6.0),
-        param_decimals: int = 1,
-        hidden_dim: int = 4,
         latent_dim_layer1: int = 5,
         latent_dim_layer2: int = 5,
-        projection_seed: int = PROJECTED_MLP_SEED,
-        with_bias: bool = True,
-        squash_output: bool = False,
-        init_std: float = 2.0,
         decoded_weight_scale: float = 1.0,
+        **shared: Unpack[FixedMatrixOptions],
     ) -> None:
         self.latent_dim_layer1, self.latent_dim_layer2 = int(latent_dim_layer1), int(latent_dim_layer2)
         self.decoded_weight_scale = float(decoded_weight_scale)
-        args = (param_bounds, param_decimals, squash_output, hidden_dim, projection_seed, with_bias, init_std)
-        super().__init__(observation_space, action_space, *args)
+        super().__init__(observation_space, action_space, **shared)
 
     def _draw(self, rng: np.random.RandomState) -> dict[str, np.ndarray]:
         n, h, m = self.obs_dim, self.hidden_dim, self.act_dim
@@ -484,54 +480,38 @@ class ProjectedMlpPolicy(FixedMatrixPolicy):
             "large swings unless the history clearly supports them.",
         )
 
-    def summary_lines(self) -> tuple[str, ...]:
-        """The network and the opaque params, as the reference's ProPS prompt tells its black-box Search."""
-        return self.layout_lines()
+    summary_lines = layout_lines  # the network and the opaque params, as the reference's ProPS prompt tells its Search
 
 
 class RandomFeaturesPolicy(FixedMatrixPolicy):
-    """
-    The reference's ``RandomFeaturePolicy``: ``h = tanh(R @ clip(s / obs_scale, -obs_clip, obs_clip) + c)`` (``R``
-    standard normal over ``sqrt(obs_dim)``, then ``c`` uniform in [-0.1, 0.1]), ``y = output_gain * (theta @ h +
-    bias)``; ``params[k * hidden_dim + j] = theta[k, j]``, then ``bias``.
+    """The reference's ``RandomFeaturePolicy``: ``h = tanh(R @ clip(s / obs_scale, -obs_clip, obs_clip) + c)`` with fixed
+    random ``R`` and ``c``, ``y = output_gain * (theta @ h + bias)``; ``params[k * hidden_dim + j] = theta[k, j]``.
 
     :param observation_space: A non-image ``Box`` (flattened).
     :param action_space: ``Discrete`` (argmax of ``y``) or a bounded ``Box`` (``y`` clipped).
-    :param param_bounds: Range of every readout value (the reference: -2 to 2).
-    :param param_decimals: Precision of every readout value, in decimals.
-    :param hidden_dim: Random features (the reference's Swimmer config: 8).
-    :param projection_seed: Seed of the features (``RANDOM_FEATURES_SEED``, 1001).
-    :param with_bias: Whether the readout has a bias per output.
-    :param squash_output: ``tanh`` scaled into the bounds instead of clipping ``Box`` actions (:class:`CompactPolicy`).
-    :param init_std: Standard deviation of a warm-up draw of each readout value (then clipped and rounded; 0.75).
-    :param obs_scale: The observation is divided by it before the features (3).
-    :param obs_clip: ... then clipped to ``[-obs_clip, obs_clip]`` (5).
-    :param output_gain: Factor of the readout (0.5).
+    :param obs_scale: The observation is divided by it before the features.
+    :param obs_clip: ... then clipped to ``[-obs_clip, obs_clip]``.
+    :param output_gain: Factor of the readout.
+    :param shared: :class:`FixedMatrixOptions`; defaults: the class attributes (the reference's, the Policies page).
     """
 
     saved_arguments = (*FixedMatrixPolicy.saved_arguments, "obs_scale", "obs_clip", "output_gain")
     kind: ClassVar[str] = "random-feature"
+    param_bounds, hidden_dim, projection_seed, init_std = (-2.0, 2.0), 8, RANDOM_FEATURES_SEED, 0.75
 
     def __init__(
         self,
         observation_space: spaces.Space,
         action_space: spaces.Space,
-        param_bounds: tuple[float, float] = (-2.0, 2.0),
-        param_decimals: int = 1,
-        hidden_dim: int = 8,
-        projection_seed: int = RANDOM_FEATURES_SEED,
-        with_bias: bool = True,
-        squash_output: bool = False,
-        init_std: float = 0.75,
         obs_scale: float = 3.0,
         obs_clip: float = 5.0,
         output_gain: float = 0.5,
+        **shared: Unpack[FixedMatrixOptions],
     ) -> None:
         self.obs_scale, self.obs_clip, self.output_gain = float(obs_scale), float(obs_clip), float(output_gain)
         if not (self.obs_scale > 0 and self.obs_clip > 0):
             raise ValueError(f"obs_scale and obs_clip must be > 0, got {obs_scale} and {obs_clip}")
-        args = (param_bounds, param_decimals, squash_output, hidden_dim, projection_seed, with_bias, init_std)
-        super().__init__(observation_space, action_space, *args)
+        super().__init__(observation_space, action_space, **shared)
 
     def _draw(self, rng: np.random.RandomState) -> dict[str, np.ndarray]:
         feature_weight = rng.randn(self.hidden_dim, self.obs_dim) / np.sqrt(self.obs_dim)

@@ -43,7 +43,7 @@ from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
 from sb3_r2po.r2po import arguments, run_state
 from sb3_r2po.r2po.arguments import SETTINGS, check_int
-from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy
+from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy, short_name
 from sb3_r2po.r2po.reporting import Progress, planned_episodes, record_metrics, warn_before_first_iteration, with_progress_bar
 from sb3_r2po.r2po.roles import LLMRoles, Start, make_llm, new_llm_stats, pattern_for
 from sb3_r2po.r2po.run_state import COMMITTED_STATE, Candidate, Clock, Revision, RunState, best_record
@@ -185,7 +185,7 @@ class R2PO(BaseAlgorithm):
             seed=seed,
         )
         spec = env_spec(self.env)
-        table = reference_settings(spec[0], variant, arguments.policy_alias(policy, self.policy_aliases))
+        table = reference_settings(spec[0], variant, short_name(policy, self.policy_aliases))
         self.settings = arguments.resolve_settings(given, table if _init_setup_model else None, spec)
         check_int("seed", seed, 0, optional=True)
         if llm is not None and _init_setup_model:  # load() builds with defaults first, then sets the saved llm

@@ -115,9 +115,8 @@ def record_metrics(
         logger.record(f"llm/{key}", int(stats.get(key, 0)))
     logger.record("llm/seconds", float(stats["seconds"]))
     if stats["prompt_tokens"] or stats["completion_tokens"]:
-        logger.record("llm/prompt_tokens", int(stats["prompt_tokens"]))
-        logger.record("llm/prompt_tokens_cached", int(stats.get("prompt_tokens_cached", 0)))
-        logger.record("llm/completion_tokens", int(stats["completion_tokens"]))
+        for key in ("prompt_tokens", "prompt_tokens_cached", "completion_tokens"):
+            logger.record(f"llm/{key}", int(stats.get(key, 0)))
     for role, (prompt, reply) in exchanges.items():
         logger.record(f"llm_text/{role}_prompt", prompt, exclude=TEXT_ONLY)
         logger.record(f"llm_text/{role}_reply", reply, exclude=TEXT_ONLY)

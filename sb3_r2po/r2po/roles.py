@@ -329,10 +329,7 @@ class PairedSearch(SearchPattern):
     the reference does (with ``on_unusable_reply="rerun"`` an unusable second one discards the iteration); keep the best."""
 
     second_role: Role | None = "search"
-
-    def __init__(self, variant: Variant) -> None:
-        super().__init__(variant)
-        self._spare: Answer | None = None
+    _spare: Answer | None = None  # the pair's second proposal, until challenge() takes it
 
     def propose(self, roles: LLMRoles, start: Start) -> Answer:
         self._spare = None
@@ -420,8 +417,7 @@ def ask_for_params(
     reading: Reading = "first",
     reject_cut_off: bool = False,
 ) -> Answer:
-    """
-    Ask for a vector, re-asking up to ``max_retries`` times with the reason of the failure.
+    """Ask for a vector, re-asking up to ``max_retries`` times with the reason of the failure.
 
     :param backend: The chat backend.
     :param messages: The prompt.
@@ -462,8 +458,7 @@ def ask_together(
     temperature: float = 0.0,
     **asking: Any,
 ) -> list[Answer]:
-    """
-    Ask several independent prompts: the first attempts as one batch (:func:`~sb3_r2po.llm.base.chat_batch`), the
+    """Ask several independent prompts: the first attempts as one batch (:func:`~sb3_r2po.llm.base.chat_batch`), the
     re-asks one by one, in order; one :class:`Answer` per prompt (the other arguments as :func:`ask_for_params`).
 
     :param conversations: The prompts.
@@ -578,7 +573,7 @@ class PromptView:
         to the mean return, 8 steps) and ``first_episode`` (props_plus on tabular tasks)."""
         s, spec, fields = self.settings, self.settings.variant_spec, dict[str, Any]()
         if spec.critic is not None and spec.critic.excerpts and result.episodes:
-            episode = result.episodes[rollouts.mean_closest_index([float(r) for r in result.returns])]
+            episode = result.episodes[rollouts.SELECTORS["mean"]([float(r) for r in result.returns])]
             if s.prompt_layout == "reference":
                 trace = self.reference_trace()
                 fields["rollout_excerpt"] = rollouts.reference_excerpt(episode, trace, EXCERPT_STEPS, s.trajectory_digits)

@@ -1,13 +1,6 @@
-"""The records of a run (candidates, revisions, discarded attempts, LLM calls and history entries: ``R2PO.history``'s
-JSON-serialisable dicts, whose keys and order :meth:`HistoryEntry.to_dict` alone defines), the state as of the last
-history entry and the run directory that holds it.
-
-:class:`RunState` snapshots what an iteration changes as of the last history entry: a save mid-iteration writes that
-state, and an exception that cuts an iteration short rolls the model back to it. In the run directory
-(``checkpoint_dir``) every entry writes ``model.zip`` (the one file a run resumes from), then ``history.json`` (an
-export, never read back), each atomically; the transcript ``llm_calls.jsonl`` is rewound to the last entry on resume.
-A run holds the directory's ``.lock`` from :meth:`RunState.open` or :meth:`RunState.acquire` to :meth:`RunState.close`.
-"""
+"""The records of a run (``R2PO.history``'s dicts: :meth:`HistoryEntry.to_dict` alone defines their keys and order),
+the state as of the last history entry (:class:`RunState`: what a save mid-iteration writes and an exception rolls back
+to) and the run directory that holds it (the Usage page's "Runs that survive crashes")."""
 
 from __future__ import annotations
 
@@ -105,11 +98,6 @@ def _read_model(path: Path) -> tuple[list[Record] | None, str]:
     return history, ""
 
 
-def _continues(ours: list[Record], theirs: list[Record]) -> bool:
-    """Whether the history ``ours`` starts with ``theirs`` (compared as JSON text, so a NaN equals a NaN)."""
-    return [json.dumps(e, sort_keys=True) for e in ours[: len(theirs)]] == [json.dumps(e, sort_keys=True) for e in theirs]
-
-
 def _is_run_directory(directory: Path) -> bool:
     return _present(directory / HISTORY) or _present(directory / TRANSCRIPT)
 
@@ -132,8 +120,7 @@ def _lost_run(model_zip: Path, problem: str) -> str:
 
 
 def check_model_file(path: str | os.PathLike[str]) -> Path:
-    """
-    Check that ``path`` (given to ``R2PO.load``; ``".zip"`` appended when only that exists) is a readable model zip,
+    """Check that ``path`` (given to ``R2PO.load``; ``".zip"`` appended when only that exists) is a readable model zip,
     instead of SB3's ``BadZipFile``: the error names the file and the way to recover.
 
     :return: The file that SB3 will read.
@@ -206,8 +193,7 @@ class RunState:
         return history if self._history_length is None else history[: self._history_length]
 
     def open(self, backend: ChatBackend, directory: str | os.PathLike[str] | None, history: list[Record]) -> ChatBackend:
-        """
-        With a run directory (created when missing; ``None``: no files): lock it until :meth:`close`, check it against
+        """With a run directory (created when missing; ``None``: no files): lock it until :meth:`close`, check it against
         ``history`` and return ``backend`` recording every call to its transcript.
 
         :raises RunDirectoryInUseError: when another run holds the directory.
@@ -296,7 +282,7 @@ class RunState:
         saved, problem = _read_model(model_zip)
         if saved is None:
             raise RunDirectoryError(_lost_run(model_zip, problem))
-        if not _continues(history, saved):
+        if json.dumps(history[: len(saved)], sort_keys=True) != json.dumps(saved, sort_keys=True):  # as text: NaN == NaN
             raise RunDirectoryError(
                 f"checkpoint_dir {str(self.directory)!r} already holds another run ({model_zip}: a history of "
                 f"{len(saved)} entries); resume it with R2PO.load({str(model_zip)!r}, env=..., llm=...).learn(..., "
@@ -542,8 +528,7 @@ def reached(history: list[Record], target: float, n_episodes: int) -> bool:
 
 @dataclass
 class LLMCall:
-    """
-    One call to the LLM, as logged (the token counts as the backend reported them:
+    """One call to the LLM, as logged (the token counts as the backend reported them:
     :class:`~sb3_r2po.llm.base.ChatReply`).
 
     :param role: ``"search"`` or ``"critic"``.
@@ -565,8 +550,7 @@ class LLMCall:
 
 @dataclass
 class Answer:
-    """
-    The outcome of :func:`ask_for_params`.
+    """The outcome of :func:`ask_for_params`.
 
     :param params: The legal vector, or ``None`` when every attempt failed.
     :param calls: Every call made, in order.

@@ -1,12 +1,6 @@
-"""
-RL Zoo integration: ``python -m sb3_r2po.zoo train|enjoy|plot_train|plot_from_file|all_plots ...``.
-
-:func:`register_r2po` adds R2PO to every copy of the zoo's ``ALGOS`` dict, makes the zoo resolve an R2PO entry's
-``variants:`` (:mod:`sb3_r2po.zoo.settings`) and prepares ``-optimize`` (:data:`SEARCH_SPACE`,
-:mod:`sb3_r2po.zoo.optimize`). ``train`` without ``-conf``/``--conf-file`` gets our ``r2po.yml`` for ``--algo r2po``,
-and our ``<algo>.yml`` when it has an entry for the ``--env`` id; ``plot_train``/``all_plots`` get ``-e/--env`` ids as
-the zoo's folder names (``R2PO/Nim-v0`` -> ``R2PO-Nim-v0``). Nothing here imports ``rl_zoo3`` at import time.
-"""
+"""RL Zoo integration: ``python -m sb3_r2po.zoo train|enjoy|plot_train|plot_from_file|all_plots ...`` runs the zoo's
+scripts with R2PO registered (:func:`register_r2po`), our hyperparameter files for ``train`` and ``-e/--env`` ids as the
+zoo's folder names for the plots (the RL Zoo page of the documentation). Nothing here imports ``rl_zoo3`` at import time."""
 
 from __future__ import annotations
 
@@ -108,8 +102,8 @@ def _register_hooks(name: str) -> None:
 
 def resolve_train_args(argv: Sequence[str]) -> list[str]:
     """
-    Add ``--conf-file`` to the zoo's ``train`` arguments where we ship the hyperparameters (see the module docstring);
-    an explicit ``-conf``/``--conf-file`` is kept.
+    Add ``--conf-file`` to the zoo's ``train`` arguments: our ``r2po.yml`` for ``--algo r2po``, our ``<algo>.yml`` when it
+    has an entry for the ``--env`` id; an explicit ``-conf``/``--conf-file`` is kept.
 
     :param argv: The ``train`` arguments (without the script name).
     :return: The arguments to pass to the zoo.

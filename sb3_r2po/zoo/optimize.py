@@ -1,9 +1,6 @@
-"""
-RL Zoo's ``-optimize`` for R2PO: the zoo's ``TrialEvalCallback`` evaluates every ``n_timesteps // n_evaluations``
-steps, and R2PO usually stops at its ``max_episodes`` budget before the first of them, so :class:`FinalTrialEvalCallback`
-adds one evaluation (of the policy, which holds the run's best candidate) when an R2PO run ends after its last
-scheduled one. Importing this module imports ``rl_zoo3`` and ``optuna``.
-"""
+"""RL Zoo's ``-optimize`` for R2PO: :class:`FinalTrialEvalCallback` evaluates an R2PO run that ended (at its
+``max_episodes``) after its last scheduled evaluation (the RL Zoo page of the documentation). Importing this module
+imports ``rl_zoo3`` and ``optuna``."""
 
 from __future__ import annotations
 

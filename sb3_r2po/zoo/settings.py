@@ -1,10 +1,7 @@
-"""
-The settings table ``sb3_r2po/zoo/configs/r2po.yml`` (R2PO's zoo hyperparameter file), read by the zoo, ``compare``,
-``ablate`` and a plain ``R2PO(policy, env_id)`` (:func:`reference_settings`). An env entry holds R2PO's settings, its
-``variants:`` the values that differ per variant in the authors' reference configs (``props: {tau_c: null, ...}``),
-its ``policies:`` those per policy alias; :func:`apply_variant` resolves an entry for one variant wherever a variant is
-built from the file, and settings the user gives win. Nothing here imports ``rl_zoo3`` at import time.
-"""
+"""The settings table ``sb3_r2po/zoo/configs/r2po.yml`` (R2PO's zoo hyperparameter file, the RL Zoo page of the
+documentation): an env entry's settings, its ``variants:`` and ``policies:`` layers, resolved by :func:`apply_variant`
+wherever a variant is built from the file (the zoo, ``compare``, ``ablate``, ``R2PO(policy, env_id)``). Nothing here
+imports ``rl_zoo3`` at import time."""
 
 from __future__ import annotations
 
