@@ -21,9 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sb3_r2po.diagnostics import salience_summary
 from sb3_r2po.experiments.executors import EXECUTORS, make_executor
-from sb3_r2po.experiments.report import ablation_report, iteration_figures
+from sb3_r2po.experiments.report import ablation_report, iteration_figures, salience_summary
 from sb3_r2po.experiments.runs import ResultsStore, RunResult, RunSpec, r2po_entry, r2po_overrides, r2po_settings
 from sb3_r2po.experiments.runs import run_one as run_spec
 from sb3_r2po.llm.base import ChatBackend

@@ -7,12 +7,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback
+from stable_baselines3.common.callbacks import ConvertCallback
 from stable_baselines3.common.type_aliases import MaybeCallback
 
 from sb3_r2po import R2PO
 from sb3_r2po.llm.base import Constrainable
 from sb3_r2po.llm.batching import BatchingBackend
+from sb3_r2po.r2po.reporting import with_callback
 
 
 class LockstepError(RuntimeError):
@@ -22,13 +23,6 @@ class LockstepError(RuntimeError):
         self.errors = errors
         lines = "; ".join(f"model {i}: {type(e).__name__}: {e}" for i, e in sorted(errors.items()))
         super().__init__(f"{len(errors)} model(s) of the lockstep run failed ({lines})")
-
-
-def _with_stop(callback: MaybeCallback, event: threading.Event) -> list[BaseCallback]:
-    """``callback`` and one that stops training once ``event`` is set (the caller's Ctrl-C)."""
-    others = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
-    stop = ConvertCallback(lambda _locals, _globals: not event.is_set())
-    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in others] + [stop]
 
 
 def _batching_backend(models: Sequence[R2PO], max_batch: int | None) -> tuple[Any, BatchingBackend]:
@@ -109,7 +103,8 @@ def learn_in_lockstep(
             with backend.worker():
                 try:
                     ready.wait()
-                    models[i].learn(total_timesteps, callback=_with_stop(callbacks[i], stop), **learn_kwargs)
+                    stopper = ConvertCallback(lambda _locals, _globals: not stop.is_set())  # the caller's Ctrl-C
+                    models[i].learn(total_timesteps, callback=with_callback(callbacks[i], stopper), **learn_kwargs)
                 except threading.BrokenBarrierError:  # interrupted before every worker had started: nothing ran
                     pass
                 except BaseException as exc:  # reported after every thread has finished

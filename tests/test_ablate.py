@@ -12,8 +12,7 @@ if importlib.util.find_spec("rl_zoo3") is None:  # ablate builds its runs throug
 import sb3_r2po
 from sb3_r2po import R2PO
 from sb3_r2po.ablate import literal_policy_kwargs, main, resolve_llm, run_one, run_settings
-from sb3_r2po.diagnostics import salience_summary
-from sb3_r2po.experiments.report import ablation_report
+from sb3_r2po.experiments.report import ablation_report, salience_summary
 from sb3_r2po.experiments.runs import r2po_entry
 from sb3_r2po.llm.example import ExampleLLM
 from sb3_r2po.llm.recording import RecordingBackend, read_records

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sb3_r2po.diagnostics import salience_summary, salience_table
+from sb3_r2po.experiments.report import salience_summary, salience_table
 from sb3_r2po.r2po.roles import diagnose_revision, edit_size, points_at_worst
 
 

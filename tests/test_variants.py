@@ -2,7 +2,7 @@ import pytest
 from helpers import UNTIL_BUDGET, BanditEnv, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
-from sb3_r2po.diagnostics import salience_summary, salience_table
+from sb3_r2po.experiments.report import salience_summary, salience_table
 from sb3_r2po.r2po.arguments import VARIANTS
 
 GOOD_CARTPOLE = vector(0, 0, 0, 0, 0, 1, 0, 1, 0, 0)  # push towards where the pole falls: long episodes

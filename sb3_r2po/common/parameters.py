@@ -125,8 +125,7 @@ class ParameterSpace:
             raise InvalidParameters(f"params[{bad[0]}] is not a finite number ({vec[bad[0]]})")
         if self.values is not None:
             allowed = np.asarray(self.values, dtype=np.float64)
-            outside = [i for i, v in enumerate(vec) if not np.any(v == allowed)]
-            if outside:
+            if outside := [i for i, v in enumerate(vec) if not np.any(v == allowed)]:
                 raise InvalidParameters(
                     f"params[{outside[0]}] = {vec[outside[0]]:.6g} is not one of the allowed values {list(self.values)}"
                 )
@@ -423,8 +422,7 @@ def _listed_vector(inner: str, size: int) -> list[str] | str:
     tokens = inner.split(",")
     if not tokens[-1].strip():
         tokens.pop()  # one trailing comma, or an empty list
-    empty = [i for i, token in enumerate(tokens) if not token.strip()]
-    if empty:
+    if empty := [i for i, token in enumerate(tokens) if not token.strip()]:
         return f"the list has an empty slot at position {empty[0]} (two commas with no value between them); write every value"
     return tokens
 

@@ -1,5 +1,7 @@
 """Statistics and reports of runs: ``compare``'s ``results.md``, ``paper.md`` and figures, and ``ablate``'s report. The
-figures (mean, best, final, episodes to threshold, IQM [95 % CI]) are defined on the comparisons page of the documentation."""
+figures (mean, best, final, episodes to threshold, IQM [95 % CI]) are defined on the comparisons page of the documentation.
+The salience-bias summary of a run (:func:`salience_summary`) aggregates its Critic revisions' diagnostics (each from
+:func:`sb3_r2po.r2po.roles.diagnose_revision`) as the paper's salience table does."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import os
 import platform
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import metadata
 from itertools import zip_longest
 from pathlib import Path
@@ -351,7 +353,6 @@ def paper_document(paper: str, result: dict[str, Any]) -> str:
 
 def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
     """``ablate``'s report of its run records: per figure, a table of mean +- std and one of IQM [95 % CI] over seeds."""
-    from sb3_r2po.diagnostics import salience_summary, salience_table
 
     envs = list(dict.fromkeys(r["env"] for r in runs))
     variants = list(dict.fromkeys(r["variant"] for r in runs))
@@ -462,3 +463,43 @@ def plot_intervals(runs: Sequence[dict[str, Any]], path: Path, env_id: str, wind
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize="small")
     fig.suptitle(f"{env_id}: IQM with 95 % stratified bootstrap CI (rliable) and mean +- std over seeds")
     fig.savefig(path)
+
+
+def salience_summary(history: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Aggregate the revision diagnostics of a run's history."""
+    diags = [r["diagnostics"] for r in history if r.get("diagnostics")]
+    regressions = [d for d in diags if d["regression"]]
+    above = [d for d in diags if d["above_tau_c"]]
+    fixations = sum(d["worst_fixation"] for d in regressions)
+    nan = float("nan")
+    return {
+        "revisions": len(diags),
+        "accepted": sum(d["accepted"] for d in diags),
+        "regressions": len(regressions),
+        "regression_rate": len(regressions) / len(diags) if diags else nan,
+        "regressions_with_fixation": fixations,
+        "fixation_share_of_regressions": fixations / len(regressions) if regressions else nan,
+        "revisions_above_tau_c": len(above),
+        "mean_l1_above_tau_c": float(np.mean([d["l1"] for d in above])) if above else nan,
+        "mean_n_changed_above_tau_c": float(np.mean([d["n_changed"] for d in above])) if above else nan,
+    }
+
+
+def _fmt(x: float, pct: bool = False) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.1f} %" if pct else f"{x:.2f}"
+
+
+def salience_table(rows: dict[str, dict[str, float]]) -> str:
+    """A markdown table of :func:`salience_summary` results, one row per label (e.g. per variant)."""
+    lines = [
+        "| method | revisions | regressions | regression rate | regressions with worst-rollout fixation | "
+        "revisions above tau_c | mean L1 edit above tau_c | mean params changed above tau_c |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, s in rows.items():
+        lines.append(
+            f"| {label} | {s['revisions']} | {s['regressions']} | {_fmt(s['regression_rate'], True)} | "
+            f"{s['regressions_with_fixation']} ({_fmt(s['fixation_share_of_regressions'], True)}) | "
+            f"{s['revisions_above_tau_c']} | {_fmt(s['mean_l1_above_tau_c'])} | {_fmt(s['mean_n_changed_above_tau_c'])} |"
+        )
+    return "\n".join(lines)

@@ -13,17 +13,5 @@ from sb3_r2po.llm.resolve import STRING_FORMS, URL_FORM, make_backend, register_
 if REPLAY_FORM not in STRING_FORMS:  # once, also when this package is reloaded
     register_string_form(REPLAY_FORM, before=URL_FORM.name)  # with the other reserved prefixes
 
-__all__ = [
-    "STRING_FORMS",
-    "CallableBackend",
-    "ChatBackend",
-    "ChatReply",
-    "ExampleLLM",
-    "LLMBackendError",
-    "Message",
-    "RecordingBackend",
-    "ReplayBackend",
-    "ReplayMissError",
-    "chat_batch",
-    "make_backend",
-]
+__all__ = ["STRING_FORMS", "CallableBackend", "ChatBackend", "ChatReply", "ExampleLLM", "LLMBackendError", "Message"]
+__all__ += ["RecordingBackend", "ReplayBackend", "ReplayMissError", "chat_batch", "make_backend"]

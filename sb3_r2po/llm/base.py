@@ -135,8 +135,7 @@ class BatchResult:
 
     def unwrap(self) -> list[ChatReply]:
         """The replies, in order; raise the first error when a conversation failed."""
-        error = self.first_error
-        if error is not None:
+        if (error := self.first_error) is not None:
             raise error
         return [reply for reply in self.replies if reply is not None]  # all of them: no conversation failed
 

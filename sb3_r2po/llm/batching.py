@@ -88,8 +88,7 @@ class BatchingBackend:
             self._pending.extend(requests)
             self._cond.notify_all()
             while not all(request.done for request in requests):
-                batch = self._take_batch()
-                if batch:
+                if batch := self._take_batch():
                     self._send(batch)  # releases the lock while the inner backend works
                 else:
                     self._cond.wait()

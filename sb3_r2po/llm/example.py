@@ -73,7 +73,8 @@ class ExampleLLM:
             theta = _edit(best, rng, step / 2, choices, n_changes=max(1, size // 4))
             note = "Small edit of the best vector so far."
         elif best is None or rng.random() < self.explore:
-            theta = _random(rng, size, choices)
+            allowed = np.array(choices or (), dtype=np.float64)  # a discrete space's values
+            theta = rng.normal(0.0, 3.0, size=size) if choices is None else rng.choice(allowed, size=size)
             note = "Exploring a random vector."
         else:
             theta = _edit(best, rng, step, choices, n_changes=size)
@@ -86,12 +87,6 @@ class ExampleLLM:
 
     def __repr__(self) -> str:
         return f"ExampleLLM(seed={self.seed})"
-
-
-def _random(rng: np.random.Generator, size: int, choices: list[int] | None) -> np.ndarray:
-    if choices is not None:
-        return rng.choice(np.array(choices, dtype=np.float64), size=size)
-    return rng.normal(0.0, 3.0, size=size)
 
 
 def _edit(theta: np.ndarray, rng: np.random.Generator, scale: float, choices: list[int] | None, n_changes: int) -> np.ndarray:

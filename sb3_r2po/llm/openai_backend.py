@@ -141,8 +141,7 @@ def _shut_down(stream: Any) -> None:
 
 def attach_deadline(request: Any) -> None:
     """An httpx ``request`` hook: in a :class:`RequestDeadline` block, start it and trace the connections it opens."""
-    deadline = _ACTIVE_DEADLINE.get()
-    if deadline is not None:
+    if (deadline := _ACTIVE_DEADLINE.get()) is not None:
         deadline.arm()
         request.extensions["trace"] = deadline.trace
 
@@ -575,8 +574,7 @@ def _chain_text(exc: BaseException) -> str:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         parts.append(f"{type(current).__name__}: {current}")
-        body = getattr(current, "body", None)
-        if body is not None:
+        if (body := getattr(current, "body", None)) is not None:
             parts.append(repr(body))
         current = current.__cause__ or current.__context__
     return "\n".join(parts)

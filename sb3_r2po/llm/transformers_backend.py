@@ -43,8 +43,7 @@ def required_gpu_memory_gb(model: str) -> float | None:
 
     :param model: A Hugging Face model id or a local directory.
     """
-    base = re.split(r"[/\\]", model.rstrip("/\\").lower())[-1]
-    if base in KNOWN_LARGE_MODELS:
+    if (base := re.split(r"[/\\]", model.rstrip("/\\").lower())[-1]) in KNOWN_LARGE_MODELS:
         return KNOWN_LARGE_MODELS[base]
     path = Path(model).expanduser()
     config = path / "config.json"
@@ -285,8 +284,7 @@ class TransformersBackend(TransientState):
         return len(self.pipeline.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _strip_padding(self, text: str) -> str:
-        pad = self.pipeline.tokenizer.pad_token
-        if pad and text.endswith(pad):
+        if (pad := self.pipeline.tokenizer.pad_token) and text.endswith(pad):
             while text.endswith(pad):
                 text = text[: -len(pad)]
             if pad in HARMONY_STOP_TOKENS:  # the reply stopped on it, then padding repeated it: keep the stop

@@ -163,8 +163,7 @@ def verify_cached_model(path: Path, spec: ModelSpec) -> bool:
 def locate_parts(spec: ModelSpec) -> dict[int, PartFile]:
     """Every part of ``spec`` in order; :class:`LLMBackendError` (with the ``pip`` command) when missing or sizes differ."""
     found = {i: _locate_part(spec, i) for i in range(1, spec.n_parts + 1)}
-    missing = [i for i, part in found.items() if part is None]
-    if missing:
+    if missing := [i for i, part in found.items() if part is None]:
         raise LLMBackendError(
             f"The embedded model {spec.model} ({spec.size}) needs {spec.n_parts} part wheels; "
             f"{len(missing)} are not installed ({', '.join(spec.dist_name(i) for i in missing[:4])}"
@@ -185,8 +184,7 @@ def check_disk(directory: Path, spec: ModelSpec) -> None:
     existing = directory
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    free = shutil.disk_usage(existing).free
-    if free < spec.total_bytes:
+    if (free := shutil.disk_usage(existing).free) < spec.total_bytes:
         raise LLMBackendError(
             f"Not enough free disk space in {directory} to join {spec.model}: {free} < {spec.total_bytes} bytes"
         )

@@ -11,14 +11,8 @@ from typing import Any
 
 from sb3_r2po.prompts.tasks import TASK_DESCRIPTIONS, TaskDescription, describe_task, register_task_description
 
-__all__ = [
-    "PROMPT_PRESETS",
-    "TASK_DESCRIPTIONS",
-    "TaskDescription",
-    "describe_task",
-    "prompt_preset",
-    "register_task_description",
-]
+__all__ = ["PROMPT_PRESETS", "TASK_DESCRIPTIONS", "TaskDescription", "describe_task", "prompt_preset"]
+__all__ += ["register_task_description"]
 
 _OURS = {"search_sees_task": True, "critic_selection_hints": True, "extra_statistics": True}  # on in the CPU presets
 

@@ -35,8 +35,7 @@ def _fields(fields: dict[str, Any]) -> dict[str, Any]:
     return {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
 
 
-with (Path(__file__).resolve().parent / "tasks.yml").open(encoding="utf-8") as _file:
-    _DATA = yaml.safe_load(_file)
+_DATA = yaml.safe_load((Path(__file__).resolve().parent / "tasks.yml").read_text(encoding="utf-8"))
 
 DESCRIPTIONS: dict[str, TaskDescription] = {env: TaskDescription(**_fields(f)) for env, f in _DATA["environments"].items()}
 """The ten environments' descriptions by gymnasium id, read from ``tasks.yml`` beside this module."""

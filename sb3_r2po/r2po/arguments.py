@@ -240,8 +240,7 @@ def describe_settings(settings: R2POSettings) -> str:
     groups = {"reference": "the reference's (settings table)", "given": "given", "derived": "derived"}
     parts = []
     for source, title in groups.items():
-        names = [name for name in WITHOUT_TABLE if settings.sources.get(name) == source]
-        if names:
+        if names := [name for name in WITHOUT_TABLE if settings.sources.get(name) == source]:
             shown = [name if (v := getattr(settings, name)) is None else f"{name}={v!r}" for name in names]
             parts.append(f"{title}: {', '.join(shown)}")
     where = settings.env_id or "an env without an id"

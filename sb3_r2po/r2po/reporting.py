@@ -106,8 +106,7 @@ def record_metrics(
     last = history[-1] if history else {}
     if "revision" in last:  # an iteration's entry (not the warm-up's, nor a given vector's)
         _record_iteration(logger, last)
-    best = best_record(history)
-    if best is not None:
+    if (best := best_record(history)) is not None:
         logger.record("r2po/best_return", best["mean_return"])
         logger.record("r2po/theta", np.asarray(best["params"]), exclude=TEXT_ONLY)
     logger.record("r2po/iteration", clock.iteration)
@@ -179,14 +178,17 @@ class BudgetProgressBar(ProgressBarCallback):
         super()._on_training_end()
 
 
+def with_callback(callback: MaybeCallback, added: BaseCallback) -> list[BaseCallback]:
+    """``callback`` (``None``, one or a list; a plain function through ``ConvertCallback``) as a list, then ``added``."""
+    given = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
+    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in given] + [added]
+
+
 def with_progress_bar(
     callback: MaybeCallback, progress_bar: bool, plan: Callable[[], tuple[int | None, Clock]]
 ) -> MaybeCallback:
     """``callback`` with :class:`BudgetProgressBar` added when ``progress_bar`` (R2PO's stand-in for SB3's bar)."""
-    if not progress_bar:
-        return callback
-    given = [] if callback is None else list(callback) if isinstance(callback, list) else [callback]
-    return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in given] + [BudgetProgressBar(plan)]
+    return with_callback(callback, BudgetProgressBar(plan)) if progress_bar else callback
 
 
 def warn_before_first_iteration(settings: R2POSettings, history: list[dict[str, Any]], clock: Clock) -> None:

@@ -70,8 +70,7 @@ def apply_variant(
 
 @functools.lru_cache(maxsize=64)
 def _read_entries(path: str, mtime_ns: int) -> dict[str, Any]:
-    with open(path) as file:
-        return yaml.safe_load(file) or {}
+    return yaml.safe_load(Path(path).read_text()) or {}
 
 
 def read_entries(path: str | Path) -> dict[str, Any]:
