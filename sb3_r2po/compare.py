@@ -250,20 +250,26 @@ def main(argv: list[str] | None = None) -> None:
     th.set_num_threads(args.torch_threads)  # tiny networks: one thread is faster, and far faster on a busy machine
     command = "python -m sb3_r2po.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
     out = Path(args.out)
-    same = ("llm", "window", "threshold", "n_eval_episodes", "warmup_episodes", "device", "prompts", "envs", "ray_address")
-    options = {name: getattr(args, name) for name in same}  # the options run_comparison takes under the same name
     try:
         result = run_comparison(
             None if args.envs else args.env,
             args.methods or [],
             args.seeds or [],
             args.budget,
+            llm=args.llm,
+            window=args.window,
+            threshold=args.threshold,
+            n_eval_episodes=args.n_eval_episodes,
+            warmup_episodes=args.warmup_episodes,
+            device=args.device,
             progress=not args.no_progress,
             command=command,
+            prompts=args.prompts,
+            envs=args.envs,
             grid_name=args.grid,
             executor=args.executor or ("lockstep" if args.lockstep else None),
+            ray_address=args.ray_address,
             store=out,
-            **options,
         )
     finally:
         th.set_num_threads(threads)
