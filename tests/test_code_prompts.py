@@ -9,7 +9,8 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-from sb3_r2po.prompts.code import CodeTask, env_title, extract_code, find_policy_class, reward_source, shorten_traceback
+from sb3_r2po.common.sandbox import shorten_traceback
+from sb3_r2po.prompts.code import CodeTask, env_title, extract_code, find_policy_class, reward_source
 from sb3_r2po.prompts.tasks import describe_task
 
 POLICY = "class CartPolePolicy:\n    def act(self, obs):\n        return int(obs[2] > 0)\n"

@@ -33,6 +33,7 @@ MAX_REPLY_BYTES = 16 << 20
 START_TIMEOUT = 30.0  # seconds the worker may take to start, import numpy and harden itself
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 NOBODY = 65534
+MAX_TRACEBACK_LINES = 20  # ours: PromptPO shows a traceback whole
 ALLOWED_SYSCALLS = (
     *("read", "write", "close", "newfstatat", "fstat", "stat", "lstat", "getdents64"),  # fstat, stat: older glibc
     *("mmap", "munmap", "mremap", "mprotect", "brk", "madvise", "futex", "exit", "exit_group", "rt_sigreturn"),
@@ -45,6 +46,14 @@ _LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445
 _LANDLOCK_READ = 0b1100  # LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR
 
 
+def shorten_traceback(text: str, max_lines: int = MAX_TRACEBACK_LINES) -> str:
+    """``text`` (a traceback), stripped, in at most ``max_lines`` lines: its first and last ones, a note of the rest."""
+    lines = text.strip().splitlines()
+    if len(lines) <= max_lines:
+        return "\n".join(lines)
+    return "\n".join([lines[0], f"... ({len(lines) - max_lines + 1} lines left out)", *lines[2 - max_lines :]])
+
+
 class SandboxError(RuntimeError):
     """The sandbox cannot go on: its worker died or broke the protocol, or the sandbox failed earlier or is closed."""
 
@@ -53,11 +62,12 @@ class PolicyError(SandboxError):
     """The policy's code failed: its source did not compile or load, ``act`` raised or returned no numbers.
 
     :param message: what failed
-    :param traceback: the traceback, "" if none; ``.traceback`` keeps its last 20 lines, at most 2,000 characters
+    :param traceback: the traceback, "" if none; ``.traceback`` is it :func:`shortened <shorten_traceback>`, at most
+        2,000 characters (its end)
     """
 
     def __init__(self, message: str, traceback: str = "") -> None:
-        self.traceback = "\n".join(traceback.rstrip("\n").splitlines()[-20:])[-2000:]
+        self.traceback = shorten_traceback(traceback)[-2000:]
         super().__init__(f"{message}\n{self.traceback}" if traceback else message)
 
 

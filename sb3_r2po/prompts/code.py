@@ -17,12 +17,12 @@ import numpy as np
 from gymnasium import spaces
 
 from sb3_r2po.common.parameters import final_channel
+from sb3_r2po.common.sandbox import shorten_traceback
 from sb3_r2po.prompts.builder import template_environment
 from sb3_r2po.prompts.tasks import TASK_DESCRIPTIONS, describe_task
 
 FENCE = "```python"
 HINT_FROM = 10  # PromptPO marks the best attempt once the history has this many
-MAX_TRACEBACK_LINES = 20  # ours: PromptPO shows a traceback whole
 Attempt = Mapping[str, Any]  # a history entry: source, returns; optional feedback and reflection (str)
 
 
@@ -135,14 +135,6 @@ def find_policy_class(source: str, expected_name: str) -> tuple[str | None, str]
         return acting[0], ""
     found = f"found {len(acting)}: {', '.join(acting)}" if acting else "found none"
     return None, f"the code must define a class {expected_name}, or exactly one class with act(obs) ({found})"
-
-
-def shorten_traceback(text: str, max_lines: int = MAX_TRACEBACK_LINES) -> str:
-    """``text`` (a traceback), stripped, in at most ``max_lines`` lines: its first and last ones, a note of the rest."""
-    lines = text.strip().splitlines()
-    if len(lines) <= max_lines:
-        return "\n".join(lines)
-    return "\n".join([lines[0], f"... ({len(lines) - max_lines + 1} lines left out)", *lines[2 - max_lines :]])
 
 
 def _attempts(history: Sequence[Attempt]) -> list[dict[str, Any]]:
