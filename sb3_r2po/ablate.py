@@ -55,9 +55,8 @@ def literal_policy_kwargs(text: str) -> Any:
 
 def run_settings(env_id: str, variant: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """
-    The settings of one ablation run: the env's entry of ``sb3_r2po/zoo/configs/r2po.yml`` for the variant, then
-    ``overrides`` (which win), merged as :func:`sb3_r2po.experiments.run_one` merges them; ``n_timesteps`` and
-    ``callback`` dropped.
+    The settings of one ablation run: the env's entry of ``r2po.yml`` for the variant, then ``overrides`` (which win),
+    merged as :func:`sb3_r2po.experiments.run_one` merges them, without ``n_timesteps`` and ``callback``.
 
     :param env_id: The gymnasium id.
     :param variant: The R2PO variant.
@@ -169,11 +168,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def on_result(result: RunResult) -> None:
         figures, spec = iteration_figures(result.iteration_returns or []), result.spec
-        print(
-            f"{spec.env_id} {spec.method} seed {spec.seed}: mean {figures['mean_return']:.2f}, "
-            f"best {figures['best_return']:.2f}",
-            file=sys.stderr,
-        )
+        mean, best = figures["mean_return"], figures["best_return"]
+        print(f"{spec.env_id} {spec.method} seed {spec.seed}: mean {mean:.2f}, best {best:.2f}", file=sys.stderr)
 
     backend = None if args.executor == "ray" else resolve_llm(args.llm, args.record)
     executor = make_executor(args.executor, args.ray_address, llm=backend, on_result=on_result)

@@ -204,9 +204,7 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--llm", default=None, help="R2PO's llm string (example[:seed], a server URL, ...)")
     parser.add_argument("--n-eval-episodes", type=int, default=None, help="R2PO's K (default: sb3_r2po/zoo/configs/r2po.yml)")
-    parser.add_argument(
-        "--warmup-episodes", type=int, default=None, help="R2PO's warm-up (default: sb3_r2po/zoo/configs/r2po.yml)"
-    )
+    parser.add_argument("--warmup-episodes", type=int, help="R2PO's warm-up (default: sb3_r2po/zoo/configs/r2po.yml)")
     parser.add_argument(
         "--prompts", default=None, choices=sorted(PROMPT_PRESETS),
         help="R2PO's prompt preset (sb3_r2po.prompts.PROMPT_PRESETS; default: the settings of sb3_r2po/zoo/configs/r2po.yml)",

@@ -18,7 +18,7 @@ from sb3_r2po import R2PO
 from sb3_r2po.common.rollouts import sig
 from sb3_r2po.llm.base import ChatReply
 from sb3_r2po.prompts.tasks import describe_task
-from sb3_r2po.r2po.arguments import VARIANTS
+from sb3_r2po.r2po.arguments import VARIANTS, R2POSettings
 from sb3_r2po.zoo.settings import reference_settings
 
 K = 3
@@ -56,7 +56,7 @@ def run(make_r2po) -> Run:
     def run(variant: str, env_id: str) -> tuple[R2PO, ScriptedLLM]:
         if (variant, env_id) not in runs:
             llm = ScriptedLLM(replies(env_id))
-            budget = WARMUP + ITERATIONS * VARIANTS[variant].candidates_per_iteration * K
+            budget = WARMUP + ITERATIONS * R2POSettings(variant=variant).candidates_per_iteration * K
             model = make_r2po(
                 env_id,
                 policy=ENVS[env_id],

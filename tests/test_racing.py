@@ -3,14 +3,14 @@ import pytest
 from helpers import UNTIL_BUDGET, ScriptedLLM, vector
 
 from sb3_r2po import R2PO
-from sb3_r2po.common.rollouts import Episode, RolloutResult, race, run_race, should_stop, upper_bound
+from sb3_r2po.common.rollouts import Episode, RolloutResult, race, run_race, should_stop
 
 GOOD = vector(0, 0, 0, 0, 0, 1, 0, 1, 0, 0)  # long CartPole episodes
 BAD = vector(0, 0, 0, 0, 1, 0, 1, 0, 0, 0)  # pushes the wrong way: about 9 steps
 
 
 def test_rule() -> None:
-    assert upper_bound([1.0], 1.645) == float("inf")  # never stops on one episode
+    assert not should_stop([1.0], incumbent=1e300, z=1.645)  # never stops on one episode
     assert should_stop([10.0, 12.0, 11.0], incumbent=200.0, z=1.645)
     assert not should_stop([150.0, 250.0, 200.0], incumbent=200.0, z=1.645)
     assert race([10.0] * 20, incumbent=100.0, chunk=5, z=1.645) == 5
@@ -19,8 +19,8 @@ def test_rule() -> None:
 
 def test_the_bound_is_mean_plus_z_sample_std_over_sqrt_m() -> None:
     # mean 1, sample std (ddof=1) sqrt(2), m = 2: 1 + z * sqrt(2) / sqrt(2) = 1 + z
-    assert upper_bound([0.0, 2.0], 1.0) == pytest.approx(2.0)
-    assert upper_bound([1.0, 2.0, 3.0], 1.645) == pytest.approx(2.0 + 1.645 / np.sqrt(3))
+    bound = 2.0 + 1.645 / np.sqrt(3)
+    assert should_stop([1.0, 2.0, 3.0], bound + 1e-9, 1.645) and not should_stop([1.0, 2.0, 3.0], bound - 1e-9, 1.645)
     assert should_stop([0.0, 2.0], incumbent=2.01, z=1.0) and not should_stop([0.0, 2.0], incumbent=1.99, z=1.0)
 
 

@@ -36,7 +36,7 @@ def test_call_pattern_and_budget(make_r2po, variant: str, pattern: list[str], ep
     n_iterations = 16 // episodes_per_iteration
     assert model.iteration == n_iterations
     assert roles(llm) == pattern * n_iterations
-    assert VARIANTS[variant].candidates_per_iteration == len(pattern)
+    assert model.settings.candidates_per_iteration == len(pattern)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

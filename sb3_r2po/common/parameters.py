@@ -1,27 +1,6 @@
 """The parameter space of a compact policy: what the LLM may propose, how a vector is written, how a reply is read
-back into one (:func:`parse_params`; parsed, never executed) and made legal (:meth:`ParameterSpace.project`).
-
-Reply forms: ``params[0]: v, ..., params[n-1]: v`` (``=`` also accepted) and ``params: [v0, ..., v(n-1)]`` (also as
-JSON); ``params`` must be a word of its own, Markdown emphasis or backticks around it or a value are ignored. Which
-values make the vector is the :data:`Reading`. In ``first_line`` and ``last_vector`` an indexed vector starts at every
-``params[0]`` and its indices must be ``0..n-1`` in order (decimal digits, at most :data:`MAX_INDEX_DIGITS`), except
-that commentary after a complete vector is ignored; a list may end with one trailing comma, an empty slot elsewhere
-is rejected.
-
-A value is what ``float()`` accepts after mapping Unicode minus signs to ``-`` and dropping one sentence-ending period;
-NaN and infinities are rejected, a finite-looking literal too large for a float is clipped to the bounds, and a value
-that opens quotes must close them. Decimal commas and thousands separators are rejected, never guessed (``0,5``,
-``1,000``, ``1 000`` after an indexed value; a comma between digits in a list that also separates values by ``", "``,
-or a value after a comma starting with ``0`` and a digit); a list written without spaces (``[1,2,3]``) is read value
-by value.
-
-The answer is the final channel of gpt-oss "harmony" output, raw (``<|channel|>final<|message|>ANSWER<|return|>``) or
-flattened by a server that skips the special tokens (``analysis...assistantfinalANSWER``); harmony output without one
-is no answer, other text is its own answer. Flattened analysis is ``analysis`` (or ``assistantanalysis``) at the start
-directly followed by the reasoning (not by whitespace or ``:;,.!?-``: ``analysis: ...`` stays plain text). A reply cut
-off at the token limit is read by its complete lines, as the reference does (``reject_cut_off=True``, ours, rejects
-it). :func:`parse_params` never raises, takes time linear in the reply's length, and gives a reason of at most
-:data:`MAX_REASON_CHARS` characters that quotes at most :data:`MAX_QUOTED_CHARS` of the reply at a time (``repr``).
+back into one (:func:`parse_params`; parsed, never executed) and made legal (:meth:`ParameterSpace.project`); the
+reply grammar: the Policies page of the documentation, "Reading a reply".
 """
 
 from __future__ import annotations
@@ -30,7 +9,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -43,14 +22,11 @@ REPLY_STYLES: tuple[str, ...] = ("indexed", "list")
 
 @dataclass(frozen=True)
 class Projection:
-    """A proposal made legal by :meth:`ParameterSpace.project`.
-
-    :param params: The projected parameter vector (float64).
-    :param notes: One line per value that was clipped or rounded, for the logs.
-    """
+    """A proposal made legal by :meth:`ParameterSpace.project`: the vector (float64), and a note per value clipped or
+    rounded, for the logs."""
 
     params: np.ndarray
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()
 
 
 class InvalidParameters(ValueError):
@@ -168,7 +144,6 @@ class ParameterSpace:
         return ", ".join(f"params[{i}]: {v}" for i, v in enumerate(values))
 
     def format_value(self, value: float) -> str:
-        """Format one value at the space's precision."""
         if self.values is not None:
             return str(int(value))
         return f"{value:.{self.decimals}f}"

@@ -1,15 +1,12 @@
 """Evaluate one candidate for exactly K episodes on a VecEnv, keeping every trajectory, and the evidence the Critic
-sees of them (statistics, the median trajectory, with ``tau_c`` the revision rule) in our or the reference's format.
-
-Episodes go to free sub-environments until K have *started*, and every started one runs to its end (the first K to
-*finish* would favour short ones; which sub-environments step: the design decisions page, "Several envs"). Racing (ours, off
-by default) stops a challenger's chunks of ``m`` episodes once ``mean + z * std(ddof=1) / sqrt(m)`` is below the
-incumbent's mean.
+sees of them (statistics, the chosen trajectories, the revision rule) in our or the reference's format; racing (ours,
+off by default): :func:`run_race`. Which episodes run where: the design decisions page, "Several envs".
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import sys
 import warnings
@@ -290,23 +287,6 @@ def _auto_reset_step(observation: Any, done: bool, info: dict) -> tuple[Any, End
     return info.get("terminal_observation", observation), "capped" if info.get(CAPPED, False) else "truncated"
 
 
-class _Evaluation:
-    """Which sub-environment runs which episode, and the finished ones."""
-
-    def __init__(self, n_episodes: int, observations: list[Any]) -> None:
-        self.n_episodes, self.started, self.n_steps = n_episodes, 0, 0
-        self.tracks: list[_Track | None] = [None] * len(observations)
-        self.finished: list[Episode] = []
-        for i, observation in enumerate(observations):
-            self.begin(i, observation)
-
-    def begin(self, i: int, observation: Any) -> None:
-        """Start the next episode on sub-environment ``i``, or leave it idle once ``n_episodes`` have started."""
-        self.tracks[i] = None
-        if self.started < self.n_episodes:
-            self.tracks[i], self.started = _Track(self.started, observation), self.started + 1
-
-
 def run_episodes(
     env: VecEnv,
     act: Callable[[np.ndarray], np.ndarray],
@@ -324,12 +304,15 @@ def run_episodes(
     :return: The finished episodes; fewer than ``n_episodes`` only when ``on_step`` asked to stop.
     """
     obs = list(env.reset())
-    run = _Evaluation(n_episodes, obs)
+    order = itertools.count()  # the next episode's index: those from n_episodes on leave the sub-environment idle
+    tracks = [_Track(k, o) if (k := next(order)) < n_episodes else None for o in obs]
+    finished: list[Episode] = []
+    total_steps = 0
     wrapped = isinstance(env, VecEnvWrapper)  # wrappers must see every step: idle sub-environments step along
     parallel = not isinstance(env, DummyVecEnv)  # a SubprocVecEnv steps its busy workers together (DummyVecEnv's
     stop = False  # float32 reward buffer would round the rewards, and stepping it alone costs nothing)
-    while len(run.finished) < run.started and not stop:
-        lock_step = wrapped or (parallel and all(track is not None for track in run.tracks))
+    while any(track is not None for track in tracks) and not stop:
+        lock_step = wrapped or (parallel and all(track is not None for track in tracks))
         actions = act(np.asarray(obs))
         recorded = np.array(actions, dtype=np.float64)  # before the env sees them
         rewards, dones, infos = [0.0] * len(obs), np.zeros(len(obs), dtype=bool), [dict[str, Any]() for _ in obs]
@@ -338,7 +321,7 @@ def run_episodes(
             assert isinstance(new_obs, np.ndarray)  # Box and Discrete observations (the policies' spaces)
             obs, rewards, infos = list(new_obs), [float(r) for r in vec_rewards], list(vec_infos)
         ended: list[int] = []
-        for i, track in enumerate(run.tracks):
+        for i, track in enumerate(tracks):
             if track is None:  # idle: a bare VecEnv does not step it
                 continue
             if not lock_step:
@@ -347,19 +330,19 @@ def run_episodes(
             end = track.add(recorded[i], next_obs, rewards[i], env_end, max_episode_steps)
             if end is not None:
                 ended.append(i)
-                run.finished.append(track.episode(end))
+                finished.append(track.episode(end))
                 if env_end is None:  # the cap or a non-finite value ended the episode, not the env: reset it
                     obs[i] = _reset_one(env, i)
-        n_steps = len(obs) if lock_step else sum(track is not None for track in run.tracks)
-        run.n_steps += n_steps
+        n_steps = len(obs) if lock_step else sum(track is not None for track in tracks)
+        total_steps += n_steps
         for i in ended:
-            run.begin(i, obs[i])
+            tracks[i] = _Track(k, obs[i]) if (k := next(order)) < n_episodes else None
         if on_step is not None:
             counted = np.zeros(len(obs), dtype=bool)
             counted[ended] = True
             stop = not on_step(VecStep(np.asarray(obs), np.asarray(actions), np.array(rewards), counted, infos, n_steps))
-    done = sorted(run.finished, key=lambda ep: ep.index)
-    return RolloutResult(done, stop and len(done) < n_episodes, stop, run.n_steps)
+    done = sorted(finished, key=lambda ep: ep.index)
+    return RolloutResult(done, stop and len(done) < n_episodes, stop, total_steps)
 
 
 def env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:
@@ -373,17 +356,11 @@ def env_spec(env: VecEnv | None) -> tuple[str | None, float | None, int | None]:
     return spec.id, spec.reward_threshold, spec.max_episode_steps
 
 
-def upper_bound(returns: Sequence[float], z: float) -> float:
-    """One-sided upper confidence bound of the mean of ``returns``."""
-    values = np.asarray(returns, dtype=np.float64)
-    if values.size < 2:
-        return float("inf")
-    return float(values.mean() + z * values.std(ddof=1) / np.sqrt(values.size))
-
-
 def should_stop(returns: Sequence[float], incumbent: float, z: float) -> bool:
-    """Whether a challenger with these returns so far cannot reach ``incumbent`` (racing)."""
-    return upper_bound(returns, z) < incumbent
+    """Whether a challenger with these returns so far cannot reach ``incumbent`` (racing): the one-sided upper
+    confidence bound of their mean, ``mean + z * std(ddof=1) / sqrt(m)``, is below it (never on one return)."""
+    values = np.asarray(returns, dtype=np.float64)
+    return values.size >= 2 and float(values.mean() + z * values.std(ddof=1) / np.sqrt(values.size)) < incumbent
 
 
 def race(returns: Sequence[float], incumbent: float, chunk: int, z: float) -> int:
@@ -593,13 +570,8 @@ ValueStyle = Literal["int", "list", "wrapped", "nested"]
 
 @dataclass(frozen=True)
 class ReferenceTrace:
-    """The reference's trajectory format of one variant.
-
-    :param trace: How the Critic's trajectories are written.
-    :param observation: How observations are written.
-    :param action: How actions are written.
-    :param cap: The reference's ``max_traj_length`` (:func:`reference_marker`).
-    """
+    """The reference's trajectory format of one variant: how the Critic's trajectories are written (``trace``), how
+    observations and actions are, and ``cap``, the reference's ``max_traj_length`` (:func:`reference_marker`)."""
 
     trace: TraceStyle = "chain"
     observation: ValueStyle = "list"

@@ -79,7 +79,9 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
     """A policy's source, loaded once and called with batches of observations.
 
     :param source: Python source defining the policy class (``act(self, obs)``; instantiated once, without arguments)
-    :param class_name: the class to use; ``None``: the one class the source defines with an ``act`` method
+    :param class_name: the class to use; ``None``: the one class the source defines with a ``method``
+    :param method: ``"act"``: :meth:`act` calls it once per observation; another name: :meth:`summarize` calls it once
+        with the batch as a list (PromptPO's ``Feedback.summarize_trajectory``)
     :param mode: ``"strict"``: a hardened worker process (Linux only); ``"trusted"``: this process, no protection
     :param call_timeout: seconds a call (loading the source, or a batch) may take in strict mode; past it the worker is killed
     :param memory_mb: the worker's address-space limit in MiB
@@ -93,6 +95,7 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
         source: str,
         *,
         class_name: str | None = None,
+        method: str = "act",
         mode: str = "strict",
         call_timeout: float = 1.0,
         memory_mb: int = 1024,
@@ -101,12 +104,12 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
         self._process: subprocess.Popen[bytes] | None = None
         self._policy: Any = None
         self._failure: str | None = None
-        self.mode, self.call_timeout = mode, call_timeout
+        self.mode, self.call_timeout, self.method = mode, call_timeout, method
         self.layers: tuple[str, ...] = ()
         """The hardening layers applied to the worker (empty in trusted mode)."""
         if mode == "trusted":
             try:
-                self._policy = _load_policy(source, class_name)
+                self._policy = _load_policy(source, class_name, method)
             except Exception as exc:
                 self._fail(PolicyError("loading the policy's source raised", _format_error(exc)))
             return
@@ -134,7 +137,7 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
         self.layers = tuple(report["layers"])
         for missing in report["missing"]:
             warnings.warn(f"the code sandbox runs without {missing}; its other layers stay on", RuntimeWarning, stacklevel=2)
-        self._call(json.dumps([source, class_name]).encode(), call_timeout, "loading the policy's source")
+        self._call(json.dumps([source, class_name, method]).encode(), call_timeout, "loading the policy's source")
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         """The policy's actions for a batch of observations, in one round trip to the worker.
@@ -145,17 +148,7 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
         :raises SandboxTimeout: the batch took longer than ``call_timeout``
         :raises SandboxError: the worker died, or the sandbox failed earlier or is closed
         """
-        observations = np.ascontiguousarray(observations)
-        if observations.dtype.hasobject:
-            raise TypeError(f"observations must be numeric, not {observations.dtype}")
-        if self._process is None and self._failure is None:
-            try:
-                actions = _act_batch(self._policy, observations)
-            except Exception as exc:
-                self._fail(PolicyError("act raised", _format_error(exc)))
-        else:
-            header = json.dumps([observations.dtype.str, observations.shape]).encode()
-            actions = self._call(header + b"\n" + observations.tobytes(), self.call_timeout, "act")
+        actions = self._run(observations)
         try:
             array = np.asarray(actions)
         except ValueError as exc:
@@ -163,6 +156,25 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
         if not isinstance(actions, list) or len(actions) != len(observations) or array.dtype.kind not in "biuf":
             self._fail(PolicyError(f"act returned {array.dtype} actions; it must return an int, float, list or array"))
         return array
+
+    def summarize(self, observations: np.ndarray) -> str:
+        """``method`` called once with ``observations`` as a list, in one round trip; it must return a str."""
+        summary = self._run(observations)
+        if not isinstance(summary, str):
+            self._fail(PolicyError(f"{self.method} returned {type(summary).__name__}, not a str"))
+        return summary
+
+    def _run(self, observations: np.ndarray) -> Any:
+        observations = np.ascontiguousarray(observations)
+        if observations.dtype.hasobject:
+            raise TypeError(f"observations must be numeric, not {observations.dtype}")
+        if self._process is not None or self._failure is not None:
+            header = json.dumps([observations.dtype.str, observations.shape]).encode()
+            return self._call(header + b"\n" + observations.tobytes(), self.call_timeout, self.method)
+        try:
+            return _act_batch(self._policy, observations, self.method)
+        except Exception as exc:
+            self._fail(PolicyError(f"{self.method} raised", _format_error(exc)))
 
     def close(self) -> None:
         """Kill the worker (if any); the sandbox is unusable afterwards. Calling it again does nothing."""
@@ -220,19 +232,21 @@ def _format_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, frame))
 
 
-def _load_policy(source: str, class_name: str | None) -> Any:
+def _load_policy(source: str, class_name: str | None, method: str) -> Any:
     linecache.cache[POLICY_FILE] = (len(source), None, source.splitlines(True), POLICY_FILE)
     namespace: dict[str, Any] = {"__name__": "policy"}
     exec(compile(source, POLICY_FILE, "exec"), namespace)
-    found = [k for k, v in namespace.items() if isinstance(v, type) and v.__module__ == "policy" and hasattr(v, "act")]
+    found = [k for k, v in namespace.items() if isinstance(v, type) and v.__module__ == "policy" and hasattr(v, method)]
     chosen = [name for name in found if class_name in (None, name)]
     if len(chosen) != 1:
         wanted = f"a class {class_name!r}" if class_name else "exactly one class"
-        raise LookupError(f"the source must define {wanted} with an act(self, obs) method; it defines {found or 'none'}")
+        raise LookupError(f"the source must define {wanted} with a {method} method; it defines {found or 'none'}")
     return namespace[chosen[0]]()
 
 
-def _act_batch(policy: Any, observations: np.ndarray) -> list[Any]:
+def _act_batch(policy: Any, observations: np.ndarray, method: str) -> Any:
+    if method != "act":
+        return getattr(policy, method)(list(observations))
     actions = (policy.act(observation) for observation in observations)
     return [a if isinstance(a, (int, float)) else np.asarray(a).tolist() for a in actions]  # JSON's types
 
@@ -372,11 +386,12 @@ def _serve(memory_mb: int, cpu_seconds: int) -> None:
             return
         try:
             if policy is None:
-                policy, result = _load_policy(*json.loads(message)), None
+                (source, class_name, method), result = json.loads(message), None
+                policy = _load_policy(source, class_name, method)
             else:
                 header, _, data = message.partition(b"\n")
                 dtype, shape = json.loads(header)
-                result = _act_batch(policy, np.frombuffer(data, dtype=dtype).reshape(shape))  # writable: a bytearray
+                result = _act_batch(policy, np.frombuffer(data, dtype=dtype).reshape(shape), method)  # writable: a bytearray
             body = json.dumps({"ok": result}).encode()
         except BaseException as exc:
             body = json.dumps({"error": _format_error(exc)}).encode()

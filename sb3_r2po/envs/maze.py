@@ -29,13 +29,11 @@ MOVES: dict[int, Cell] = {0: (0, -1), 1: (0, 1), 2: (1, 0), 3: (-1, 0)}  # actio
 
 
 class Maze3x3Env(gym.Env[np.int64, np.int64]):
-    """
-    A 3x3 grid maze from ``(x, y) = (0, 0)`` (north-west) to the goal ``(2, 2)``; ``y`` grows southwards. Actions: 0
+    """A 3x3 grid maze from ``(x, y) = (0, 0)`` (north-west) to the goal ``(2, 2)``; ``y`` grows southwards. Actions: 0
     north, 1 south, 2 east, 3 west; a move into a wall (:data:`MAZE_WALLS`) or off the grid stays. Observation:
     ``Discrete(9)``, the cell ``y * 3 + x``. Reward: +1 on reaching the goal (which terminates), ``-0.1 / 9`` on every
     other step, so the best return (the path S, S, E, E) is ``1 - 3 * 0.1 / 9`` (about 0.967); ``gymnasium.make`` caps
-    episodes at 20 steps. The reference's ``maze-sample-3x3-v0`` as its world sees it, except that it returns
-    ``(x, y)``, truncates after 200 steps and plays actions -1..-4; here anything outside 0..3 is rejected.
+    episodes at 20 steps. How it differs from the reference's ``maze-sample-3x3-v0``: the Fidelity page.
 
     :param render_mode: ``None``, ``"ansi"`` (a text picture of the grid) or ``"rgb_array"`` (the grid drawn
         with numpy; Stable-Baselines3 asks for this mode when it makes an env from its id).

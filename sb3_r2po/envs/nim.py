@@ -10,14 +10,12 @@ from gymnasium import spaces
 
 
 class NimEnv(gym.Env[np.int64, np.int64]):
-    """
-    A single pile of sticks, misère rule: whoever takes the last stick loses. The agent moves first from
+    """A single pile of sticks, misère rule: whoever takes the last stick loses. The agent moves first from
     ``initial_sticks``; action ``a`` (``Discrete(3)``) removes ``a + 1`` sticks; the opponent then removes ``(sticks + 3)
     % 4`` when that is a legal positive move, else a random legal one (``np_random``). Observation: the sticks left
     (``Discrete(initial_sticks + 1)``). Reward: +1 when the opponent takes the last stick, -1 when the agent does or
-    takes more than remain (both end the episode), else 0; with 10 sticks the agent can always win. The reference's
-    ``Nim-v0`` (R2PO repository, ``envs/nim.py``), except that its actions are the counts 1..3; here anything outside
-    0..2 raises ``ValueError``.
+    takes more than remain (both end the episode), else 0; with 10 sticks the agent can always win. Actions outside
+    0..2 raise ``ValueError`` (the reference's ``Nim-v0`` takes the counts 1..3: the Fidelity page).
 
     :param initial_sticks: Sticks on the pile at the start of an episode.
     :param render_mode: ``None``, ``"ansi"`` (a one-line text picture of the pile) or ``"rgb_array"`` (the

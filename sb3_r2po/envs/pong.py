@@ -10,17 +10,15 @@ from gymnasium import spaces
 
 
 class PongEnv(gym.Env[np.ndarray, np.int64]):
-    """
-    Pong on an 800 x 600 court (``y`` downwards): the agent's paddle on the left, a ball-chasing opponent on the right;
+    """Pong on an 800 x 600 court (``y`` downwards): the agent's paddle on the left, a ball-chasing opponent on the right;
     the reference's ``Pong-v0`` (R2PO repository, ``envs/pong.py``) without pygame, the same seed giving the same
     episode. The ball is served from the centre at horizontal speed -5 or +5 and vertical speed uniform in [-5, 5]
     (``np_random``). One step: the agent's paddle moves (0 up, 1 down, 2 stays), the opponent's moves towards the
     ball's ``y``, the ball moves and bounces off the walls; a ball that meets a paddle is sent back (+1 when the
     agent's), its vertical speed ``5 * (2 * h - 1)`` (``h``: where it met the paddle, 0 top to 1 bottom). The episode
     terminates when a paddle misses and is truncated after 1000 steps; the best return is 3. Observation (``Box`` of 5
-    ``float32``): own paddle centre y, ball x, ball y, ball horizontal and vertical speed. Unlike the reference, actions
-    outside 0..2 are rejected, rewards are floats, ``info["returned"]`` and ``info["missed_by"]`` (``"agent"``,
-    ``"opponent"`` or ``None``) are reported, and the observation bounds hold every reachable observation.
+    ``float32``): own paddle centre y, ball x, ball y, ball horizontal and vertical speed. Ours: float rewards,
+    ``info["returned"]``, ``info["missed_by"]`` (``"agent"``, ``"opponent"`` or ``None``); the Fidelity page: the rest.
 
     :param render_mode: ``None`` or ``"rgb_array"`` (a 600 x 800 RGB image drawn with numpy).
     """

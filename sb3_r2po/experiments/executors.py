@@ -173,8 +173,7 @@ class RayExecutor:
             raise ValueError("cluster_cpus is the size of a local Ray; a cluster at an address has its own")
 
     def start(self) -> None:
-        """Start the local Ray or connect to ``address`` (unless Ray is initialised); ``RuntimeError``: a local Ray
-        would serve beyond this machine."""
+        """Start a local Ray or join ``address`` (unless Ray is up); ``RuntimeError`` if a local one serves other hosts."""
         if self.address is None:
             os.environ.setdefault(LOCAL_ONLY, "0")  # read when ray is imported (see start's error otherwise)
         import ray
@@ -216,12 +215,11 @@ class RayExecutor:
         waiting = list(refs)
         try:
             while waiting:
-                done, waiting = ray.wait(waiting, num_returns=1)
-                for ref in done:
-                    try:
-                        store.save(RunResult.from_dict(ray.get(ref)), self.on_result)
-                    except ray.exceptions.RayError as error:
-                        failures.append(_failure(refs[ref], error))
+                [ref], waiting = ray.wait(waiting, num_returns=1)
+                try:
+                    store.save(RunResult.from_dict(ray.get(ref)), self.on_result)
+                except ray.exceptions.RayError as error:
+                    failures.append(_failure(refs[ref], error))
         except BaseException:
             for ref in waiting:
                 ray.cancel(ref, force=True)
@@ -244,9 +242,8 @@ def make_executor(name: str, ray_address: str | None = None, **options: Any) -> 
     if name == "ray":
         if options.pop("llm", None) is not None:
             raise ValueError(
-                "the ray executor cannot take a built llm backend: each run is answered by the llm its spec names, a "
-                "string every worker builds its own backend from (e.g. 'http://HOST:8000/v1#openai/gpt-oss-20b'); "
-                "pass llm=None"
+                "the ray executor cannot take a built llm backend: each run is answered by the llm its spec names, a string "
+                "every worker builds its own backend from (e.g. 'http://HOST:8000/v1#openai/gpt-oss-20b'); pass llm=None"
             )
         return RayExecutor(address=ray_address, **{k: v for k, v in options.items() if k not in ("progress", "max_batch")})
     if ray_address is not None:

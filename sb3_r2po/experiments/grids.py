@@ -73,9 +73,7 @@ def paper_policy_specs(
     """The :data:`PAPER_POLICY_RUNS` runs of ``env_id`` and ``method`` per seed (``budget`` ``None``: warm-up + 200 x 20;
     ``settings`` over the run's own, ``policy_kwargs`` merged)."""
     specs, extra = [], dict(settings or {})
-    for run_env, run_method, warmup, seed_base, own in PAPER_POLICY_RUNS:
-        if (run_env, run_method) != (env_id, method):
-            continue
+    for warmup, seed_base, own in [run[2:] for run in PAPER_POLICY_RUNS if run[:2] == (env_id, method)]:
         runs = budget if budget is not None else warmup + PAPER_POLICY_ITERATIONS * 20
         fixed = {**own, "warmup_episodes": warmup, "n_eval_episodes": 20, "max_iterations": PAPER_POLICY_ITERATIONS, **extra}
         for seed in seeds:

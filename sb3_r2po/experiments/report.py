@@ -1,7 +1,5 @@
-"""Statistics and reports of runs: ``compare``'s ``results.md``, ``paper.md`` and figures, and ``ablate``'s report. The
-figures (mean, best, final, episodes to threshold, IQM [95 % CI]) are defined on the comparisons page of the documentation.
-The salience-bias summary of a run (:func:`salience_summary`) aggregates its Critic revisions' diagnostics (each from
-:func:`sb3_r2po.r2po.roles.diagnose_revision`) as the paper's salience table does."""
+"""Statistics and reports of runs (``compare``'s ``results.md``, ``paper.md`` and figures, ``ablate``'s report; the
+comparisons page defines the figures) and the salience summary of a run's Critic revisions, as the paper's table."""
 
 from __future__ import annotations
 
@@ -353,7 +351,6 @@ def paper_document(paper: str, result: dict[str, Any]) -> str:
 
 def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
     """``ablate``'s report of its run records: per figure, a table of mean +- std and one of IQM [95 % CI] over seeds."""
-
     envs = list(dict.fromkeys(r["env"] for r in runs))
     variants = list(dict.fromkeys(r["variant"] for r in runs))
     lines: list[str] = []
@@ -373,9 +370,8 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
         "",
         "## Settings",
         "",
-        f"Seeds {seeds}. Each env's entry of `sb3_r2po/zoo/configs/r2po.yml` with the variant's own settings (its "
-        "`variants:`, the reference's) and the command's options on top; `max_episodes` is the budget of a run, warm-up "
-        "included:",
+        f"Seeds {seeds}. Each env's entry of `sb3_r2po/zoo/configs/r2po.yml` with the variant's own settings (its `variants:`,"
+        " the reference's) and the command's options on top; `max_episodes` is the budget of a run, warm-up included:",
         "",
     ]
     for env in envs:
@@ -391,12 +387,8 @@ def ablation_report(runs: list[dict[str, Any]], command: str) -> str:
 def plot_curves(
     runs: Sequence[dict[str, Any]], path: Path, env_id: str, window: int, threshold: float | None, budget: int
 ) -> None:
-    """
-    Write the learning curves to ``path``: per method the ``window``-episode rolling mean, mean (line) +- std (shaded)
-    over seeds, against training episodes; ``threshold`` (if any) dashed; the x axis up to ``budget``.
-
-    :param runs: Runs of one env with ``method`` and ``returns`` (``runs.json`` records).
-    """
+    """Write the learning curves of ``runs`` (one env's ``runs.json`` records) to ``path``: per method the ``window``-episode
+    rolling mean, mean (line) +- std (shaded) over seeds, against training episodes up to ``budget``; ``threshold`` dashed."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9, 5), dpi=120, layout="constrained")
@@ -425,12 +417,8 @@ def plot_curves(
 
 
 def plot_intervals(runs: Sequence[dict[str, Any]], path: Path, env_id: str, window: int) -> None:
-    """
-    Write the interval figure to ``path``: a panel per figure of ``results.md`` (mean, best, final), a row per method,
-    the IQM over seeds with its 95 % interval (dot, thick bar) and the mean +- std (diamond, thin bar) below it.
-
-    :param runs: Runs of one env with ``method`` and ``returns`` (``runs.json`` records).
-    """
+    """Write the interval figure of ``runs`` (one env's records) to ``path``: a panel per figure of ``results.md``, a row
+    per method, the IQM over seeds with its 95 % interval (dot, thick bar), the mean +- std (diamond, thin bar) below."""
     from matplotlib.figure import Figure
 
     methods = list(dict.fromkeys(run_label(r) for r in runs))
@@ -471,17 +459,16 @@ def salience_summary(history: Iterable[dict[str, Any]]) -> dict[str, float]:
     regressions = [d for d in diags if d["regression"]]
     above = [d for d in diags if d["above_tau_c"]]
     fixations = sum(d["worst_fixation"] for d in regressions)
-    nan = float("nan")
     return {
         "revisions": len(diags),
         "accepted": sum(d["accepted"] for d in diags),
         "regressions": len(regressions),
-        "regression_rate": len(regressions) / len(diags) if diags else nan,
+        "regression_rate": len(regressions) / len(diags) if diags else math.nan,
         "regressions_with_fixation": fixations,
-        "fixation_share_of_regressions": fixations / len(regressions) if regressions else nan,
+        "fixation_share_of_regressions": fixations / len(regressions) if regressions else math.nan,
         "revisions_above_tau_c": len(above),
-        "mean_l1_above_tau_c": float(np.mean([d["l1"] for d in above])) if above else nan,
-        "mean_n_changed_above_tau_c": float(np.mean([d["n_changed"] for d in above])) if above else nan,
+        "mean_l1_above_tau_c": float(np.mean([d["l1"] for d in above])) if above else math.nan,
+        "mean_n_changed_above_tau_c": float(np.mean([d["n_changed"] for d in above])) if above else math.nan,
     }
 
 

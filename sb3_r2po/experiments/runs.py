@@ -61,8 +61,7 @@ def zoo_entry(path: Path, env_id: str) -> dict[str, Any]:
 
 
 def r2po_entry(env_id: str, variant: str | None = None) -> dict[str, Any]:
-    """``env_id``'s entry of ``sb3_r2po/zoo/configs/r2po.yml`` (else ``default``) resolved for ``variant`` (``None``:
-    the entry's own) by :func:`sb3_r2po.zoo.settings.apply_variant`."""
+    """``env_id``'s entry of ``r2po.yml`` (else ``default``) resolved for ``variant`` (``None``: the entry's own)."""
     return apply_variant(zoo_entry(config_dir() / f"{ALGO_NAME}.yml", env_id), variant)[0]
 
 
@@ -76,9 +75,8 @@ def method_algo(method: str) -> str:
 
 
 def episode_cap(env_id: str, variant: str | None = None) -> tuple[int, bool]:
-    """``(cap, added)``: the episode cap of an R2PO ``variant`` (``None``: R2PO's, the baselines'), its ``env_kwargs``'
-    ``max_episode_steps``, else the env's time limit, else its entry's ``max_episode_steps`` (default 1000); ``added``:
-    the env has no cap of its own, and the caller adds it as ``env_kwargs``."""
+    """``(cap, added)`` of an R2PO ``variant`` (``None``: R2PO's, the baselines'): its ``env_kwargs``' ``max_episode_steps``,
+    else the env's time limit, else its entry's (default 1000), which the caller adds as ``env_kwargs`` (``added``)."""
     entry = r2po_entry(env_id, variant)
     own = (entry.get("env_kwargs") or {}).get("max_episode_steps") or gym.spec(env_id).max_episode_steps
     return (int(own), False) if own else (int(entry.get("max_episode_steps", 1000)), True)
@@ -94,9 +92,8 @@ def r2po_settings(
 
 
 def r2po_overrides(method: str, env_id: str, llm: str, budget: int) -> dict[str, Any]:
-    """The R2PO hyperparameters over ``sb3_r2po/zoo/configs/r2po.yml`` (as the zoo's ``--hyperparams``) beneath a run's
-    own settings: the LLM, the variant, ``max_episodes = budget``, ``max_iterations = budget`` (lifts the file's planned
-    count), and ``Tabular`` for a Discrete env the file lacks."""
+    """R2PO's zoo ``--hyperparams`` over ``r2po.yml``, beneath a run's settings: the LLM, the variant, ``max_episodes`` and
+    ``max_iterations`` = ``budget`` (lifts the file's planned count), ``Tabular`` for a Discrete env the file lacks."""
     overrides: dict[str, Any] = {"llm": llm, "variant": method, "max_episodes": budget, "max_iterations": budget}
     if env_id not in config_env_ids(ALGO_NAME):  # the default entry is MlpLinear (Box observations)
         env = gym.make(env_id)
@@ -107,8 +104,7 @@ def r2po_overrides(method: str, env_id: str, llm: str, budget: int) -> dict[str,
 
 
 def comparison_env_settings(env_id: str, methods: Sequence[str], threshold: float | None) -> dict[str, Any]:
-    """A comparison's settings of one env: the threshold (``None``: the env's ``reward_threshold``, else R2PO's
-    ``target_return``) and the episode caps."""
+    """One env's threshold (``None``: its ``reward_threshold``, else R2PO's ``target_return``) and episode caps."""
     source = "given"
     if threshold is None:
         threshold = gym.spec(env_id).reward_threshold
@@ -237,8 +233,7 @@ class RunResult:
         return cls(**{**{key: value for key, value in data.items() if key in known}, "spec": RunSpec.from_dict(data["spec"])})
 
     def outcome(self) -> dict[str, Any]:
-        """:meth:`to_dict` without :data:`TIMING`, LLM seconds and the file's location: equal for two runs of one spec
-        with a deterministic LLM."""
+        """:meth:`to_dict` without :data:`TIMING`, LLM seconds and the file: equal for one spec and a deterministic LLM."""
         data = {key: value for key, value in self.to_dict().items() if key not in TIMING and key != "hyperparams_file"}
         if self.llm_stats is not None:
             data["llm_stats"] = {key: value for key, value in self.llm_stats.items() if key != "seconds"}
@@ -249,9 +244,8 @@ class RunResult:
         keys = ["returns", "lengths", "episodes_run", "timesteps", "horizon", "wall_time_s", "hyperparams", "hyperparams_file"]
         if self.spec.is_r2po:
             keys += ["iterations", "llm_calls", "llm_stats", "history", "iteration_returns"]
-        spec = self.spec
-        head = {"env": spec.env_id, "method": spec.method, "algo": self.algo, "seed": spec.seed}
-        return {**head, **{key: getattr(self, key) for key in keys}, "run_id": spec.run_id}
+        head = {"env": self.spec.env_id, "method": self.spec.method, "algo": self.algo, "seed": self.spec.seed}
+        return {**head, **{key: getattr(self, key) for key in keys}, "run_id": self.spec.run_id}
 
     def full_history(self, run_dir: str | Path) -> list[dict[str, Any]]:
         """R2PO's whole history (its ``history.json`` in ``run_dir``); empty for a baseline."""
@@ -315,9 +309,8 @@ class EpisodeLog:
         self.path = Path(path)
 
     def read(self) -> tuple[list[float], list[int]]:
-        if not self.path.exists():
-            return [], []
-        pairs = [json.loads(line) for line in self.path.read_bytes().split(b"\n")[:-1]]  # last: empty, or cut by a crash
+        lines = self.path.read_bytes().split(b"\n")[:-1] if self.path.exists() else []  # last: empty, or cut by a crash
+        pairs = [json.loads(line) for line in lines]
         return [float(value) for value, _ in pairs], [int(length) for _, length in pairs]
 
     def keep(self, n: int) -> tuple[list[float], list[int]]:
@@ -387,11 +380,9 @@ class EpisodeBudget(StopTrainingOnMaxEpisodes):
         self.n_episodes += new
         if self.progress is not None and new:
             self.progress.update(new)
-        if self.n_episodes < self._total_max_episodes:
-            return True
-        if self.hard_stop:
+        if self.hard_stop and self.n_episodes >= self._total_max_episodes:
             raise BudgetReached
-        return False
+        return self.n_episodes < self._total_max_episodes
 
     def flush(self) -> None:
         if self.log is not None:
@@ -425,10 +416,6 @@ class PreparedRun:
     def steps_left(self) -> int:
         """``learn()``'s ``total_timesteps``: the horizon less the steps a resumed run has run."""
         return max(1, self.horizon - int(self.model.num_timesteps)) if self.resumed else self.horizon
-
-    def learn(self) -> None:
-        with contextlib.suppress(BudgetReached):
-            self.model.learn(total_timesteps=self.steps_left, callback=self.callback, reset_num_timesteps=not self.resumed)
 
 
 def _manager(
@@ -484,9 +471,8 @@ def prepare_run(
     progress: bool = False,
     lock_wait_s: float = 0.0,
 ) -> PreparedRun:
-    """Build one run's model with RL Zoo's ``ExperimentManager``, or load an R2PO run's ``run_dir/checkpoint/model.zip``
-    (on the env the zoo built) with the episodes it had run. Holds :data:`ATTEMPT_LOCK` until :func:`finish_run`.
-    The parameters are :func:`run_one`'s (``run_dir`` ``None``: no checkpoint, nothing to resume)."""
+    """Build a run's model with the zoo's ``ExperimentManager``, or resume an R2PO run's ``run_dir/checkpoint``; hold
+    :data:`ATTEMPT_LOCK` until :func:`finish_run`. :func:`run_one`'s parameters (``run_dir`` ``None``: no checkpoint)."""
     directory = None if run_dir is None else Path(run_dir)
     lock = None
     if directory is not None:
@@ -620,7 +606,8 @@ def run_one(
     """
     run = prepare_run(spec, run_dir, llm, device, progress, lock_wait_s)
     try:
-        run.learn()
+        with contextlib.suppress(BudgetReached):
+            run.model.learn(total_timesteps=run.steps_left, callback=run.callback, reset_num_timesteps=not run.resumed)
     finally:
         result = finish_run(run)
     return result

@@ -40,19 +40,16 @@ _DATA = yaml.safe_load((Path(__file__).resolve().parent / "tasks.yml").read_text
 DESCRIPTIONS: dict[str, TaskDescription] = {env: TaskDescription(**_fields(f)) for env, f in _DATA["environments"].items()}
 """The ten environments' descriptions by gymnasium id, read from ``tasks.yml`` beside this module."""
 
-POLICY_DESCRIPTIONS: dict[tuple[str, str], TaskDescription] = {
+TASK_DESCRIPTIONS: dict[str, TaskDescription] = dict(DESCRIPTIONS)
+"""Registered descriptions by gymnasium env id (e.g. ``"CartPole-v1"``)."""
+
+POLICY_TASK_DESCRIPTIONS: dict[tuple[str, str], TaskDescription] = {
     (env_id, policy): replace(DESCRIPTIONS[env_id], **_fields(f))
     for env_id, by_policy in _DATA["policies"].items()
     for policy, f in by_policy.items()
 }
-"""Descriptions for one policy class, by ``(gymnasium id, policy class name)``: they replace the env's own for it."""
-
-TASK_DESCRIPTIONS: dict[str, TaskDescription] = dict(DESCRIPTIONS)
-"""Registered descriptions by gymnasium env id (e.g. ``"CartPole-v1"``)."""
-
-POLICY_TASK_DESCRIPTIONS: dict[tuple[str, str], TaskDescription] = dict(POLICY_DESCRIPTIONS)
-"""Registered descriptions of an env for one policy class, by ``(env id, policy class name)``: they win over
-:data:`TASK_DESCRIPTIONS` for that policy."""
+"""Registered descriptions of an env for one policy class, by ``(env id, policy class name)`` (``tasks.yml``'s
+``policies``, then :func:`register_task_description`): they win over :data:`TASK_DESCRIPTIONS` for that policy."""
 
 
 def register_task_description(env_id: str, description: TaskDescription, policy: str | None = None) -> None:

@@ -16,7 +16,7 @@ from gymnasium import spaces
 
 from sb3_r2po.common.parameters import REPLY_STYLES, Reading, ReplyStyle
 from sb3_r2po.prompts.builder import PROMPT_LAYOUTS, PromptLayout
-from sb3_r2po.r2po.policies import CompactPolicy
+from sb3_r2po.r2po.policies import CodePolicy, CompactPolicy
 
 ON_UNUSABLE_REPLY = ("rerun", "reask")  # the reference's rerun of the iteration, or our re-ask and fallback
 REPLY_READINGS = ("reference", "last_vector")  # as the reference's agent of the variant, or our last complete vector
@@ -63,13 +63,17 @@ def _checked(default: Any, check: Callable[..., None], *args: Any, **kwargs: Any
     return field(default=default, metadata={"check": lambda name, value: check(name, value, *args, **kwargs)})
 
 
-def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None) -> None:
-    """Raise a ``ValueError`` unless ``policy`` is a policy name or class taking the observation space of ``env``."""
+def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None, variant: str | None = None) -> None:
+    """Raise a ``ValueError`` unless ``policy`` is a policy name or class taking the observation space of ``env``, and
+    a code policy exactly when ``variant`` (unless ``None``) searches code."""
     if isinstance(policy, str) and policy not in aliases:
         raise ValueError(f"Unknown policy {policy!r}; R2PO accepts {sorted(aliases)} or a CompactPolicy class")
     if not isinstance(policy, (str, type)):
         raise ValueError(f"policy must be one of {sorted(aliases)} or a CompactPolicy class, got {policy!r}")
     policy_class = aliases[policy] if isinstance(policy, str) else policy
+    code = variant in CODE_VARIANTS
+    if variant is not None and code != issubclass(policy_class, CodePolicy):
+        raise ValueError(f"variant={variant!r} {'needs' if code else 'cannot train'} the 'Code' policy (it writes code)")
     space = getattr(env, "observation_space", None)
     if isinstance(space, spaces.Space) and issubclass(policy_class, CompactPolicy):
         policy_class.check_observation_space(space)
@@ -131,6 +135,10 @@ class R2POSettings:
     racing: bool = False
     racing_chunk: int = _checked(5, check_int, 2)  # the racing rule needs a standard deviation
     racing_z: float = _checked(1.645, check_number, 0.0)
+    code_candidates: int = _checked(10, check_int, 1)
+    code_reflection: bool = True
+    code_repairs: int = _checked(10, check_int, 0)
+    code_keep_best: bool = False
     env_id: str | None = None
     reward_threshold: float | None = None
     env_time_limit: int | None = None
@@ -155,13 +163,27 @@ class R2POSettings:
         check_choice("prompt_layout", self.prompt_layout, PROMPT_LAYOUTS)
         if self.history_slack and not self.compressed:
             raise ValueError("history_slack needs a compressed history (history_best_k or history_recent)")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"Unknown variant {self.variant!r}; choose one of {sorted(VARIANTS)}")
+        if self.variant not in ALL_VARIANTS:
+            raise ValueError(f"Unknown variant {self.variant!r}; choose one of {sorted(ALL_VARIANTS)}")
+        if self.variant_spec.search == "code" and self.warmup_episodes:
+            raise ValueError(f"variant={self.variant!r} has no warm-up: warmup_episodes must be 0")
 
     @property
     def variant_spec(self) -> Variant:
         """The :class:`~sb3_r2po.r2po.arguments.Variant` named by ``variant``."""
-        return VARIANTS[self.variant]
+        return ALL_VARIANTS[self.variant]
+
+    @property
+    def candidates_per_iteration(self) -> int:
+        """Evaluated candidates (K episodes each) of a full iteration (without repairs and re-asks)."""
+        spec = self.variant_spec
+        searches = {"one": 1, "two_independent": 2, "two_sequential": 2, "none": 0, "code": self.code_candidates}
+        return searches[spec.search] + (spec.critic is not None)
+
+    @property
+    def keeps_last(self) -> bool:
+        """Whether the trained policy is the last history entry's (promptpo without ``code_keep_best``), not the best's."""
+        return self.variant_spec.search == "code" and not self.code_keep_best
 
     @property
     def target(self) -> float | None:
@@ -218,11 +240,14 @@ def resolve_settings(
     then the ``table``'s value, then the derived one. ``env``: the env's id, reward threshold and time limit."""
     values = {name: given[name] for name in SETTINGS if name in given}
     sources: dict[str, SettingsSource] = {}
-    defaults = {f.name: f.default for f in dataclasses.fields(R2POSettings)}
+    own = dict(ALL_VARIANTS[values["variant"]].settings) if values.get("variant") in ALL_VARIANTS else {}
+    defaults = {f.name: f.default for f in dataclasses.fields(R2POSettings)} | own  # a variant's own: not the table's
+    if values.get("n_eval_episodes") is None:
+        values["n_eval_episodes"] = defaults["n_eval_episodes"]
     for name in WITHOUT_TABLE:
         if given.get(name) is not None:
             values[name], sources[name] = given[name], "given"
-        elif table is not None and table.get(name) is not None:
+        elif table is not None and not own and table.get(name) is not None:
             values[name], sources[name] = table[name], "reference"
         else:
             values[name], sources[name] = defaults[name], "derived"
@@ -247,7 +272,7 @@ def describe_settings(settings: R2POSettings) -> str:
     return f"R2PO settings for {where}, variant {settings.variant}: " + "; ".join(parts)
 
 
-SearchMode = Literal["one", "two_independent", "two_sequential", "none"]
+SearchMode = Literal["one", "two_independent", "two_sequential", "none", "code"]
 SearchPrompt = Literal["r2po", "props", "props_plus"]  # the Search template search_<name>.j2
 CriticPrompt = Literal["r2po", "rep_traj", "three_traj", "critic_only"]  # the Critic template critic_<name>.j2
 HistoryStyle = Literal["r2po", "f", "labelled", "reward"]
@@ -290,7 +315,7 @@ class Variant:
     :param name: The ``variant=`` value.
     :param summary: One line for docs and tables.
     :param search: ``one`` Search proposal, ``two_independent`` proposals from the same history,
-        ``two_sequential`` (the second sees the first's return), or ``none``.
+        ``two_sequential`` (the second sees the first's return), ``none``, or ``code`` (PromptPO's rounds).
     :param critic: The Critic's template and evidence, or ``None`` for no Critic call.
     :param keep_best: Whether the second candidate must match the first's mean return to be kept.
     :param search_prompt: The Search template (see :data:`SearchPrompt`).
@@ -298,6 +323,7 @@ class Variant:
     :param search_trajectories: Whether, on tabular tasks, the Search prompt shows each entry's first episode (ProPS+).
     :param clip_actions: Whether a continuous action is clipped to the bounds (the six ablations use the raw output).
     :param reading: How a reply is read (:data:`~sb3_r2po.common.parameters.Reading`) for a linear and a tabular policy.
+    :param settings: Settings the variant sets in place of R2PO's defaults; then the settings table does not apply.
     """
 
     name: str
@@ -310,11 +336,7 @@ class Variant:
     search_trajectories: bool = False
     clip_actions: bool = True
     reading: tuple[Reading, Reading] = ("first", "last")
-
-    @property
-    def candidates_per_iteration(self) -> int:
-        """Evaluated candidates (K episodes each), and LLM calls, of a full iteration."""
-        return {"one": 1, "two_independent": 2, "two_sequential": 2, "none": 0}[self.search] + (self.critic is not None)
+    settings: tuple[tuple[str, Any], ...] = ()
 
 
 _REP_TRAJ = CriticEvidence(
@@ -379,4 +401,16 @@ VARIANTS: dict[str, Variant] = {
         ),
     ]
 }
-"""Every variant by name."""
+"""Every variant of the R2PO paper's comparison by name."""
+
+CODE_VARIANTS: dict[str, Variant] = {
+    "promptpo": Variant(
+        "promptpo",
+        "PromptPO: the LLM writes a Python policy; N independent candidates a round, the best enters the history",
+        "code",
+        None,
+        settings=(("n_eval_episodes", 5), ("warmup_episodes", 0), ("max_iterations", 10)),
+    )
+}
+"""The variants of the ``"Code"`` policy (its candidates are source code), by name."""
+ALL_VARIANTS = VARIANTS | CODE_VARIANTS

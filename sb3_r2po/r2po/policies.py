@@ -16,6 +16,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs
 from typing_extensions import Unpack
 
 from sb3_r2po.common.parameters import ParameterSpace
+from sb3_r2po.common.sandbox import CodeSandbox, PolicyError
 
 MAX_TABULAR_STATES = 1000  # one value per state must fit in a prompt
 OBSERVATION_SPACES = (  # the words of the error that refuses an unsupported observation space
@@ -101,6 +102,10 @@ class CompactPolicy(BasePolicy):
             raise ValueError(f"Expected {self.parameter_space.size} parameters, got {vec.size}")
         with th.no_grad():
             self.theta.copy_(th.as_tensor(vec, dtype=th.float64))
+
+    def place(self, record: Mapping[str, Any]) -> None:
+        """Take the vector of a history record."""
+        self.set_flat(np.asarray(record["params"], dtype=np.float64))
 
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
         """The actions of a batch of ``observations`` (first axis: batch) under ``params`` (default: the policy's own)."""
@@ -555,8 +560,102 @@ class RandomFeaturesPolicy(FixedMatrixPolicy):
         return tuple(lines)
 
 
+Code = tuple[str, str]  # a code policy's candidate: its source and the name of its policy class
+
+
+class CodePolicy(BasePolicy):
+    """Python source an LLM wrote (``variant="promptpo"``: the Code policies page), run only in a
+    :class:`~sb3_r2po.common.sandbox.CodeSandbox` worker, started at the first ``predict()``, never pickled.
+
+    :param observation_space: The observation space of the environment.
+    :param action_space: The action space of the environment.
+    :param sandbox: ``"strict"`` (a hardened worker process, Linux only) or ``"trusted"`` (this process, no protection).
+    :param call_timeout: Seconds one batch of observations may take (strict); past it the candidate fails.
+    :param memory_mb: The worker's memory limit in MiB (strict).
+    :param descriptions: Prompt texts in place of the generated ones, by :class:`~sb3_r2po.prompts.code.CodeTask`
+        field: ``observation``, ``implementation``, ``reward``.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        sandbox: str = "strict",
+        call_timeout: float = 1.0,
+        memory_mb: int = 1024,
+        descriptions: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(observation_space, action_space)
+        self.sandbox, self.call_timeout, self.memory_mb = sandbox, float(call_timeout), int(memory_mb)
+        self.descriptions: dict[str, Any] = dict(descriptions or {})
+        self.code: Code | None = None  # the placed candidate (a history record's)
+        self._worker: CodeSandbox | None = None
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        names = ("observation_space", "action_space", "sandbox", "call_timeout", "memory_mb", "descriptions")
+        return {name: getattr(self, name) for name in names}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_worker": None}
+
+    def open(self, code: Code) -> CodeSandbox:
+        """A sandbox running ``code`` (the caller closes it).
+
+        :raises ~sb3_r2po.common.sandbox.SandboxError: the code cannot be loaded (:class:`PolicyError`, with its traceback).
+        """
+        source, class_name = code
+        return CodeSandbox(
+            source, class_name=class_name, mode=self.sandbox, call_timeout=self.call_timeout, memory_mb=self.memory_mb
+        )
+
+    def actor(self, code: Code, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        """The batched ``act`` of ``code`` in a new sandbox, closed when the callable is dropped (``clip``: unused); an
+        action of the wrong shape, or not an integer of a ``Discrete`` space, raises a :class:`PolicyError`."""
+        act, space = self.open(code).act, self.action_space
+
+        def checked(observations: np.ndarray) -> np.ndarray:
+            actions = act(observations)
+            bad = actions.shape != (len(observations), *(space.shape or ()))
+            if not bad and isinstance(space, spaces.Discrete):
+                bad = actions.dtype.kind not in "biu" or not all(space.contains(int(a)) for a in actions)
+            if bad:
+                raise PolicyError(f"act returned {actions.tolist()!r:.200} for {len(observations)} observations, not {space}")
+            return actions
+
+        return checked
+
+    def place(self, record: Mapping[str, Any]) -> None:
+        """Take the code of a history record; its worker starts at the next ``predict()``."""
+        code = (record["source"], record["policy_class"])
+        if code != self.code and self._worker is not None:
+            self._worker.close()
+            self._worker = None
+        self.code = code
+
+    def get_flat(self) -> np.ndarray:
+        """No vector: an empty one."""
+        return np.zeros(0)
+
+    def forward(self, obs: PyTorchObs, deterministic: bool = True) -> th.Tensor:
+        return self._predict(obs, deterministic)
+
+    def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
+        assert isinstance(observation, th.Tensor)
+        if self.code is None:
+            raise ValueError("This Code policy has no code yet: train it with learn() first")
+        if self._worker is None:
+            self._worker = self.open(self.code)
+        return th.as_tensor(self._worker.act(observation.cpu().numpy()))
+
+
 MlpLinear, Tabular, ProjectedMlp, RandomFeatures = LinearPolicy, TabularPolicy, ProjectedMlpPolicy, RandomFeaturesPolicy
 _SHORT: dict[str, type[BasePolicy]]
-_SHORT = {"MlpLinear": MlpLinear, "Tabular": Tabular, "ProjectedMlp": ProjectedMlp, "RandomFeatures": RandomFeatures}
+_SHORT = {
+    "MlpLinear": MlpLinear,
+    "Tabular": Tabular,
+    "ProjectedMlp": ProjectedMlp,
+    "RandomFeatures": RandomFeatures,
+    "Code": CodePolicy,
+}
 POLICY_ALIASES: dict[str, type[BasePolicy]] = {name: cls for short, cls in _SHORT.items() for name in (short, cls.__name__)}
 """The policy names ``R2PO`` accepts."""

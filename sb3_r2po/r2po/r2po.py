@@ -12,8 +12,8 @@ One iteration (the R2PO paper, arXiv 2605.08315), as :meth:`R2PO._iterate` runs 
     kept       = rev if rev.mean >= init.mean else init  # 6. keep-best, ties to the revision (r2po/run_state.py)
     history.append(kept)                                 # 7. R2PO._commit; the run saved by r2po/run_state.py
 
-An iteration runs 8 files (these, r2po/policies.py and r2po/arguments.py: the settings and the variants as data), the
-LLM backend and templates aside, at most 6 calls deep from ``learn`` to the env (the structure tests).
+An iteration runs 8 files (these, r2po/policies.py and r2po/arguments.py), the LLM backend and templates aside, at most
+6 calls deep from ``learn`` to the env (the structure tests). ``variant="promptpo"`` runs r2po/code_search.py's rounds.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
 from sb3_r2po.r2po import arguments, run_state
 from sb3_r2po.r2po.arguments import SETTINGS, check_int
-from sb3_r2po.r2po.policies import POLICY_ALIASES, CompactPolicy, short_name
+from sb3_r2po.r2po.code_search import CodeRoles, make_roles
+from sb3_r2po.r2po.policies import POLICY_ALIASES, Code, CodePolicy, CompactPolicy, short_name
 from sb3_r2po.r2po.reporting import Progress, planned_episodes, record_metrics, warn_before_first_iteration, with_progress_bar
-from sb3_r2po.r2po.roles import LLMRoles, Start, make_llm, new_llm_stats, pattern_for
+from sb3_r2po.r2po.roles import Asking, LLMRoles, Start, make_llm, new_llm_stats, pattern_for
 from sb3_r2po.r2po.run_state import COMMITTED_STATE, Candidate, Clock, Revision, RunState, best_record
 from sb3_r2po.zoo.settings import reference_env, reference_settings
 
@@ -58,12 +59,12 @@ class R2PO(BaseAlgorithm):
     """Reflective Prompted Policy Optimization (arXiv 2605.08315): an LLM proposes (Search) and revises (Critic) a compact
     policy's parameters from rollouts; keep-best decides. Options marked *ours* are off by default (the fidelity page).
 
-    :param policy: ``"MlpLinear"``, ``"ProjectedMlp"``, ``"RandomFeatures"`` (Box observations), ``"Tabular"``
-        (Discrete ones) or a :class:`CompactPolicy` class.
+    :param policy: ``"MlpLinear"``, ``"ProjectedMlp"``, ``"RandomFeatures"``, ``"Tabular"`` (Discrete observations),
+        a :class:`CompactPolicy` class, or ``"Code"`` (``variant="promptpo"``: the policy is Python source).
     :param env: The environment (a gymnasium id, an env or a VecEnv).
     :param llm: A string (:mod:`sb3_r2po.llm.resolve`), a ``ChatBackend`` or a callable ``(messages) -> str``.
     :param variant: ``"r2po"`` or one of the paper's baselines and ablations (see :mod:`sb3_r2po.r2po.arguments`).
-    :param n_eval_episodes: K, the episodes per evaluated candidate.
+    :param n_eval_episodes: K, the episodes per evaluated candidate (``None``: 20; promptpo: 5).
     :param warmup_episodes: Random candidates run for one episode each before the first iteration (``None``: see below).
     :param target_return: The target mean return shown to the LLM (``None``: see below).
     :param tau_c: Revision-rule threshold (``None``: see below).
@@ -101,6 +102,10 @@ class R2PO(BaseAlgorithm):
     :param racing: *Ours*: challengers run in chunks of ``racing_chunk`` episodes until they cannot win.
     :param racing_chunk: Episodes per racing chunk.
     :param racing_z: z-value of the racing rule's one-sided upper confidence bound.
+    :param code_candidates: promptpo: N, the independent candidates of a round.
+    :param code_reflection: promptpo: a reflection call on the last kept policy before each round after the first.
+    :param code_repairs: promptpo: repairs of a candidate (no code block, a syntax error, a crash, a timeout) at most.
+    :param code_keep_best: *Ours*, promptpo: the trained policy is the best round's, not the last round's.
     :param policy_kwargs: Extra arguments of the policy.
     :param stats_window_size: Window of the ``rollout/`` statistics.
     :param tensorboard_log: TensorBoard log directory.
@@ -114,15 +119,15 @@ class R2PO(BaseAlgorithm):
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = POLICY_ALIASES
-    policy: CompactPolicy
+    policy: CompactPolicy | CodePolicy
 
     def __init__(
         self,
-        policy: str | type[CompactPolicy],
+        policy: str | type[CompactPolicy] | type[CodePolicy],
         env: GymEnv | str,
         llm: LLMSpec | None = "openai/gpt-oss-20b",
         variant: str = "r2po",
-        n_eval_episodes: int = 20,
+        n_eval_episodes: int | None = None,
         warmup_episodes: int | None = None,
         target_return: float | None = None,
         tau_c: float | None = None,
@@ -159,6 +164,10 @@ class R2PO(BaseAlgorithm):
         racing: bool = False,
         racing_chunk: int = 5,
         racing_z: float = 1.645,
+        code_candidates: int = 10,
+        code_reflection: bool = True,
+        code_repairs: int = 10,
+        code_keep_best: bool = False,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -167,7 +176,7 @@ class R2PO(BaseAlgorithm):
         device: th.device | str = "cpu",
         _init_setup_model: bool = True,
     ) -> None:
-        arguments.check_policy(policy, self.policy_aliases, env)
+        arguments.check_policy(policy, self.policy_aliases, env, variant if _init_setup_model else None)
         given = dict(locals())
         if isinstance(env, str) and _init_setup_model and max_episode_steps is None:
             env = reference_env(env, variant)  # the table's env_kwargs
@@ -202,7 +211,7 @@ class R2PO(BaseAlgorithm):
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
         self._placed: np.ndarray | None = None  # the vector _use_best left in the policy
         self._backend: ChatBackend | None = None
-        self._llm: LLMRoles | None = None
+        self._llm: Asking | None = None
         self._run = RunState()
         if _init_setup_model:
             self._setup_model()
@@ -211,11 +220,10 @@ class R2PO(BaseAlgorithm):
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         s = self.settings
-        bounds = {} if s.param_bounds is None else {"param_bounds": s.param_bounds}  # None: the policy's own
-        policy_kwargs = {**bounds, "param_decimals": s.param_decimals, **self.policy_kwargs}
-        self.policy = self.policy_class(self.observation_space, self.action_space, **policy_kwargs)  # type: ignore[assignment]
-        self.policy = self.policy.to(self.device)
-        if not isinstance(self.policy, CompactPolicy):
+        vector = {"param_decimals": s.param_decimals} | ({} if s.param_bounds is None else {"param_bounds": s.param_bounds})
+        kwargs = self.policy_kwargs if issubclass(self.policy_class, CodePolicy) else {**vector, **self.policy_kwargs}
+        self.policy = self.policy_class(self.observation_space, self.action_space, **kwargs).to(self.device)  # type: ignore[assignment]
+        if not isinstance(self.policy, (CompactPolicy, CodePolicy)):
             raise TypeError(f"R2PO needs a CompactPolicy (linear or tabular), got {type(self.policy).__name__}")
         cap_episodes(self.env, s.episode_cap)  # Monitor files see the episodes R2PO's cap cuts
         self._placed = _use_best(self)
@@ -227,8 +235,7 @@ class R2PO(BaseAlgorithm):
 
     def _excluded_save_params(self) -> list[str]:
         last = [] if self.settings.variant_spec.search == "none" else ["_last_result"]  # only critic_only reads it again
-        excluded = ["_backend", "_llm", "_run", "_progress", "llm_confirmed", "_placed"]
-        return [*super()._excluded_save_params(), *excluded, *last]
+        return [*super()._excluded_save_params(), "_backend", "_llm", "_run", "_progress", "llm_confirmed", "_placed", *last]
 
     def save(
         self,
@@ -309,18 +316,20 @@ class R2PO(BaseAlgorithm):
         try:
             s = self.settings
             if self._backend is None:  # the first learn(): the backend, the run directory's lock and transcript
-                backend = make_llm(self.llm, self.llm_confirmed, self.policy.parameter_space, self.verbose)
+                space = getattr(self.policy, "parameter_space", None)  # None: a code policy
+                backend = make_llm(self.llm, self.llm_confirmed, space, self.verbose)
                 self._backend = self._run.open(backend, s.checkpoint_dir, self.history)
             self._run.acquire(self.history)
-            self._llm = LLMRoles(s, self.history, self.policy, self.llm_stats, self._backend, clock, self.verbose)
+            self._llm = make_roles(s, self.history, self.policy, self.env, self.llm_stats, self._backend, clock, self.verbose)
+            iterate = self._code_round if isinstance(self._llm, CodeRoles) else self._iterate
             self._progress = Progress(s, self.history, self.llm_stats)
             calls = self._transcript_calls  # calls after the last entry are asked again
             self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)
-            if self._warmup(callback, total_timesteps):
+            if isinstance(self.policy, CodePolicy) or self._warmup(callback, total_timesteps):  # promptpo: no warm-up
                 planned, k = s.max_iterations or math.inf, s.n_eval_episodes  # the plan: completed iterations
                 while self.num_timesteps < total_timesteps and self.episodes_left >= k and self.iteration < planned:
                     self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                    if not self._llm.with_reruns(partial(self._iterate, callback)):
+                    if not self._llm.with_reruns(partial(iterate, callback)):
                         break
                     if log_interval is not None and self.iteration % log_interval == 0:
                         self.dump_logs()
@@ -337,6 +346,7 @@ class R2PO(BaseAlgorithm):
 
     def _warmup(self, callback: BaseCallback, total_timesteps: int) -> bool:
         """A vector set since (``set_parameters()``: K episodes), then random draws while budgets last; False: stop."""
+        assert isinstance(self.policy, CompactPolicy)
         given, k, space = self.policy.get_flat(), self.settings.n_eval_episodes, self.policy.parameter_space
         first = self._placed is not None and not np.array_equal(given, self._placed) and self.episodes_left >= k
         warmup = lambda: sum(r["kind"] == "warmup" for r in self.history) < self.settings.warmup_episodes  # noqa: E731
@@ -353,7 +363,7 @@ class R2PO(BaseAlgorithm):
     def _iterate(self, callback: BaseCallback, discarded: list[run_state.DiscardedAttempt]) -> bool:
         """Steps 1-7 of the module docstring's algorithm; False when training must stop."""
         s, llm = self.settings, self._llm
-        assert llm is not None
+        assert isinstance(llm, LLMRoles)
         k, pattern = s.n_eval_episodes, pattern_for(s.variant_spec)  # the variant's LLM steps
         start = Start(self.episodes_left, k, self._last_result, s.revision_threshold)
         first = llm.first_candidate(pattern.first_role, pattern.propose(llm, start), self._rng)  # 1. theta_init
@@ -385,6 +395,16 @@ class R2PO(BaseAlgorithm):
         self._commit(entry)  # 7. only the kept candidate enters the history
         return revision.status != "interrupted" and not self._stop_requested
 
+    def _code_round(self, callback: BaseCallback, discarded: list[run_state.DiscardedAttempt]) -> bool:
+        """One PromptPO round (:mod:`sb3_r2po.r2po.code_search`); False when training must stop."""
+        assert isinstance(self._llm, CodeRoles)
+        evaluate = lambda code: self._evaluate(code, self.settings.n_eval_episodes, callback)  # noqa: E731
+        if (done := self._llm.round(evaluate, lambda: self._stop_requested)) is None:
+            return False
+        self.iteration += 1
+        self._commit(run_state.HistoryEntry(self.iteration, done[0], done[1], discarded=tuple(discarded)))
+        return not self._stop_requested
+
     def _clock(self) -> Clock:
         return Clock(self.iteration, self.episodes_used, self.episodes_left)
 
@@ -395,7 +415,7 @@ class R2PO(BaseAlgorithm):
         return math.inf if budget is None else budget - self._episode_num
 
     def _evaluate(
-        self, params: np.ndarray, n_episodes: int, callback: BaseCallback, incumbent: float | None = None
+        self, params: np.ndarray | Code, n_episodes: int, callback: BaseCallback, incumbent: float | None = None
     ) -> RolloutResult | None:
         """``n_episodes`` episodes of ``params``, reported to the callbacks (``None``: a callback stopped training)."""
         s, env = self.settings, self.env
@@ -416,7 +436,7 @@ class R2PO(BaseAlgorithm):
             callback.update_locals({**step._asdict(), "env": env, "params": params})
             return callback.on_step()
 
-        result = run_episodes(env, self.policy.actor(params, s.actions_clipped), n_episodes, s.episode_cap, on_step)
+        result = run_episodes(env, self.policy.actor(params, s.actions_clipped), n_episodes, s.episode_cap, on_step)  # type: ignore[arg-type]
         self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
         if broken := [ep.index for ep in result.episodes if ep.end == "non-finite"]:
             self.logger.warn(f"R2PO: the env returned NaN/inf in episode(s) {broken} of a candidate; they were cut there")
@@ -427,7 +447,7 @@ class R2PO(BaseAlgorithm):
     def _commit(self, entry: run_state.HistoryEntry) -> None:
         """Append a history entry, put the best candidate in the policy, and save."""
         assert entry.kept.result is not None and self._llm is not None
-        entry.shown = self._llm.view.stored_fields(entry.kept.result)
+        entry.shown |= self._llm.stored_fields(entry.kept.result)
         entry.episodes, entry.timesteps = int(self._episode_num), int(self.num_timesteps)
         record = entry.to_dict()
         self.history.append(record)
@@ -445,8 +465,7 @@ class R2PO(BaseAlgorithm):
         """Return to the last history entry's state after an exception."""
         for name, value in self._run.committed().items():
             setattr(self, name, value)
-        committed = len(self._run.saved_history(self.history))
-        if len(self.history) > committed:  # cut inside _commit
+        if len(self.history) > (committed := len(self._run.saved_history(self.history))):  # cut inside _commit
             del self.history[committed:]
             self._placed = _use_best(self)
 
@@ -460,10 +479,9 @@ class R2PO(BaseAlgorithm):
 
 
 def _use_best(model: R2PO) -> np.ndarray:
-    """Put the best history candidate into the policy; return the policy's vector."""
-    best = model.best_record()
-    if best is not None:
-        model.policy.set_flat(np.asarray(best["params"], dtype=np.float64))
+    """Put the kept record's candidate (:func:`~sb3_r2po.r2po.run_state.kept_record`) in the policy; return its vector."""
+    if (record := run_state.kept_record(model.history, model.settings.keeps_last)) is not None:
+        model.policy.place(record)
     return model.policy.get_flat()
 
 

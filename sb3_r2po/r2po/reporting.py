@@ -46,12 +46,14 @@ class Progress:
             return
         planned = s.max_iterations  # the plan, or fewer: this iteration, the full ones a cap pays for, a partial one
         if s.max_episodes is not None:
-            per_iteration = s.variant_spec.candidates_per_iteration * s.n_eval_episodes
+            per_iteration = s.candidates_per_iteration * s.n_eval_episodes
             full, rest = divmod(clock.episodes_left, per_iteration)
             paid = clock.iteration + int(full) + int(rest >= s.n_eval_episodes)
             planned = paid if planned is None else min(planned, paid)
         parts = [f"R2PO iteration {clock.iteration}" + (f"/{planned}" if planned else ""), episodes]
-        search, revision = record.get("search"), record["revision"]
+        search, revision = record.get("search"), record.get("revision", {"role": None})
+        if "candidates" in record:  # a code round (promptpo)
+            parts.append(f"kept {record['mean_return']:.4g} of {len(record['candidates'])} candidates")
         if search is not None:
             parts.append(f"{search['kind']} {search['mean_return']:.4g}")
         if revision["role"] is not None:
@@ -65,7 +67,7 @@ class Progress:
         print(" | ".join(parts), flush=True)
 
 
-def call_line(number: int, call: LLMCall, params: np.ndarray | None, space: ParameterSpace) -> str:
+def call_line(number: int, call: LLMCall, params: np.ndarray | None, space: ParameterSpace | None) -> str:
     """The ``verbose >= 2`` line of call ``number``: ``R2PO LLM call 7: critic | prompt 5230 chars (1304 tokens, 1024
     cached) | reply 412 chars (98 tokens) | 2.31 s | [0.5, -1.2]`` (``params``), or ``| unusable: <reason>``."""
 
@@ -74,7 +76,10 @@ def call_line(number: int, call: LLMCall, params: np.ndarray | None, space: Para
         return f"{chars} chars" + (f" ({', '.join(counted)})" if counted else "")
 
     prompt = size(sum(len(m["content"]) for m in call.messages), call.prompt_tokens, call.prompt_tokens_cached)
-    outcome = space.format(params, "list") if params is not None else f"unusable: {call.error}"
+    if params is not None and space is not None:
+        outcome = space.format(params, "list")
+    else:  # no vector: an unusable reply, or a code policy's
+        outcome = "used" if call.error is None else f"unusable: {call.error}"
     reply = size(len(call.reply), call.completion_tokens)
     return f"R2PO LLM call {number}: {call.role} | prompt {prompt} | reply {reply} | {call.seconds:.2f} s | {outcome}"
 
@@ -108,7 +113,10 @@ def record_metrics(
         _record_iteration(logger, last)
     if (best := best_record(history)) is not None:
         logger.record("r2po/best_return", best["mean_return"])
-        logger.record("r2po/theta", np.asarray(best["params"]), exclude=TEXT_ONLY)
+        if "source" in last:  # a code round: the source it kept, as text
+            logger.record("code/source", last["source"], exclude=TEXT_ONLY)
+        else:
+            logger.record("r2po/theta", np.asarray(best["params"]), exclude=TEXT_ONLY)
     logger.record("r2po/iteration", clock.iteration)
     for key in ("calls", "parse_failures", "fallbacks", "discarded_attempts", "discarded_episodes"):  # the last two: rerun
         logger.record(f"llm/{key}", int(stats.get(key, 0)))
@@ -140,7 +148,7 @@ def planned_episodes(settings: R2POSettings, history: list[dict[str, Any]], cloc
     bounds = [] if s.max_episodes is None else [int(clock.episodes_left)]
     if s.max_iterations is not None:
         warmup = max(0, s.warmup_episodes - sum(r["kind"] == "warmup" for r in history))
-        per_iteration = s.variant_spec.candidates_per_iteration * s.n_eval_episodes
+        per_iteration = s.candidates_per_iteration * s.n_eval_episodes
         bounds.append(warmup + max(0, s.max_iterations - clock.iteration) * per_iteration)
     return max(0, min(bounds)) if bounds else None
 
@@ -200,7 +208,7 @@ def warn_before_first_iteration(settings: R2POSettings, history: list[dict[str, 
     steps = int(sum(r["mean_length"] * r["n_episodes"] for r in warmup))
     length = steps / len(warmup) if warmup else float(s.episode_cap)
     rest = max(0, s.warmup_episodes - len(warmup))
-    episodes = s.variant_spec.candidates_per_iteration * s.n_eval_episodes
+    episodes = s.candidates_per_iteration * s.n_eval_episodes
     first = f"{rest} warm-up episodes, then " if rest else ""
     text = (
         f"R2PO: learn() ended before the first LLM iteration: the warm-up ran {len(warmup)} of {s.warmup_episodes} "

@@ -62,9 +62,9 @@ def new_llm_stats() -> dict[str, float]:
     return {key: 0.0 if key == "seconds" else 0 for key in LLM_STATS}
 
 
-def make_llm(llm: Any, confirmed: bool, space: ParameterSpace, verbose: int) -> ChatBackend:
-    """The backend of an ``llm`` spec, prepared (loaded) and constrained to ``space`` where it can be; ``confirmed``:
-    whether a loaded ``llm`` string that imports a module may be used."""
+def make_llm(llm: Any, confirmed: bool, space: ParameterSpace | None, verbose: int) -> ChatBackend:
+    """The backend of an ``llm`` spec, prepared (loaded) and constrained to ``space`` where it can be (``None``: a code
+    policy's replies are free text); ``confirmed``: whether a loaded ``llm`` string that imports a module may be used."""
     if llm is None:
         raise ValueError(
             "This model has no llm: it was saved with an llm object, which is never stored. "
@@ -86,45 +86,39 @@ def make_llm(llm: Any, confirmed: bool, space: ParameterSpace, verbose: int) -> 
             backend.prepare()
         if verbose >= 1:
             print(f"R2PO: LLM ready in {time.perf_counter() - start:.1f} s", flush=True)
-    if isinstance(backend, Constrainable):  # e.g. a grammar from the parameter space
+    if isinstance(backend, Constrainable) and space is not None:  # e.g. a grammar from the parameter space
         backend.constrain(space)
     return backend
 
 
-class LLMRoles:
-    """The Search and Critic roles of one ``learn()``: they ask ``backend`` from ``settings``, ``history`` and the policy,
-    count every call in ``stats`` (``llm_stats``) and read the run's iteration and episode counts from ``clock``."""
+class Asking:
+    """What every LLM role of one ``learn()`` shares: it asks ``backend`` from ``settings`` and ``history``, counts every
+    call in ``stats`` (``llm_stats``), reads the run's iteration and episode counts from ``clock``, and reruns an
+    iteration after an unusable reply."""
+
+    space: ParameterSpace | None = None  # the policy's vector, which ``verbose=2`` prints
 
     def __init__(
         self,
         settings: R2POSettings,
         history: list[Record],
-        policy: CompactPolicy,
         stats: dict[str, float],
         backend: ChatBackend,
         clock: Callable[[], Clock],
         verbose: int,
     ) -> None:
-        self.settings, self.history, self.space, self.stats = settings, history, policy.parameter_space, stats
+        self.settings, self.history, self.stats = settings, history, stats
         self.backend, self.clock, self.verbose = backend, clock, verbose
-        self.view = PromptView(settings, history, policy)
-        self.prompts = PromptBuilder(settings.prompt_template_dir, settings.reply_style)
         self.last_exchanges: dict[str, tuple[str, str]] = {}  # the last prompt and reply of each role (TensorBoard)
+
+    def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
+        """What later prompts show of a history entry's episodes, stored in its record (here: nothing)."""
+        return {}
 
     def check_usable(self, role: Role, answer: Answer) -> None:
         """With ``on_unusable_reply="rerun"`` (the reference), an answer without a vector discards the iteration."""
         if answer.params is None and self.settings.on_unusable_reply == "rerun":
             raise UnusableReply(role, answer.failures[-1] if answer.failures else "no reply")
-
-    def first_candidate(self, role: Role, answer: Answer, rng: np.random.Generator) -> Candidate:
-        """The iteration's first candidate: the answer's vector; else, with ``on_unusable_reply="reask"``, a fallback
-        step from the best candidate (counted in ``llm_stats``), and with ``"rerun"`` the iteration is discarded."""
-        if answer.params is not None:
-            return Candidate.answered(role, answer.params, answer)
-        self.check_usable(role, answer)
-        self.stats["fallbacks"] += 1
-        fallback = run_state.perturb_best(self.history, self.space, self.settings.step_size, rng)
-        return Candidate.answered("fallback", fallback, answer)
 
     def with_reruns(self, iterate: Callable[[list[DiscardedAttempt]], bool]) -> bool:
         """Run ``iterate(discarded)``; with ``on_unusable_reply="rerun"`` an unusable reply discards the attempt (its
@@ -155,6 +149,58 @@ class LLMRoles:
             stacklevel=2,
         )
         return False
+
+    def _account(self, role: str, answer: Answer) -> Answer:
+        """Count an answer's calls in ``llm_stats``, keep the last exchange and print them (``verbose``)."""
+        stats, verbose = self.stats, self.verbose
+        for call in answer.calls:
+            if verbose >= 2:  # only a reply without error gave the answer's vector (the last call)
+                usable = answer.params if call.error is None else None
+                print(call_line(int(stats["calls"]) + 1, call, usable, self.space), flush=True)
+            stats["calls"] += 1
+            stats["parse_failures"] += int(call.error is not None)
+            stats["seconds"] += call.seconds
+            stats["prompt_tokens"] += call.prompt_tokens or 0
+            stats["completion_tokens"] += call.completion_tokens or 0
+            stats["prompt_tokens_cached"] = stats.get("prompt_tokens_cached", 0) + (call.prompt_tokens_cached or 0)
+            self.last_exchanges[role] = (call.messages[-1]["content"], call.reply)
+            if call.error is not None and verbose >= 1:
+                print(f"R2PO: unusable {role} reply ({call.error})", file=sys.stderr)
+        if answer.notes and verbose >= 1:
+            print(f"R2PO: {role} reply adjusted: " + "; ".join(answer.notes), file=sys.stderr)
+        return answer
+
+
+class LLMRoles(Asking):
+    """The Search and Critic roles of one ``learn()`` (:class:`Asking`), shown ``policy`` (its spaces and layout)."""
+
+    def __init__(
+        self,
+        settings: R2POSettings,
+        history: list[Record],
+        policy: CompactPolicy,
+        stats: dict[str, float],
+        backend: ChatBackend,
+        clock: Callable[[], Clock],
+        verbose: int,
+    ) -> None:
+        super().__init__(settings, history, stats, backend, clock, verbose)
+        self.space: ParameterSpace = policy.parameter_space
+        self.view = PromptView(settings, history, policy)
+        self.prompts = PromptBuilder(settings.prompt_template_dir, settings.reply_style)
+
+    def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
+        return self.view.stored_fields(result)
+
+    def first_candidate(self, role: Role, answer: Answer, rng: np.random.Generator) -> Candidate:
+        """The iteration's first candidate: the answer's vector; else, with ``on_unusable_reply="reask"``, a fallback
+        step from the best candidate (counted in ``llm_stats``), and with ``"rerun"`` the iteration is discarded."""
+        if answer.params is not None:
+            return Candidate.answered(role, answer.params, answer)
+        self.check_usable(role, answer)
+        self.stats["fallbacks"] += 1
+        fallback = run_state.perturb_best(self.history, self.space, self.settings.step_size, rng)
+        return Candidate.answered("fallback", fallback, answer)
 
     def search(self, shown: Shown = (), also: tuple[np.ndarray, ...] = ()) -> Answer:
         """The Search's proposal from the history (plus ``shown``); with ``reject_duplicates``, not one of ``also``."""
@@ -211,26 +257,6 @@ class LLMRoles:
     def _ask(self, role: str, messages: list[Message], check: Check) -> Answer:
         answer = ask_for_params(self.backend, messages, self.space, check=check, **self._asking(role))
         return self._account(role, answer)
-
-    def _account(self, role: str, answer: Answer) -> Answer:
-        """Count an answer's calls in ``llm_stats``, keep the last exchange and print them (``verbose``)."""
-        stats, verbose = self.stats, self.verbose
-        for call in answer.calls:
-            if verbose >= 2:  # only a reply without error gave the answer's vector (the last call)
-                usable = answer.params if call.error is None else None
-                print(call_line(int(stats["calls"]) + 1, call, usable, self.space), flush=True)
-            stats["calls"] += 1
-            stats["parse_failures"] += int(call.error is not None)
-            stats["seconds"] += call.seconds
-            stats["prompt_tokens"] += call.prompt_tokens or 0
-            stats["completion_tokens"] += call.completion_tokens or 0
-            stats["prompt_tokens_cached"] = stats.get("prompt_tokens_cached", 0) + (call.prompt_tokens_cached or 0)
-            self.last_exchanges[role] = (call.messages[-1]["content"], call.reply)
-            if call.error is not None and verbose >= 1:
-                print(f"R2PO: unusable {role} reply ({call.error})", file=sys.stderr)
-        if answer.notes and verbose >= 1:
-            print(f"R2PO: {role} reply adjusted: " + "; ".join(answer.notes), file=sys.stderr)
-        return answer
 
 
 FIXATION_PATTERN = re.compile(
@@ -497,7 +523,7 @@ class PromptView:
         best = run_state.best_record(history)
         planned = s.max_iterations  # the plan, or fewer: the iterations a max_episodes cap still pays for
         if s.max_episodes is not None:
-            per_iteration = spec.candidates_per_iteration * s.n_eval_episodes
+            per_iteration = s.candidates_per_iteration * s.n_eval_episodes
             paid = clock.iteration + max(1, math.ceil(clock.episodes_left / max(1, per_iteration)))
             planned = paid if planned is None else min(planned, paid)
         shown_entries = run_state.shown_history(history, s.history_best_k, s.history_recent, s.history_slack)

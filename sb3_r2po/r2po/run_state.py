@@ -460,8 +460,8 @@ class HistoryEntry:
             record["revision"] = self.revision.to_dict()
             if self.diagnostics is not None:
                 record["diagnostics"] = self.diagnostics
-            if self.discarded:
-                record["discarded_attempts"] = [dataclasses.asdict(attempt) for attempt in self.discarded]
+        if self.discarded:
+            record["discarded_attempts"] = [dataclasses.asdict(attempt) for attempt in self.discarded]
         record.update(episodes=self.episodes, timesteps=self.timesteps)
         return record
 
@@ -470,6 +470,11 @@ def best_record(history: list[Record]) -> Record | None:
     """The record of the highest mean among non-warm-up records (before any: among the warm-up's); ``None`` if empty."""
     evaluated = [r for r in history if r["kind"] != "warmup"] or history
     return max(evaluated, key=lambda r: r["mean_return"]) if evaluated else None
+
+
+def kept_record(history: list[Record], last: bool) -> Record | None:
+    """The record a model acts by: the last one with ``last`` (PromptPO's rule), else :func:`best_record`."""
+    return history[-1] if last and history else best_record(history)
 
 
 def find(history: list[Record], params: np.ndarray) -> Record | None:

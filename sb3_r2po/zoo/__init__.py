@@ -58,9 +58,9 @@ def config_env_ids(algo: str) -> set[str]:
 
 
 def register_r2po(name: str = ALGO_NAME) -> list[str]:
-    """
-    Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules, with the
-    per-variant settings and ``-optimize`` (both skipped without ``optuna``).
+    """Register :class:`sb3_r2po.R2PO` as ``--algo <name>`` in every ``ALGOS`` dict of the loaded zoo modules, with
+    R2PO's Optuna sampler, the final evaluation of a trial (``-optimize``) and the per-variant settings (these three
+    skipped without ``optuna``).
 
     :param name: The algorithm name in the zoo.
     :return: The zoo modules whose ``ALGOS`` holds the entry (``rl_zoo3.utils`` first).
@@ -68,7 +68,19 @@ def register_r2po(name: str = ALGO_NAME) -> list[str]:
     from sb3_r2po import R2PO
 
     importlib.import_module("rl_zoo3.utils")  # ALGOS' own module
-    _register_hooks(name)  # first: the zoo modules it imports are patched below
+    try:  # first: the zoo modules these import are patched below
+        import rl_zoo3.exp_manager
+        from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
+    except ImportError:  # optuna missing: -optimize and train (the ExperimentManager) cannot run anyway
+        pass
+    else:
+        from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
+        from sb3_r2po.zoo.settings import install_variant_settings
+
+        HYPERPARAMS_SAMPLER[name] = sample_r2po_params
+        if not issubclass(rl_zoo3.exp_manager.TrialEvalCallback, FinalTrialEvalCallback):
+            rl_zoo3.exp_manager.TrialEvalCallback = FinalTrialEvalCallback  # type: ignore[misc]
+        install_variant_settings(R2PO)
     patched: list[str] = []
     for module_name in ["rl_zoo3.utils", *sorted(key for key in list(sys.modules) if key.startswith("rl_zoo3"))]:
         algos = getattr(sys.modules.get(module_name), "ALGOS", None)
@@ -83,26 +95,8 @@ def sample_r2po_params(trial: Any, n_actions: int, n_envs: int, additional_args:
     return {name: trial.suggest_categorical(name, choices) for name, choices in SEARCH_SPACE.items()}
 
 
-def _register_hooks(name: str) -> None:
-    """Add R2PO's Optuna sampler, evaluate an R2PO trial when its run ends, and resolve R2PO entries' variants."""
-    try:
-        import rl_zoo3.exp_manager
-        from rl_zoo3.hyperparams_opt import HYPERPARAMS_SAMPLER
-    except ImportError:  # optuna missing: -optimize and train (the ExperimentManager) cannot run anyway
-        return
-    from sb3_r2po import R2PO
-    from sb3_r2po.zoo.optimize import FinalTrialEvalCallback
-    from sb3_r2po.zoo.settings import install_variant_settings
-
-    HYPERPARAMS_SAMPLER[name] = sample_r2po_params
-    if not issubclass(rl_zoo3.exp_manager.TrialEvalCallback, FinalTrialEvalCallback):
-        rl_zoo3.exp_manager.TrialEvalCallback = FinalTrialEvalCallback  # type: ignore[misc]
-    install_variant_settings(R2PO)
-
-
 def resolve_train_args(argv: Sequence[str]) -> list[str]:
-    """
-    Add ``--conf-file`` to the zoo's ``train`` arguments: our ``r2po.yml`` for ``--algo r2po``, our ``<algo>.yml`` when it
+    """Add ``--conf-file`` to the zoo's ``train`` arguments: our ``r2po.yml`` for ``--algo r2po``, our ``<algo>.yml`` when it
     has an entry for the ``--env`` id; an explicit ``-conf``/``--conf-file`` is kept.
 
     :param argv: The ``train`` arguments (without the script name).

@@ -42,8 +42,7 @@ def _layer(entry: Mapping[str, Any], key: str, noun: str, name: str | None, know
 def apply_variant(
     entry: Mapping[str, Any], variant: str | None = None, explicit: Iterable[str] = (), policy: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """
-    An env entry of ``r2po.yml`` (not modified) resolved for one variant and policy.
+    """An env entry of ``r2po.yml`` (not modified) resolved for one variant and policy.
 
     :param entry: The env entry.
     :param variant: The variant; ``None``: the entry's ``variant`` (``r2po`` when it sets none).
@@ -79,8 +78,7 @@ def read_entries(path: str | Path) -> dict[str, Any]:
 
 
 def reference_settings(env_id: str | None, variant: str, policy: str | None = None) -> dict[str, Any] | None:
-    """
-    The reference's settings of ``variant`` on ``env_id`` from :data:`SETTINGS_FILE` (:func:`apply_variant`).
+    """The reference's settings of ``variant`` on ``env_id`` from :data:`SETTINGS_FILE` (:func:`apply_variant`).
 
     :param env_id: The env id; ``None`` (an env without a spec) gives ``None``.
     :param variant: The variant; one the table does not name gets the env entry's own (R2PO's) settings.
