@@ -1,7 +1,7 @@
 """PromptPO (``variant="promptpo"``, the ``"Code"`` policy) with the embedded Qwen2.5-Coder model on CartPole-v1, in the
 strict sandbox: what that small CPU model scores, not what gpt-oss-20b would.
 
-    python benchmarks/promptpo_embedded.py --size 1.5b --candidates 3 --rounds 3 --seed 0 --out /tmp/promptpo_1_5b
+    python benchmarks/promptpo_embedded.py --size 1.5b --candidates 2 --rounds 2 --repairs 2 --seed 0 --out /tmp/promptpo_1_5b
 
 Prints one line per round (the kept candidate's mean return, every candidate's, the repairs) and the run's LLM calls,
 tokens and seconds; the run directory (``--out``) keeps the model, history.json and every LLM call.
@@ -20,8 +20,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="1.5b", choices=["0.5b", "1.5b"])
     parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--candidates", type=int, default=3, help="code_candidates (PromptPO: 10)")
-    parser.add_argument("--rounds", type=int, default=3, help="max_iterations (PromptPO: 10)")
+    parser.add_argument("--candidates", type=int, default=2, help="code_candidates (PromptPO: 10)")
+    parser.add_argument("--rounds", type=int, default=2, help="max_iterations (PromptPO: 10)")
+    parser.add_argument("--repairs", type=int, default=2, help="code_repairs (PromptPO: 10)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="checkpoint_dir of the run")
     args = parser.parse_args()
@@ -33,6 +34,7 @@ def main() -> None:
         llm=llm,
         variant="promptpo",
         code_candidates=args.candidates,
+        code_repairs=args.repairs,
         max_iterations=args.rounds,
         seed=args.seed,
         checkpoint_dir=args.out,

@@ -41,7 +41,7 @@ import numpy as np
 
 from sb3_r2po import R2PO
 from sb3_r2po.common.rollouts import Episode, RolloutResult
-from sb3_r2po.prompts.builder import HistoryLine, PromptBuilder
+from sb3_r2po.prompts.builder import PromptBuilder
 from sb3_r2po.r2po.roles import PromptView
 from sb3_r2po.r2po.run_state import Clock
 
@@ -278,7 +278,7 @@ def ours(env_id: str, variant: str, iteration: int, hist: list[Any], eps: list[E
         rank = len(hist[0][0])
         candidate = np.round(np.random.default_rng(1).uniform(-6, 6, rank), 1) if not env.tabular else hist[-1][0]
         result = RolloutResult(eps)
-        line = HistoryLine(view.format(candidate), float(np.mean(result.returns)), K, values=view.values(candidate))
+        line = view.line(candidate, float(np.mean(result.returns)), K)
         context = dataclasses.replace(view.context(clock, critic=True), total_iterations=PLANNED)
         critic = spec.critic
         out["critic"] = builder.critic(context, line, view.evidence(result), critic.prompt, critic.history)[0]["content"]

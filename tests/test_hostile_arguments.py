@@ -42,6 +42,7 @@ CORPUS: list[tuple[str, Any, str]] = [
         (name, v, name)
         for name in ("n_eval_episodes", "max_iteration_attempts", "trajectory_digits")
         for v in [*NOT_AN_INTEGER, 0]
+        if v is not None or name != "n_eval_episodes"  # None: 20, or the variant's own
     ],
     *[("warmup_episodes", v, "warmup_episodes") for v in NOT_AN_INTEGER if v is not None],  # None: the table's, else 20
     *[("max_iterations", v, "max_iterations") for v in ["100", 2.5, True, 0, -5]],

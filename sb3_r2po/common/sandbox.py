@@ -1,11 +1,5 @@
-"""Run a policy written as Python source (an LLM's) in a hardened worker process, one round trip per batch.
-
-``mode="strict"`` (Linux only): a persistent ``python -I`` worker that hardens itself before it compiles the source (a
-network namespace, uid ``nobody`` when started as root, Landlock, rlimits, a seccomp allow-list: the Code policies page,
-"Security model"); a layer the system refuses is left out with a warning, :attr:`CodeSandbox.layers` names those
-applied. Replies are JSON of at most 16 MiB, never pickles. ``mode="trusted"`` runs the code in this process: no
-protection, no timeout.
-"""
+"""Run a policy written as Python source (an LLM's) in a hardened worker process (``mode="strict"``, Linux only: the
+Code policies page, "Security model"), one round trip per batch, or in this process (``mode="trusted"``: no protection)."""
 
 from __future__ import annotations
 
@@ -34,13 +28,12 @@ START_TIMEOUT = 30.0  # seconds the worker may take to start, import numpy and h
 WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 NOBODY = 65534
 MAX_TRACEBACK_LINES = 20  # ours: PromptPO shows a traceback whole
+# The read-act-write loop, memory, time, randomness, imports (with a read-only openat): found by removing each in turn
 ALLOWED_SYSCALLS = (
     *("read", "write", "close", "newfstatat", "fstat", "stat", "lstat", "getdents64"),  # fstat, stat: older glibc
     *("mmap", "munmap", "mremap", "mprotect", "brk", "madvise", "futex", "exit", "exit_group", "rt_sigreturn"),
     *("clock_gettime", "clock_nanosleep", "getrandom"),
 )
-"""The read-act-write loop, memory, time, randomness and imports from the library directories (with ``openat``,
-read-only); found by removing each call in turn with a policy that imports modules and uses ``numpy``."""
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _LANDLOCK_READ = 0b1100  # LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR
@@ -62,8 +55,7 @@ class PolicyError(SandboxError):
     """The policy's code failed: its source did not compile or load, ``act`` raised or returned no numbers.
 
     :param message: what failed
-    :param traceback: the traceback, "" if none; ``.traceback`` is it :func:`shortened <shorten_traceback>`, at most
-        2,000 characters (its end)
+    :param traceback: the traceback ("" if none); ``.traceback``: it :func:`shortened <shorten_traceback>`, last 2,000 chars
     """
 
     def __init__(self, message: str, traceback: str = "") -> None:
@@ -105,8 +97,7 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
         self._policy: Any = None
         self._failure: str | None = None
         self.mode, self.call_timeout, self.method = mode, call_timeout, method
-        self.layers: tuple[str, ...] = ()
-        """The hardening layers applied to the worker (empty in trusted mode)."""
+        self.layers: tuple[str, ...] = ()  # the hardening layers applied to the worker (none in trusted mode)
         if mode == "trusted":
             try:
                 self._policy = _load_policy(source, class_name, method)
@@ -159,8 +150,7 @@ class CodeSandbox(contextlib.AbstractContextManager["CodeSandbox"]):
 
     def summarize(self, observations: np.ndarray) -> str:
         """``method`` called once with ``observations`` as a list, in one round trip; it must return a str."""
-        summary = self._run(observations)
-        if not isinstance(summary, str):
+        if not isinstance(summary := self._run(observations), str):
             self._fail(PolicyError(f"{self.method} returned {type(summary).__name__}, not a str"))
         return summary
 
@@ -273,10 +263,8 @@ def _write(fd: int, data: bytes, deadline: float) -> None:
     """Write ``data`` to the non-blocking ``fd``; ``TimeoutError`` past ``deadline`` (``time.monotonic``)."""
     view = memoryview(data)
     while True:
-        try:
+        with contextlib.suppress(BlockingIOError):
             view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            pass
         if not view:
             return
         if not select.select([], [fd], [], max(0.0, deadline - time.monotonic()))[1]:

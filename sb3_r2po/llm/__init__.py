@@ -1,9 +1,7 @@
-"""LLM backends: the ``llm=`` argument of :class:`sb3_r2po.R2PO`.
-
-Layers, lowest first (a module imports only from those below it and :mod:`sb3_r2po.common`): ``base``; ``grammar``,
-``weights``; the backends (imported from their modules; each imports its heavy dependencies when used); ``resolve``;
-the wrappers ``recording`` and ``batching``; this package, which registers ``replay:PATH`` into ``resolve``'s table.
-"""
+"""LLM backends: the ``llm=`` argument of :class:`sb3_r2po.R2PO`. Layers, lowest first (a module imports only from those
+below it and :mod:`sb3_r2po.common`): ``base``; ``grammar``, ``weights``; the backends (imported from their modules;
+each imports its heavy dependencies when used); ``resolve``; the wrappers ``recording`` and ``batching``; this package,
+which registers ``replay:PATH`` into ``resolve``'s table."""
 
 from sb3_r2po.llm.base import CallableBackend, ChatBackend, ChatReply, LLMBackendError, Message, chat_batch
 from sb3_r2po.llm.example import ExampleLLM

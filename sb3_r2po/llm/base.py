@@ -1,8 +1,6 @@
-"""What the backends share: the seam R2PO calls, gpt-oss "harmony" handling, and masking credentials in text.
-
-A request's identity (:func:`request_hash`) leaves out backend settings (model, reasoning effort, ...): a replay cannot
-know them. Where a harmony reply's answer is, :mod:`sb3_r2po.common.parameters` reads.
-"""
+"""What the backends share: the seam R2PO calls, gpt-oss "harmony" handling, and masking credentials in text. A
+request's identity (:func:`request_hash`) leaves out backend settings (model, reasoning effort, ...): a replay cannot
+know them. Where a harmony reply's answer is, :mod:`sb3_r2po.common.parameters` reads."""
 
 from __future__ import annotations
 
@@ -30,15 +28,13 @@ Message = dict[str, str]
 
 @dataclass
 class ChatReply:
-    """
-    One reply of a chat model.
+    """One reply of a chat model.
 
     :param text: The answer text (for harmony models the final channel, or the raw text: R2PO's parser reads both).
     :param prompt_tokens: Prompt tokens, when the backend reports them.
     :param completion_tokens: Completion tokens, when the backend reports them.
     :param seconds: Wall-clock latency of the call.
-    :param prompt_tokens_cached: Of ``prompt_tokens``, those a prefix cache served from an earlier call (``None``:
-        not reported).
+    :param prompt_tokens_cached: Of ``prompt_tokens``, those a prefix cache served (``None``: not reported).
     """
 
     text: str
@@ -102,12 +98,8 @@ class AnswersBatch(Protocol):
 
 @dataclass(frozen=True)
 class BatchResult:
-    """
-    What a batch of conversations got: for each, in order, its reply or its error (exactly one of the two).
-
-    :param replies: The replies (``None`` where the conversation failed).
-    :param errors: The errors (``None`` where a reply came).
-    """
+    """What a batch of conversations got: for each, in order, its reply (in ``replies``) or its error (in ``errors``),
+    exactly one of the two (the other ``None``)."""
 
     replies: tuple[ChatReply | None, ...]
     errors: tuple[BaseException | None, ...]
@@ -178,8 +170,7 @@ class LLMBackendError(RuntimeError):
 
 
 class CallableBackend:
-    """
-    Adapt a plain callable ``(messages) -> str`` to :class:`ChatBackend`.
+    """Adapt a plain callable ``(messages) -> str`` to :class:`ChatBackend`.
 
     :param fn: The callable. It receives a list of chat messages and returns the reply text.
     """
@@ -229,10 +220,7 @@ def answer_batch(backend: ChatBackend, conversations: Sequence[Sequence[Message]
 def chat_batch(
     backend: ChatBackend, conversations: Sequence[Sequence[Message]], *, temperature: float = 0.0
 ) -> list[ChatReply]:
-    """The replies to several independent conversations: one batch when the backend has ``chat_batch``, else as
-    :func:`answer_batch` asks them, raising the first error after all were asked."""
-    if isinstance(backend, BatchChat):
-        return list(backend.chat_batch(conversations, temperature=temperature))
+    """The replies to several independent conversations, asked as :func:`answer_batch` asks them; raise the first error."""
     return answer_batch(backend, conversations, temperature=temperature).unwrap()
 
 
@@ -269,15 +257,9 @@ def check_reasoning_effort(effort: str | None) -> None:
 def retry_request(
     effort: str | None, budget: int | None, factor: float, lower: bool = True
 ) -> tuple[str | None, int | None] | None:
-    """
-    The reasoning effort and token budget of the one retry of an unanswered reply, or ``None`` when there is none (a
-    ``factor`` of 0 or less, or a retry that would ask the same).
-
-    :param effort: The first request's effort; the retry's is one step lower (``"low"`` stays) when ``lower``.
-    :param budget: The first request's token budget (``None`` kept); the retry's is ``factor`` times it, at least +1.
-    :param factor: The budget multiplier.
-    :param lower: Whether the retry lowers the effort.
-    """
+    """The ``(effort, budget)`` of the one retry of an unanswered reply: the effort one step lower when ``lower``
+    (``"low"`` stays), the budget ``factor`` times larger (at least +1; ``None`` kept); ``None`` when ``factor <= 0`` or
+    the retry would ask the same."""
     if factor <= 0:
         return None
     retry_effort = effort
@@ -341,37 +323,29 @@ _MASKS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...]
 
 
 def redact(text: str) -> str:
-    """
-    ``text`` (of unknown origin: an error a server sent, a backend's ``repr``) with what looks like a credential
+    """``text`` (of unknown origin: an error a server sent, a backend's ``repr``) with what looks like a credential
     masked as :data:`REDACTED`: URLs' user information (also percent-encoded or without a scheme), an authority whose
     port is not a number, query strings, ``Bearer``/``Basic`` credentials, ``name=value`` and ``"name": "value"`` of
-    secret-sounding names (``api_key``, ``token``, ``password``, ...) and tokens that look like API keys.
-
-    :param text: Any text.
-    """
+    secret-sounding names (``api_key``, ``token``, ``password``, ...) and tokens that look like API keys."""
     for pattern, replacement in _MASKS:
         text = pattern.sub(replacement, text)
     return text
 
 
 def redact_spec(spec: str) -> str:
-    """
-    An ``llm`` string (or a server URL) as messages may show it: :func:`redact` of it percent-decoded, also masking
+    """An ``llm`` string (or a server URL) as messages may show it: :func:`redact` of it percent-decoded, also masking
     everything after ``scheme://`` up to the last ``@`` (a password may hold spaces, ``/`` or ``#``), everything from
-    the first ``?``, and an authority whose port is not a number.
-
-    :param spec: The string.
-    """
+    the first ``?``, and an authority whose port is not a number."""
     match = _SCHEME_RE.fullmatch(spec)
     scheme, rest = ("", spec) if match is None else match.groups()  # "user:password@host" without a scheme too
     rest = urllib.parse.unquote(rest)  # shown decoded: a percent-encoded credential is masked like a plain one
     if "@" in rest:
         rest = f"{REDACTED}@{rest.rpartition('@')[2]}"
     rest, query, _ = rest.partition("?")
-    authority = re.match(r"[^/#]*", rest)
-    port = "" if authority is None else authority.group(0).rpartition("]")[2].rpartition(":")[2]
-    if scheme and authority and ":" in authority.group(0).rpartition("]")[2] and not port.isdigit() and port:
-        rest = REDACTED + rest[authority.end() :]
+    authority = re.split("[/#]", rest, maxsplit=1)[0]
+    _, colon, port = authority.rpartition("]")[2].rpartition(":")
+    if scheme and colon and port and not port.isdigit():
+        rest = REDACTED + rest[len(authority) :]
     return redact(scheme + rest + (f"?{REDACTED}" if query else ""))
 
 

@@ -22,8 +22,7 @@ class _Request:
 
 
 class BatchingBackend:
-    """
-    A backend shared by threads: a call waits until every registered :meth:`worker` waits for the LLM (or has finished),
+    """A backend shared by threads: a call waits until every registered :meth:`worker` waits for the LLM (or has finished),
     then the waiting conversations go to ``inner`` together (:func:`~sb3_r2po.llm.base.answer_batch`), each caller
     getting its own replies and errors; a call from an unregistered thread joins the next batch.
 

@@ -123,18 +123,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def reused_tokens(live: Sequence[int], served: Sequence[int] | None, prompt: Sequence[int]) -> int:
     """Of ``prompt``'s tokens, those llama-cpp-python reused from the ``live`` context or the ``served`` state: never all
     of them (the last one is evaluated again, for fresh logits)."""
-    shared = common_prefix(live, prompt)
-    if served is not None:
-        shared = max(shared, common_prefix(served, prompt))
+    shared = max(common_prefix(live, prompt), common_prefix(served or (), prompt))
     return shared - 1 if shared == len(prompt) and shared > 0 else shared
 
 
 class PrefixStateCache:
-    """
-    The most recently used llama.cpp states, found by the longest common token prefix (``Llama.set_cache``'s protocol).
-
-    :param capacity_bytes: The most bytes the stored states may take; the least recently used are dropped first.
-    """
+    """The most recently used llama.cpp states, found by the longest common token prefix (``Llama.set_cache``'s protocol),
+    at most ``capacity_bytes`` of them (the least recently used are dropped first)."""
 
     def __init__(self, capacity_bytes: int) -> None:
         if capacity_bytes < 0:
@@ -146,7 +141,10 @@ class PrefixStateCache:
 
     @property
     def cache_size(self) -> int:
-        return sum(_size(state) for state in self.states.values())
+        """The bytes of the kept states: llama.cpp's state and the arrays ``input_ids`` and ``scores``."""
+        arrays = [getattr(state, name, None) for state in self.states.values() for name in ("input_ids", "scores")]
+        own = sum(int(getattr(state, "llama_state_size", 0)) for state in self.states.values())
+        return own + sum(int(a.nbytes) for a in arrays if isinstance(a, np.ndarray))
 
     def _longest(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
         best = max(self.states, key=lambda tokens: common_prefix(tokens, key), default=None)
@@ -183,19 +181,9 @@ class PrefixStateCache:
             self.states.popitem(last=False)
 
 
-def _size(state: Any) -> int:
-    size = int(getattr(state, "llama_state_size", 0))
-    for name in ("input_ids", "scores"):
-        value = getattr(state, name, None)
-        if isinstance(value, np.ndarray):
-            size += int(value.nbytes)
-    return size
-
-
 @dataclass(eq=False)
 class EmbeddedBackend(TransientState):
-    """
-    A Qwen2.5-Coder-Instruct model run on the CPU with ``llama-cpp-python``, joined and loaded by the first :meth:`chat`.
+    """A Qwen2.5-Coder-Instruct model run on the CPU with ``llama-cpp-python``, joined and loaded by the first :meth:`chat`.
 
     :param size: ``"0.5b"`` (about 0.8 GB of memory) or ``"1.5b"`` (about 1.5 GB).
     :param n_ctx: The context window in tokens (prompt and reply together).

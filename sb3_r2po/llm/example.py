@@ -31,8 +31,7 @@ _STEP = re.compile(r"(?:in steps of about|changes of) (\d+(?:\.\d+)?)")
 
 
 class ExampleLLM:
-    """
-    A seeded local search speaking R2PO's prompt and reply format, NOT a language model (its results say nothing about an
+    """A seeded local search speaking R2PO's prompt and reply format, NOT a language model (its results say nothing about an
     LLM's): the Search perturbs the history's best vector by about the step size; the Critic makes a small edit to the
     candidate, or keeps it when its mean reward reaches the revision threshold (critic_only: a small edit of the best).
 

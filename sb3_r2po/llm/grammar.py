@@ -38,12 +38,8 @@ def _integers_below(bound: int) -> list[str]:
 
 
 def magnitude_rule(limit: float, decimals: int) -> str:
-    """
-    The body of a GBNF rule for the numbers with ``decimals`` decimals from 0 to ``limit`` (rounded down), no leading zeros.
-
-    :param limit: The largest magnitude allowed (``>= 0``).
-    :param decimals: The number of digits after the decimal point (``0``: an integer, no point).
-    """
+    """The body of a GBNF rule for the numbers with ``decimals`` decimals (``0``: an integer, no point) from 0 to
+    ``limit >= 0`` (rounded down), no leading zeros."""
     if not math.isfinite(limit) or limit < 0:
         raise ValueError(f"limit must be finite and >= 0, got {limit}")
     if decimals < 0:
@@ -66,25 +62,8 @@ def _group(alternatives: list[str]) -> str:
     return alternatives[0] if len(alternatives) == 1 else "(" + " | ".join(alternatives) + ")"
 
 
-def value_rules(space: ParameterSpace) -> dict[str, str]:
-    """The GBNF rules (name -> body, ``value`` first) defining ``value``: one parameter value of ``space``."""
-    if space.values is not None:
-        literals = sorted({str(int(v)) for v in space.values}, key=lambda s: (len(s), s))
-        return {"value": " | ".join(f'"{s}"' for s in literals)}
-    rules: dict[str, str] = {}
-    parts = []
-    if space.high >= 0:
-        parts.append("pos")
-        rules["pos"] = magnitude_rule(space.high, space.decimals)
-    if space.low < 0:
-        parts.append('"-" neg')
-        rules["neg"] = magnitude_rule(-space.low, space.decimals)
-    return {"value": " | ".join(parts), **rules}
-
-
 def parameter_grammar(space: ParameterSpace, *, style: ReplyStyle = "list", reason_chars: int = 0) -> str:
-    """
-    A GBNF grammar (start rule ``root``) admitting exactly one reply with the ``space.size`` values of ``space``: exactly
+    """A GBNF grammar (start rule ``root``) admitting exactly one reply with the ``space.size`` values of ``space``: exactly
     ``decimals`` decimals, no leading zeros, bounded exactly on each side of zero (discrete: the allowed integers).
 
     :param space: The parameter space (continuous or discrete).
@@ -104,24 +83,29 @@ def parameter_grammar(space: ParameterSpace, *, style: ReplyStyle = "list", reas
     if reason_chars > 0:
         rules["reason"] = f"[^\\n\\[\\]]{{1,{reason_chars}}} " + '"\\n"'
     rules["params"] = body
-    rules.update(value_rules(space))
+    if space.values is not None:  # a discrete space: its integers
+        literals = sorted({str(int(v)) for v in space.values}, key=lambda s: (len(s), s))
+        rules["value"] = " | ".join(f'"{s}"' for s in literals)
+    else:  # each side of zero bounded by its own rule
+        rules["value"] = " | ".join(side for side, used in (("pos", space.high >= 0), ('"-" neg', space.low < 0)) if used)
+        if space.high >= 0:
+            rules["pos"] = magnitude_rule(space.high, space.decimals)
+        if space.low < 0:
+            rules["neg"] = magnitude_rule(-space.low, space.decimals)
     return "\n".join(f"{name} ::= {rule}" for name, rule in rules.items()) + "\n"
-
-
-def max_value_chars(space: ParameterSpace) -> int:
-    """The length of the longest value the grammar of ``space`` admits."""
-    if space.values is not None:
-        return max(len(str(int(v))) for v in space.values)
-    fraction = 1 + space.decimals if space.decimals else 0
-    sides = ((space.high, ""), (-space.low, "-"))
-    return max((len(sign) + len(str(math.floor(limit))) + fraction for limit, sign in sides if limit >= 0), default=0)
 
 
 def max_reply_chars(space: ParameterSpace, *, style: ReplyStyle = "list", reason_chars: int = 0) -> int:
     """An upper bound on the length of a reply :func:`parameter_grammar` admits, in characters and in tokens (one token
     per character at most; the free-text reason line counts 4 per character: UTF-8 byte tokens)."""
     n = space.size
-    values = n * max_value_chars(space) + 2 * (n - 1)
+    if space.values is not None:
+        longest = max(len(str(int(v))) for v in space.values)
+    else:
+        fraction = 1 + space.decimals if space.decimals else 0
+        sides = ((space.high, ""), (-space.low, "-"))
+        longest = max((len(sign) + len(str(math.floor(limit))) + fraction for limit, sign in sides if limit >= 0), default=0)
+    values = n * longest + 2 * (n - 1)
     if style == "list":
         body = len("params: [") + values + 1
     else:
@@ -133,11 +117,10 @@ def compile_grammar(text: str, llama: Any = None) -> Any:
     """A ``llama_cpp.LlamaGrammar`` of GBNF ``text``, checked by llama.cpp against ``llama``'s vocabulary when given
     (``LlamaGrammar.from_string`` does not parse it, and llama.cpp silently drops a grammar it rejects: ``ValueError``)."""
     import llama_cpp
-    from llama_cpp import LlamaGrammar
 
     if llama is not None:
         llama_cpp.llama_sampler_free(grammar_sampler(text, llama))
-    return LlamaGrammar.from_string(text, verbose=False)
+    return llama_cpp.LlamaGrammar.from_string(text, verbose=False)
 
 
 def grammar_sampler(text: str, llama: Any) -> Any:
@@ -154,8 +137,7 @@ _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)]
 
 
 class GreedyGrammar:
-    """
-    Greedy decoding under a grammar, a ``llama_cpp`` logits processor checking the best token alone (the whole vocabulary
+    """Greedy decoding under a grammar, a ``llama_cpp`` logits processor checking the best token alone (the whole vocabulary
     only when the grammar rejects it), for ``temperature=0`` requests without a grammar; :meth:`reset` before each.
 
     :param llama: The loaded ``llama_cpp.Llama`` whose vocabulary the grammar is checked against.

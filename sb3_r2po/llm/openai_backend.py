@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass
 from typing import Any, Literal, NamedTuple
 
 from sb3_r2po.common.parameters import complete_answer, final_channel, is_harmony
@@ -48,8 +48,7 @@ _FACTOR_NEED = "0 (no retry of an unanswered reply) or a number >= 1"
 
 
 class LLMServerError(LLMBackendError):
-    """
-    An OpenAI-compatible server gave no usable reply.
+    """An OpenAI-compatible server gave no usable reply.
 
     :param message: What happened (the URL and the number of attempts included).
     :param url: The server's base URL.
@@ -71,13 +70,9 @@ _CONNECTED = (".connect_tcp.complete", ".connect_unix_socket.complete", ".start_
 
 
 class RequestDeadline:
-    """
-    The deadline of one HTTP request: ``seconds`` after the request reaches the transport, a watchdog shuts down every
+    """The deadline of one HTTP request: ``seconds`` after the request reaches the transport, a watchdog shuts down every
     connection it opened (a blocked read ends at once) and sets :attr:`expired`. Active within its ``with`` block (a
-    context variable: per thread), where :func:`attach_deadline` starts the timer and reports the connections.
-
-    :param seconds: Seconds from handing the request to the transport to the deadline.
-    """
+    context variable: per thread), where :func:`attach_deadline` starts the timer and reports the connections."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = float(seconds)
@@ -167,15 +162,10 @@ def _refuse(name: str, shown: str, why: str) -> ValueError:
 
 
 def parse_server_url(url: str, *, name: str = "base_url") -> tuple[str, str | None]:
-    """
-    Check ``"http://host:port/v1[#MODEL]"`` and split it into ``(base URL, model or None)`` (the scheme lower-cased).
-    ``ValueError`` (never repeating a credential) for another scheme, user information, a query string or
-    parameters, a key-like token, spaces, an unreadable host or port, or a model name of other characters than
-    letters, digits and ``. _ : / @ + -``.
-
-    :param url: The URL.
-    :param name: What to call it in messages (``"base_url"``, ``"llm"``).
-    """
+    """Check ``"http://host:port/v1[#MODEL]"`` and split it into ``(base URL, model or None)`` (the scheme lower-cased);
+    ``ValueError`` (never repeating a credential, calling the URL ``name``) for another scheme, user information, a query
+    string or parameters, a key-like token, spaces, an unreadable host or port, or a model name of other characters
+    than letters, digits and ``. _ : / @ + -``."""
     if not isinstance(url, str):
         raise TypeError(f"{name} must be a string, got {type(url).__name__}")
     text = url.strip()
@@ -217,9 +207,9 @@ def parse_server_url(url: str, *, name: str = "base_url") -> tuple[str, str | No
     return f"{scheme}://{rest}".rstrip("/"), (model or None) if sep else None
 
 
+@dataclass(eq=False, repr=False)
 class OpenAIBackend(TransientState):
-    """
-    Chat with a model behind an OpenAI-compatible ``/v1`` API.
+    """Chat with a model behind an OpenAI-compatible ``/v1`` API.
 
     :param base_url: The server's base URL, e.g. ``"http://127.0.0.1:8000/v1"`` (``"URL#MODEL"`` also names the model).
     :param model: The model to request; by default the ``#MODEL`` of ``base_url``, else the first one the server lists.
@@ -227,12 +217,10 @@ class OpenAIBackend(TransientState):
     :param max_retries: Further attempts after a failed one (connection errors, timeouts, 408, 429, 5xx).
     :param backoff: Seconds to wait before the first retry; doubled for each next one.
     :param backoff_max: The longest wait between two attempts (``>= 0``).
-    :param api_key_env: The *name* of the environment variable holding the API key (read at the first request);
-        ``None`` sends a placeholder key.
+    :param api_key_env: The *name* of the environment variable holding the API key (read at first use; ``None``: a dummy).
     :param api_key: The API key itself (instead of ``api_key_env``): kept out of ``repr``, messages and pickles.
     :param reasoning_effort: ``"low"``, ``"medium"``, ``"high"``, or ``None`` to send none (server default).
-    :param reasoning_effort_via: Where the effort goes: the ``reasoning_effort`` ``"field"``, ``"chat_template_kwargs"``
-        or ``"both"``.
+    :param reasoning_effort_via: Where the effort goes: its own ``"field"``, ``"chat_template_kwargs"`` or ``"both"``.
     :param max_tokens: Completion budget per request (reasoning included); ``None``: the server's default.
     :param retry_budget_factor: Budget multiplier of the one retry of an unanswered reply (``>= 1``; ``0``: no retry).
     :param max_concurrency: Most requests in flight from one :meth:`chat_batch`.
@@ -241,69 +229,61 @@ class OpenAIBackend(TransientState):
 
     _transient = ("_client", "_given_key", "_used_key")  # the client and these hold the API key
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000/v1",
-        model: str | None = None,
-        *,
-        timeout: float = 600.0,
-        max_retries: int = 4,
-        backoff: float = 1.0,
-        backoff_max: float = 30.0,
-        api_key_env: str | None = None,
-        api_key: str | None = None,
-        reasoning_effort: str | None = None,
-        reasoning_effort_via: ReasoningVia = "both",
-        max_tokens: int | None = None,
-        retry_budget_factor: float = 2.0,
-        max_concurrency: int = 8,
-        extra_body: dict[str, Any] | None = None,
-    ) -> None:
-        url, url_model = parse_server_url(base_url)
-        if api_key_env is not None and api_key is not None:  # messages never repeat either: each may be the key itself
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str | None = None
+    _: KW_ONLY
+    timeout: float = 600.0
+    max_retries: int = 4
+    backoff: float = 1.0
+    backoff_max: float = 30.0
+    api_key_env: str | None = None
+    api_key: InitVar[str | None] = None
+    reasoning_effort: str | None = None
+    reasoning_effort_via: ReasoningVia = "both"
+    max_tokens: int | None = None
+    retry_budget_factor: float = 2.0
+    max_concurrency: int = 8
+    extra_body: dict[str, Any] | None = None
+
+    def __post_init__(self, api_key: str | None) -> None:
+        self.base_url, url_model = parse_server_url(self.base_url)
+        env, retries, workers = self.api_key_env, self.max_retries, self.max_concurrency
+        if env is not None and api_key is not None:  # messages never repeat either: each may be the key itself
             raise ValueError("pass either api_key_env (the name of an environment variable) or api_key, not both")
-        if api_key_env is not None and not (isinstance(api_key_env, str) and _ENV_NAME_RE.fullmatch(api_key_env)):
+        if env is not None and not (isinstance(env, str) and _ENV_NAME_RE.fullmatch(env)):
             raise ValueError(
                 "api_key_env must be the *name* of an environment variable (letters, digits and _, not starting with a "
                 "digit), e.g. api_key_env='OPENAI_API_KEY', not the key itself (the value given is not repeated here)"
             )
         if api_key is not None and not (isinstance(api_key, str) and api_key.strip()):
             raise ValueError(f"api_key must be a non-empty string, got {type(api_key).__name__} (not repeated here)")
-        if isinstance(model, str) and KEY_LIKE_RE.search(model):
+        if isinstance(self.model, str) and KEY_LIKE_RE.search(self.model):
             raise ValueError("model holds what looks like an API key (not repeated here): a model name is shown and recorded")
-        check_reasoning_effort(reasoning_effort)
-        if reasoning_effort_via not in ("field", "chat_template_kwargs", "both"):
+        check_reasoning_effort(self.reasoning_effort)
+        if self.reasoning_effort_via not in ("field", "chat_template_kwargs", "both"):
             raise ValueError(
-                f"reasoning_effort_via must be 'field', 'chat_template_kwargs' or 'both', got {reasoning_effort_via!r}"
+                f"reasoning_effort_via must be 'field', 'chat_template_kwargs' or 'both', got {self.reasoning_effort_via!r}"
             )
-        for name, value, ok, need in (
-            ("timeout", timeout, lambda v: 0 < v < math.inf, "a positive number of seconds"),
-            ("backoff", backoff, lambda v: 0 <= v < math.inf, "a number of seconds >= 0"),
-            ("backoff_max", backoff_max, lambda v: 0 <= v < math.inf, "a number of seconds >= 0"),
-            ("retry_budget_factor", retry_budget_factor, lambda v: v == 0 or 1 <= v < math.inf, _FACTOR_NEED),
+        for name, ok, need in (
+            ("timeout", lambda v: 0 < v < math.inf, "a positive number of seconds"),
+            ("backoff", lambda v: 0 <= v < math.inf, "a number of seconds >= 0"),
+            ("backoff_max", lambda v: 0 <= v < math.inf, "a number of seconds >= 0"),
+            ("retry_budget_factor", lambda v: v == 0 or 1 <= v < math.inf, _FACTOR_NEED),
         ):
+            value = getattr(self, name)
             if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and ok(value)):
                 raise ValueError(f"{name} must be {need}, got {value!r}")
-        if max_retries < 0 or max_concurrency < 1:
-            raise ValueError(f"max_retries >= 0 and max_concurrency >= 1 are required, got {max_retries}, {max_concurrency}")
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 or None, got {max_tokens}")
-        self.base_url = url
-        self.model = model or url_model
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff = float(backoff)
-        self.backoff_max = float(backoff_max)
-        self.api_key_env = api_key_env
+            setattr(self, name, float(value))
+        if retries < 0 or workers < 1:
+            raise ValueError(f"max_retries >= 0 and max_concurrency >= 1 are required, got {retries}, {workers}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None, got {self.max_tokens}")
+        self.model = self.model or url_model
+        self.max_retries, self.max_concurrency = int(retries), int(workers)
+        self.extra_body = dict(self.extra_body or {})
         self.has_api_key = api_key is not None  # passed with ``api_key=`` (never pickled)
         self._given_key = api_key
         self._used_key: str | None = None  # the client's key, masked in what a server sends back
-        self.reasoning_effort = reasoning_effort
-        self.reasoning_effort_via: ReasoningVia = reasoning_effort_via
-        self.max_tokens = max_tokens
-        self.retry_budget_factor = float(retry_budget_factor)
-        self.max_concurrency = int(max_concurrency)
-        self.extra_body = dict(extra_body or {})
         # replies asked for, HTTP requests sent, answer retries, replies still without an answer
         self.stats: dict[str, int] = {"calls": 0, "requests": 0, "retries": 0, "no_final": 0}
         self._client: Any = None
@@ -401,18 +381,15 @@ class OpenAIBackend(TransientState):
 
     def _error(self, what: str, failure: _Failure, attempts: int) -> LLMServerError:
         """The error after the last attempt, with the key and whatever looks like a credential masked."""
-        if failure.retryable:
+        status, retryable = failure.status_code, failure.retryable
+        if retryable:
             message = f"{self.base_url}: {what} failed after {attempts} attempt(s): {failure.happened}"
-        elif failure.status_code is not None:
+        elif status is not None:
             message = f"{self.base_url} rejected {what}: {failure.happened}; not retried (attempt {attempts})"
         else:
             message = f"{self.base_url}: {what} failed: {failure.happened}"
         return LLMServerError(
-            self._mask(message),
-            url=self.base_url,
-            attempts=attempts,
-            status_code=failure.status_code,
-            retryable=failure.retryable,
+            self._mask(message), url=self.base_url, attempts=attempts, status_code=status, retryable=retryable
         )
 
     def _mask(self, text: str) -> str:
@@ -475,7 +452,7 @@ class OpenAIBackend(TransientState):
         kwargs: dict[str, Any] = {"model": self.resolved_model(), "messages": msgs, "temperature": float(temperature)}
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
-        body = dict(self.extra_body)
+        body = dict(self.extra_body or {})
         if effort is not None:
             if self.reasoning_effort_via in ("field", "both"):
                 kwargs["reasoning_effort"] = effort
@@ -515,7 +492,7 @@ def _well_formed(response: Any) -> Any:
         return response
     choices = getattr(response, "choices", None)  # an empty list: an unanswered reply (see _ask)
     message = getattr(choices[0], "message", None) if isinstance(choices, list) and choices else None
-    content = getattr(message, "content", None)
+    text = getattr(message, "content", None)
     for bad, problem in (
         # a 200 whose Content-Type is not JSON: the client hands back the text (cut after masking by the backend)
         (isinstance(response, (str, bytes)), lambda: f"not JSON: {str(response)[:_EXCERPT]!r}"),
@@ -524,10 +501,7 @@ def _well_formed(response: Any) -> Any:
         (choices is None, lambda: f"no 'choices' in the chat completion{_body_error(response)}"),
         (not isinstance(choices, list), lambda: f"'choices' is of type {type(choices).__name__}, not a list"),
         (bool(choices) and not hasattr(message, "content"), lambda: "the first choice has no message"),
-        (
-            not isinstance(content, str | None),
-            lambda: f"the message content is of type {type(content).__name__}, not a string",
-        ),
+        (not isinstance(text, str | None), lambda: f"the message content is of type {type(text).__name__}, not a string"),
     ):
         if bad:
             raise _MalformedResponse(problem())

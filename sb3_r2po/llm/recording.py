@@ -43,8 +43,7 @@ def _describe(backend: Any) -> dict[str, Any]:
 
 
 class RecordingBackend(TransientState):
-    """
-    Pass calls to ``inner`` and append each with its reply to a JSONL file (fsynced; a torn last line is cut off, warned).
+    """Pass calls to ``inner`` and append each with its reply to a JSONL file (fsynced; a torn last line is cut off, warned).
 
     :param inner: The backend to record (a backend, a callable ``(messages) -> str`` or an ``llm`` string).
     :param path: The JSONL file (created with its folder; appended to when it exists).
@@ -67,12 +66,7 @@ class RecordingBackend(TransientState):
 
     def _warn_cut(self, cut: bytes) -> None:
         if cut:
-            warnings.warn(
-                f"{self.path}: cut off a half-written last line ({len(cut)} bytes, starting {cut[:60]!r}): "
-                "the call it was recording never returned",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+            _warn_torn(f"{self.path}: cut off a half-written last line ({len(cut)} bytes, starting {cut[:60]!r})", 5)
 
     def rewind(self, calls: int) -> int:
         """Set aside the recorded calls after the first ``calls`` (readers skip them) and return how many."""
@@ -83,12 +77,8 @@ class RecordingBackend(TransientState):
             return 0
         self._append(version=RECORD_VERSION, rewind=int(calls), set_aside=extra, time=time.time())
         self.recorded = calls
-        warnings.warn(
-            f"{self.path}: {extra} recorded call(s) after call {calls} set aside (a resumed run asks them again); "
-            "they stay in the file, replay skips them",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        why = f"{self.path}: {extra} recorded call(s) after call {calls} set aside (a resumed run asks them again)"
+        warnings.warn(f"{why}; they stay in the file, replay skips them", RuntimeWarning, stacklevel=2)
         return extra
 
     def chat(self, messages: Sequence[Message], *, temperature: float = 0.0) -> ChatReply:
@@ -132,6 +122,10 @@ class RecordingBackend(TransientState):
         return f"RecordingBackend({self.inner!r}, {str(self.path)!r})"
 
 
+def _warn_torn(what: str, stacklevel: int) -> None:
+    warnings.warn(f"{what}: the call it was recording never returned", RuntimeWarning, stacklevel=stacklevel)
+
+
 class ReplayMissError(LLMBackendError):
     """A replayed request has no recorded reply left (``request_hash``: the request's hash)."""
 
@@ -166,12 +160,7 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             problem: str | None = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else "not JSON"
             if number == len(lines):  # the last line, without its newline: the call it recorded never returned
-                warnings.warn(
-                    f"{path}: skipping a half-written last line {number} ({len(raw)} bytes, {problem}): "
-                    "the call it was recording never returned",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                _warn_torn(f"{path}: skipping a half-written last line {number} ({len(raw)} bytes, {problem})", 3)
                 continue
         else:
             problem = _problem(record, len(records))
@@ -190,12 +179,10 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 class ReplayBackend(TransientState):
-    """
-    Answer from a recording made by :class:`RecordingBackend`, by request hash (repeated requests in recorded order).
+    """Answer from a recording made by :class:`RecordingBackend`, by request hash (repeated requests in recorded order).
 
     :param path: The JSONL recording (read on the first call).
-    :param fallback: A backend (or callable, or ``llm`` string) that answers requests the recording lacks (without one,
-        :class:`ReplayMissError`).
+    :param fallback: A backend, callable or ``llm`` string answering what the recording lacks (else ReplayMissError).
     """
 
     def __init__(

@@ -1,10 +1,7 @@
-"""Turn the ``llm=`` argument (a string, a callable or a backend object) into a :class:`ChatBackend`.
-
-String forms are a table (:data:`STRING_FORMS`, tried in order); a bad argument after a reserved prefix (``example:``,
-``embedded:``, ``replay:``) is a ``ValueError`` saying so. Checks are cheap and offline. **Secrets**: an ``llm`` string
-is stored as given, so one holding a credential is refused, never stored redacted; messages show
-:func:`~sb3_r2po.llm.base.redact_spec` of it.
-"""
+"""Turn the ``llm=`` argument (a string, a callable or a backend object) into a :class:`ChatBackend`. String forms are a
+table (:data:`STRING_FORMS`, tried in order); a bad argument after a reserved prefix (``example:``, ``embedded:``,
+``replay:``) is a ``ValueError`` saying so. Checks are cheap and offline. An ``llm`` string is stored as given, so one
+holding a credential is refused, never stored redacted; messages show :func:`~sb3_r2po.llm.base.redact_spec` of it."""
 
 from __future__ import annotations
 
@@ -168,11 +165,9 @@ def as_backend(obj: Any) -> ChatBackend:
 
 
 def make_backend(llm: str | ChatBackend | Callable[[list[dict[str, str]]], str]) -> ChatBackend:
-    """
-    Build the backend for an ``llm`` argument.
+    """Build the backend for an ``llm`` argument.
 
-    :param llm: A string of one of the forms of :data:`STRING_FORMS`, a :class:`ChatBackend`, or a callable
-        ``(messages) -> str``.
+    :param llm: A string of a form in :data:`STRING_FORMS`, a :class:`ChatBackend`, or a callable ``(messages) -> str``.
     :raises ValueError: for a string of no form, a reserved prefix with a bad argument, or an import that fails.
     """
     return _checked_form(llm).build(llm.strip()) if isinstance(llm, str) else as_backend(llm)

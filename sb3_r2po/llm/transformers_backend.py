@@ -37,12 +37,8 @@ logger = logging.getLogger(__name__)
 
 
 def required_gpu_memory_gb(model: str) -> float | None:
-    """
-    GPU memory (GB) a model id or local directory needs when known to be large (:data:`KNOWN_LARGE_MODELS` by the last
-    path component, or a local gpt-oss checkpoint of at least 4 GB by its weight files); ``None`` otherwise.
-
-    :param model: A Hugging Face model id or a local directory.
-    """
+    """GPU memory (GB) a Hugging Face model id or local directory needs when known to be large (:data:`KNOWN_LARGE_MODELS`
+    by the last path component, or a local gpt-oss checkpoint of at least 4 GB by its weight files); ``None`` otherwise."""
     if (base := re.split(r"[/\\]", model.rstrip("/\\").lower())[-1]) in KNOWN_LARGE_MODELS:
         return KNOWN_LARGE_MODELS[base]
     path = Path(model).expanduser()
@@ -61,15 +57,13 @@ def required_gpu_memory_gb(model: str) -> float | None:
 
 @dataclass(eq=False, repr=False)
 class TransformersBackend(TransientState):
-    """
-    Run a chat model in-process with a ``transformers`` text-generation pipeline (gpt-oss harmony aware).
+    """Run a chat model in-process with a ``transformers`` text-generation pipeline (gpt-oss harmony aware).
 
     :param model: A Hugging Face model id, a local model directory, or a loaded ``PreTrainedModel`` (with ``tokenizer``).
     :param tokenizer: A tokenizer object or id; by default the model's own.
     :param reasoning_effort: ``"low"``, ``"medium"`` or ``"high"``: the template's ``reasoning_effort``; ``None``: its default.
     :param max_new_tokens: Token budget of one reply (reasoning included).
-    :param retry_budget_factor: A reply without a final channel is retried once with this many times the budget (at
-        least one token more); ``0``: no retry.
+    :param retry_budget_factor: Budget multiplier (at least +1 token) of the one retry of a reply without an answer (0: none).
     :param retry_lower_effort: Whether the retry also uses one step lower reasoning effort.
     :param dtype: Weights dtype for loading (``"auto"``: as stored).
     :param device: ``"cuda"``, ``"cpu"``, ... ; ``None`` picks CUDA when available.

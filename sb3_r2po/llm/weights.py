@@ -181,9 +181,7 @@ def locate_parts(spec: ModelSpec) -> dict[int, PartFile]:
 
 def check_disk(directory: Path, spec: ModelSpec) -> None:
     """Raise :class:`LLMBackendError` when the disk of ``directory`` (made or not) has no room for the joined model."""
-    existing = directory
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = next((folder for folder in (directory, *directory.parents) if folder.exists()), directory)
     if (free := shutil.disk_usage(existing).free) < spec.total_bytes:
         raise LLMBackendError(
             f"Not enough free disk space in {directory} to join {spec.model}: {free} < {spec.total_bytes} bytes"
@@ -196,8 +194,7 @@ def cache_directory(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def ensure_model_file(size: str = "0.5b", cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """
-    The path of the joined GGUF of ``size``, joined (atomically) from the part wheels first when missing or corrupt.
+    """The path of the joined GGUF of ``size``, joined (atomically) from the part wheels first when missing or corrupt.
 
     :param size: ``"0.5b"`` or ``"1.5b"``.
     :param cache_dir: The cache directory (default: :func:`default_cache_dir`).

@@ -48,9 +48,8 @@ def _space(space: spaces.Space, integer: str) -> str:
 def describe_spaces(
     env_id: str | None, observation_space: spaces.Space, action_space: spaces.Space, horizon: int
 ) -> tuple[str, str]:
-    """PromptPO's Observation Context and Implementation Details, generated: what act(obs) receives and returns (shape,
-    dtype, bounds; an integer's range) and the horizon; where :data:`~sb3_r2po.prompts.tasks.TASK_DESCRIPTIONS` has
-    ``env_id``, also the goal, each index's and action's meaning and the episode end.
+    """PromptPO's Observation Context and Implementation Details, generated: what act(obs) receives and returns, the
+    horizon and, where :data:`~sb3_r2po.prompts.tasks.TASK_DESCRIPTIONS` has ``env_id``, the task's own words.
 
     :param env_id: The gymnasium id (``None``: no registered description).
     :param observation_space: The env's observation space.
@@ -69,9 +68,8 @@ def describe_spaces(
 
 
 def reward_source(env: gym.Env) -> str | None:
-    """The source of the unwrapped env's ``step``, dedented: the whole step, dynamics included, as the classic-control envs
-    compute the reward in it (a helper's reward, as MuJoCo's ``_get_rew``, shows as its call only; FrozenLake's step looks
-    it up in a table). PromptPO shows hand-written reward files instead, with the reward alone.
+    """The source of the unwrapped env's ``step``, dedented, dynamics included, as the classic-control envs compute the
+    reward in it (PromptPO shows hand-written reward files instead, with the reward alone).
 
     :param env: The env; wrappers are looked through.
     :return: The source, or ``None`` where Python has none (a C extension, a class defined interactively).
@@ -83,20 +81,16 @@ def reward_source(env: gym.Env) -> str | None:
 
 
 def extract_code(reply: str) -> tuple[str | None, str]:
-    """The code of a reply (of a harmony reply's final channel) as PromptPO takes it: from the first ```python fence to the
-    next ```, stripped. The code is not run.
+    """The code of a reply's final channel as PromptPO takes it: from the first ```python fence to the next ```, stripped.
 
     :param reply: The LLM's reply.
     :return: ``(code, "")``, or ``(None, reason)``: no final channel, no fence, an unclosed or an empty block.
     """
-    text = final_channel(reply)
-    if text is None:
+    if (text := final_channel(reply)) is None:
         return None, "the reply has no final answer, only analysis"
-    start = text.find(FENCE)
-    if start < 0:
+    if (start := text.find(FENCE)) < 0:
         return None, f"the reply has no {FENCE} code block"
-    end = text.find("```", start + len(FENCE))
-    if end < 0:
+    if (end := text.find("```", start + len(FENCE))) < 0:
         return None, f"the {FENCE} code block is not closed with ```"
     code = text[start + len(FENCE) : end].strip()
     return (code, "") if code else (None, f"the {FENCE} code block is empty")
@@ -127,8 +121,7 @@ def find_policy_class(source: str, expected_name: str) -> tuple[str | None, str]
         line = f"line {error.lineno}: {(error.text or '').strip()}" if error.lineno else "no line"
         return None, f"SyntaxError: {error.msg} ({line})"
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    named = [name for name in classes if name.lower() == expected_name.lower()]
-    if named:
+    if named := [name for name in classes if name.lower() == expected_name.lower()]:
         return named[0], ""
     acting = [name for name in classes if "observation" not in name.lower() and _has_act(classes, name, set())]
     if len(acting) == 1:
@@ -174,8 +167,7 @@ class CodeTask:
 
     @classmethod
     def for_env(cls, env: gym.Env, horizon: int | None = None) -> CodeTask:
-        """The generated contents for ``env`` (:func:`describe_spaces`; :func:`reward_source`, else the task's reward
-        line); to show your own texts instead, :func:`dataclasses.replace` the fields.
+        """The generated contents for ``env``; to show your own texts instead, :func:`dataclasses.replace` the fields.
 
         :param env: A gymnasium env; its spec gives the id (the title) and the time limit.
         :param horizon: The episode length (``None``: the spec's ``max_episode_steps``).
@@ -208,8 +200,7 @@ class CodeTask:
         return self._render("policy")
 
     def refine(self, history: Sequence[Attempt]) -> str:
-        """A later round's prompt: the first round's, the latest entry's reflection (not repeated in the entry), every
-        entry (the best hinted from :data:`HINT_FROM` entries on), the request to do better.
+        """A later round's prompt: the first round's, the latest reflection, every entry (the best hinted), the request.
 
         :param history: The kept policy of every round so far, oldest first.
         """

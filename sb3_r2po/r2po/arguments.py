@@ -79,14 +79,8 @@ def check_policy(policy: Any, aliases: Mapping[str, type], env: Any = None, vari
         policy_class.check_observation_space(space)
 
 
-WITHOUT_TABLE = (
-    "target_return",
-    "tau_c",
-    "warmup_episodes",
-    "step_size",
-    "max_episode_steps",
-    "history_excerpts",
-    "max_iterations",
+WITHOUT_TABLE = tuple(
+    "target_return tau_c warmup_episodes step_size max_episode_steps history_excerpts max_iterations".split()
 )
 """The arguments ``R2PO(...)`` takes from the settings table when not given; for an env it lacks, the settings' default."""
 
@@ -213,11 +207,6 @@ class R2POSettings:
         """Whether prompts show a compressed history (``history_best_k`` or ``history_recent``)."""
         return self.history_best_k is not None or self.history_recent is not None
 
-    @property
-    def reasks(self) -> int:
-        """Re-asks after an unusable reply: ``max_llm_retries`` with ``on_unusable_reply="reask"``, none otherwise."""
-        return self.max_llm_retries if self.on_unusable_reply == "reask" else 0
-
     def warn_if_no_iteration(self) -> None:
         """Warn when ``max_episodes`` cannot pay for the warm-up and one iteration."""
         if self.max_episodes is not None and self.max_episodes < self.warmup_episodes + self.n_eval_episodes:
@@ -251,10 +240,7 @@ def resolve_settings(
             values[name], sources[name] = table[name], "reference"
         else:
             values[name], sources[name] = defaults[name], "derived"
-    env_id, reward_threshold, env_time_limit = env
-    settings = R2POSettings(
-        **values, env_id=env_id, reward_threshold=reward_threshold, env_time_limit=env_time_limit, sources=sources
-    )
+    settings = R2POSettings(**values, env_id=env[0], reward_threshold=env[1], env_time_limit=env[2], sources=sources)
     if given.get("verbose", 0) >= 1 and given.get("_init_setup_model", True):  # load(): the saved settings follow
         print(describe_settings(settings), flush=True)
     return settings

@@ -141,10 +141,10 @@ class CodeRoles(Asking):
         """A candidate asked with ``prompt``, repaired until it runs its K episodes or ``code_repairs`` run out."""
         tried, content, role = Tried(), prompt, "search"
         for _ in range(1 + self.settings.code_repairs):
-            tried.code, source, reason = self._ask(role, content, self.task.policy_class)
             if self.clock().episodes_left < self.settings.n_eval_episodes:  # a repair's episodes may not fit
                 tried.failures.append(f"the episode budget cannot pay for {self.settings.n_eval_episodes} more episodes")
                 return tried
+            tried.code, source, reason = self._ask(role, content, self.task.policy_class)
             if tried.code is not None:
                 try:
                     tried.result = evaluate(tried.code)

@@ -38,7 +38,8 @@ def _offset(name: str, offset: int) -> str:
 
 
 class CompactPolicy(BasePolicy):
-    """A flat parameter vector with a known parameter space.
+    """A flat parameter vector with a known parameter space; actions: the argmax or the clipped (or squashed) ``act_dim``
+    outputs of :meth:`outputs`, subclasses setting ``obs_dim`` and ``act_dim`` first (:class:`TabularPolicy`: a lookup).
 
     :param observation_space: The observation space of the environment.
     :param action_space: The action space of the environment.
@@ -51,6 +52,9 @@ class CompactPolicy(BasePolicy):
     observation_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)  # a Box only when not an image
     kind: ClassVar[str] = "linear"  # what the prompts call the policy: "improving a <kind> policy"
     saved_arguments: ClassVar[tuple[str, ...]] = ("param_bounds", "param_decimals")  # constructor arguments saved
+    init_std: float = 3.0
+    obs_dim: int
+    act_dim: int
 
     def __init__(
         self,
@@ -61,8 +65,7 @@ class CompactPolicy(BasePolicy):
         squash_output: bool = False,
     ) -> None:
         super().__init__(observation_space, action_space, squash_output=isinstance(action_space, spaces.Box) and squash_output)
-        self.param_bounds = (float(param_bounds[0]), float(param_bounds[1]))
-        self.param_decimals = int(param_decimals)
+        self.param_bounds, self.param_decimals = (float(param_bounds[0]), float(param_bounds[1])), int(param_decimals)
         self.parameter_space = self._make_parameter_space()
         self.theta = th.nn.Parameter(th.zeros(self.parameter_space.size, dtype=th.float64), requires_grad=False)
 
@@ -84,8 +87,12 @@ class CompactPolicy(BasePolicy):
         alias = short_name(cls, POLICY_ALIASES)
         return cls.__name__ if alias in (None, cls.__name__) else f"{cls.__name__} ({alias!r})"
 
-    def _make_parameter_space(self) -> ParameterSpace:
+    def _size(self) -> int:
         raise NotImplementedError
+
+    def _make_parameter_space(self) -> ParameterSpace:
+        low, high = self.param_bounds
+        return ParameterSpace(self._size(), low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         saved = {name: getattr(self, name) for name in self.saved_arguments}
@@ -109,16 +116,18 @@ class CompactPolicy(BasePolicy):
 
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
         """The actions of a batch of ``observations`` (first axis: batch) under ``params`` (default: the policy's own)."""
-        raise NotImplementedError
+        return self.actor(self._theta(params))(observations)
+
+    def _theta(self, params: np.ndarray | None) -> np.ndarray:
+        return self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
 
     def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
-        """A batched forward pass of ``params``; ``clip=False``: continuous actions are the raw output (the ablations')."""
-        params = np.asarray(params, dtype=np.float64).copy()
-        return lambda observations: self.act(observations, params)
+        """A batched forward pass of ``params``; ``clip=False``: a ``Box`` action is ``y`` itself (the ablations')."""
+        outputs, to_actions = self.outputs(params), _to_actions(self.action_space, clip, self.squash_output)
+        return lambda observations: to_actions(outputs(observations))
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
-        """How the flat parameters map onto the policy, in words, for prompts; ``clip``: whether training clips continuous
-        actions (the six ablations step the env with the raw output, and their prompts say so)."""
+        """How the flat parameters map onto the policy, for prompts; ``clip``: whether training clips continuous actions."""
         raise NotImplementedError
 
     def summary_lines(self) -> tuple[str, ...]:
@@ -140,34 +149,7 @@ class CompactPolicy(BasePolicy):
         return th.as_tensor(self.act(observations))
 
 
-class VectorPolicy(CompactPolicy):
-    """A policy whose actions come from ``act_dim`` outputs ``y`` (:meth:`outputs`): the argmax for ``Discrete`` actions,
-    ``y`` clipped (or squashed) for ``Box`` ones. Subclasses set ``obs_dim`` and ``act_dim`` before building the base."""
-
-    obs_dim: int
-    act_dim: int
-    init_std: float = 3.0
-
-    def _size(self) -> int:
-        raise NotImplementedError
-
-    def _make_parameter_space(self) -> ParameterSpace:
-        low, high = self.param_bounds
-        return ParameterSpace(self._size(), low=low, high=high, decimals=self.param_decimals, init_std=self.init_std)
-
-    def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        return self.actor(self._theta(params))(observations)
-
-    def _theta(self, params: np.ndarray | None) -> np.ndarray:
-        return self.get_flat() if params is None else np.asarray(params, dtype=np.float64).reshape(-1)
-
-    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
-        """:meth:`outputs`, then the actions (``clip=False``: a ``Box`` action is ``y`` itself, not clipped)."""
-        outputs, to_actions = self.outputs(params), _to_actions(self.action_space, clip, self.squash_output)
-        return lambda observations: to_actions(outputs(observations))
-
-
-class LinearPolicy(VectorPolicy):
+class LinearPolicy(CompactPolicy):
     """sb3-contrib ARS's ``LinearPolicy`` ``y = x @ W + b``, ``x`` the observation as SB3's ``preprocess_obs`` gives it
     (one-hot per ``MultiDiscrete`` value); flat layout ``params[i * act_dim + j] = W[i, j]``, then ``b``.
 
@@ -301,8 +283,7 @@ class TabularPolicy(CompactPolicy):
             )
         if not isinstance(action_space, spaces.Discrete):
             raise ValueError(f"TabularPolicy needs a Discrete action space, got {action_space}")
-        self.n_states = int(observation_space.n)
-        self.obs_start = int(observation_space.start)
+        self.n_states, self.obs_start = int(observation_space.n), int(observation_space.start)
         self.actions = tuple(int(action_space.start) + a for a in range(int(action_space.n)))
         super().__init__(observation_space, action_space, param_bounds, param_decimals)
         self.set_flat(np.full(self.n_states, self.actions[0], dtype=np.float64))
@@ -311,13 +292,17 @@ class TabularPolicy(CompactPolicy):
         return ParameterSpace(self.n_states, values=self.actions)
 
     def act(self, observations: np.ndarray, params: np.ndarray | None = None) -> np.ndarray:
-        theta = self.get_flat() if params is None else np.asarray(params, dtype=np.float64)
+        theta = self._theta(params)
         states = np.asarray(observations).reshape(-1).astype(np.int64) - self.obs_start
         outside = (states < 0) | (states >= self.n_states)
         if outside.any():
             bad = int(states[outside][0]) + self.obs_start
             raise ValueError(f"observation {bad} is outside the observation space {self.observation_space}")
         return theta[states].astype(np.int64)
+
+    def actor(self, params: np.ndarray, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+        params = np.asarray(params, dtype=np.float64).copy()
+        return lambda observations: self.act(observations, params)
 
     def layout_lines(self, clip: bool = True) -> tuple[str, ...]:
         """The state-to-parameter mapping; the allowed values are stated by the prompt's parameter section."""
@@ -371,8 +356,7 @@ def _output_rule(action_space: spaces.Space, n_outputs: int, squash: bool = Fals
 
 
 class FixedMatrixOptions(TypedDict, total=False):
-    """The keyword arguments :class:`FixedMatrixPolicy` and its subclasses share; one not given takes the class's
-    attribute of that name (the reference's value, the Policies page)."""
+    """The keyword arguments of :class:`FixedMatrixPolicy` and its subclasses; one not given: the class's attribute."""
 
     param_bounds: tuple[float, float]  #: Range of every parameter.
     param_decimals: int  #: Precision of every parameter, in decimals.
@@ -383,8 +367,8 @@ class FixedMatrixOptions(TypedDict, total=False):
     init_std: float  #: Standard deviation of a warm-up draw of each parameter (then clipped and rounded).
 
 
-class FixedMatrixPolicy(VectorPolicy):
-    """A :class:`VectorPolicy` with ``hidden_dim`` hidden units and fixed matrices drawn with
+class FixedMatrixPolicy(CompactPolicy):
+    """A :class:`CompactPolicy` with ``hidden_dim`` hidden units and fixed matrices drawn with
     ``numpy.random.RandomState(projection_seed)`` (:meth:`_draw`), kept as module buffers (saved with the model)."""
 
     saved_arguments: ClassVar[tuple[str, ...]] = tuple(FixedMatrixOptions.__annotations__)
@@ -599,18 +583,14 @@ class CodePolicy(BasePolicy):
         return {**self.__dict__, "_worker": None}
 
     def open(self, code: Code) -> CodeSandbox:
-        """A sandbox running ``code`` (the caller closes it).
-
-        :raises ~sb3_r2po.common.sandbox.SandboxError: the code cannot be loaded (:class:`PolicyError`, with its traceback).
-        """
+        """A sandbox running ``code`` (the caller closes it); a :class:`PolicyError` where the code cannot be loaded."""
         source, class_name = code
         return CodeSandbox(
             source, class_name=class_name, mode=self.sandbox, call_timeout=self.call_timeout, memory_mb=self.memory_mb
         )
 
     def actor(self, code: Code, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
-        """The batched ``act`` of ``code`` in a new sandbox, closed when the callable is dropped (``clip``: unused); an
-        action of the wrong shape, or not an integer of a ``Discrete`` space, raises a :class:`PolicyError`."""
+        """The batched ``act`` of ``code`` in a new sandbox (closed when dropped); invalid actions raise a PolicyError."""
         act, space = self.open(code).act, self.action_space
 
         def checked(observations: np.ndarray) -> np.ndarray:
@@ -649,13 +629,8 @@ class CodePolicy(BasePolicy):
 
 
 MlpLinear, Tabular, ProjectedMlp, RandomFeatures = LinearPolicy, TabularPolicy, ProjectedMlpPolicy, RandomFeaturesPolicy
-_SHORT: dict[str, type[BasePolicy]]
-_SHORT = {
-    "MlpLinear": MlpLinear,
-    "Tabular": Tabular,
-    "ProjectedMlp": ProjectedMlp,
-    "RandomFeatures": RandomFeatures,
-    "Code": CodePolicy,
-}
+_SHORT: dict[str, type[BasePolicy]] = dict(
+    MlpLinear=MlpLinear, Tabular=Tabular, ProjectedMlp=ProjectedMlp, RandomFeatures=RandomFeatures, Code=CodePolicy
+)
 POLICY_ALIASES: dict[str, type[BasePolicy]] = {name: cls for short, cls in _SHORT.items() for name in (short, cls.__name__)}
 """The policy names ``R2PO`` accepts."""

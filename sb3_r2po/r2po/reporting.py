@@ -20,6 +20,7 @@ from sb3_r2po.r2po.arguments import R2POSettings
 from sb3_r2po.r2po.run_state import Clock, LLMCall, best_record
 
 TEXT_ONLY = ("stdout", "log", "json", "csv")  # logger formats that get no prompts, replies or histograms
+Plan = Callable[[], tuple[int | None, Clock]]  # the episodes the rest of the run may take (planned_episodes), and the clock
 
 
 class Progress:
@@ -46,8 +47,7 @@ class Progress:
             return
         planned = s.max_iterations  # the plan, or fewer: this iteration, the full ones a cap pays for, a partial one
         if s.max_episodes is not None:
-            per_iteration = s.candidates_per_iteration * s.n_eval_episodes
-            full, rest = divmod(clock.episodes_left, per_iteration)
+            full, rest = divmod(clock.episodes_left, s.candidates_per_iteration * s.n_eval_episodes)
             paid = clock.iteration + int(full) + int(rest >= s.n_eval_episodes)
             planned = paid if planned is None else min(planned, paid)
         parts = [f"R2PO iteration {clock.iteration}" + (f"/{planned}" if planned else ""), episodes]
@@ -76,10 +76,9 @@ def call_line(number: int, call: LLMCall, params: np.ndarray | None, space: Para
         return f"{chars} chars" + (f" ({', '.join(counted)})" if counted else "")
 
     prompt = size(sum(len(m["content"]) for m in call.messages), call.prompt_tokens, call.prompt_tokens_cached)
+    outcome = "used" if call.error is None else f"unusable: {call.error}"  # no vector: an unusable reply, or a code policy's
     if params is not None and space is not None:
         outcome = space.format(params, "list")
-    else:  # no vector: an unusable reply, or a code policy's
-        outcome = "used" if call.error is None else f"unusable: {call.error}"
     reply = size(len(call.reply), call.completion_tokens)
     return f"R2PO LLM call {number}: {call.role} | prompt {prompt} | reply {reply} | {call.seconds:.2f} s | {outcome}"
 
@@ -148,8 +147,7 @@ def planned_episodes(settings: R2POSettings, history: list[dict[str, Any]], cloc
     bounds = [] if s.max_episodes is None else [int(clock.episodes_left)]
     if s.max_iterations is not None:
         warmup = max(0, s.warmup_episodes - sum(r["kind"] == "warmup" for r in history))
-        per_iteration = s.candidates_per_iteration * s.n_eval_episodes
-        bounds.append(warmup + max(0, s.max_iterations - clock.iteration) * per_iteration)
+        bounds.append(warmup + max(0, s.max_iterations - clock.iteration) * s.candidates_per_iteration * s.n_eval_episodes)
     return max(0, min(bounds)) if bounds else None
 
 
@@ -157,7 +155,7 @@ class BudgetProgressBar(ProgressBarCallback):
     """``learn(..., progress_bar=True)``'s bar: SB3's (steps) without ``max_episodes`` and ``max_iterations``; with
     either, episodes against :func:`planned_episodes` (steps move it too when they bind first), full at the end."""
 
-    def __init__(self, plan: Callable[[], tuple[int | None, Clock]]) -> None:
+    def __init__(self, plan: Plan) -> None:
         super().__init__()
         self.plan = plan
 
@@ -192,9 +190,7 @@ def with_callback(callback: MaybeCallback, added: BaseCallback) -> list[BaseCall
     return [c if isinstance(c, BaseCallback) else ConvertCallback(c) for c in given] + [added]
 
 
-def with_progress_bar(
-    callback: MaybeCallback, progress_bar: bool, plan: Callable[[], tuple[int | None, Clock]]
-) -> MaybeCallback:
+def with_progress_bar(callback: MaybeCallback, progress_bar: bool, plan: Plan) -> MaybeCallback:
     """``callback`` with :class:`BudgetProgressBar` added when ``progress_bar`` (R2PO's stand-in for SB3's bar)."""
     return with_callback(callback, BudgetProgressBar(plan)) if progress_bar else callback
 

@@ -1,9 +1,6 @@
-"""The LLM's two roles and the search patterns that ask them: the Search proposes a vector from the history, the Critic
-revises one from its evidence. :class:`LLMRoles` asks the backend (:func:`make_llm`), re-asks or reruns after an
-unusable reply and counts every call in ``llm_stats``; replies are parsed (:mod:`sb3_r2po.common.parameters`), never
-executed. A search pattern (one per :data:`~sb3_r2po.r2po.arguments.SearchMode`) supplies an iteration's proposal and
-its challenger.
-"""
+"""The LLM's roles (the Search proposes a vector from the history, the Critic revises one from its evidence; replies
+are parsed, never executed) and the search patterns, one per :data:`~sb3_r2po.r2po.arguments.SearchMode`, that ask them
+for an iteration's proposal and its challenger."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -91,25 +88,19 @@ def make_llm(llm: Any, confirmed: bool, space: ParameterSpace | None, verbose: i
     return backend
 
 
+@dataclass(eq=False)
 class Asking:
-    """What every LLM role of one ``learn()`` shares: it asks ``backend`` from ``settings`` and ``history``, counts every
-    call in ``stats`` (``llm_stats``), reads the run's iteration and episode counts from ``clock``, and reruns an
-    iteration after an unusable reply."""
+    """What the LLM roles of one ``learn()`` share: they ask ``backend``, count every call in ``stats`` (``llm_stats``),
+    read the run's counts from ``clock`` and rerun an iteration after an unusable reply."""
 
-    space: ParameterSpace | None = None  # the policy's vector, which ``verbose=2`` prints
-
-    def __init__(
-        self,
-        settings: R2POSettings,
-        history: list[Record],
-        stats: dict[str, float],
-        backend: ChatBackend,
-        clock: Callable[[], Clock],
-        verbose: int,
-    ) -> None:
-        self.settings, self.history, self.stats = settings, history, stats
-        self.backend, self.clock, self.verbose = backend, clock, verbose
-        self.last_exchanges: dict[str, tuple[str, str]] = {}  # the last prompt and reply of each role (TensorBoard)
+    settings: R2POSettings
+    history: list[Record]
+    stats: dict[str, float]
+    backend: ChatBackend
+    clock: Callable[[], Clock]
+    verbose: int
+    space: ParameterSpace | None = field(default=None, init=False)  # the policy's vector, which ``verbose=2`` prints
+    last_exchanges: dict[str, tuple[str, str]] = field(default_factory=dict, init=False)  # each role's last prompt and reply
 
     def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
         """What later prompts show of a history entry's episodes, stored in its record (here: nothing)."""
@@ -160,9 +151,8 @@ class Asking:
             stats["calls"] += 1
             stats["parse_failures"] += int(call.error is not None)
             stats["seconds"] += call.seconds
-            stats["prompt_tokens"] += call.prompt_tokens or 0
-            stats["completion_tokens"] += call.completion_tokens or 0
-            stats["prompt_tokens_cached"] = stats.get("prompt_tokens_cached", 0) + (call.prompt_tokens_cached or 0)
+            for key in ("prompt_tokens", "completion_tokens", "prompt_tokens_cached"):  # the last: absent from older models
+                stats[key] = stats.get(key, 0) + (getattr(call, key) or 0)
             self.last_exchanges[role] = (call.messages[-1]["content"], call.reply)
             if call.error is not None and verbose >= 1:
                 print(f"R2PO: unusable {role} reply ({call.error})", file=sys.stderr)
@@ -220,7 +210,7 @@ class LLMRoles(Asking):
         (a revision may repeat ``theta``) or :meth:`not_new` (critic_only: an unchanged vector would be evaluated)."""
         spec = self.settings.variant_spec.critic
         assert spec is not None
-        candidate = HistoryLine(self.view.format(theta), mean_return, n_episodes, values=self.view.values(theta))
+        candidate = self.view.line(theta, mean_return, n_episodes)
         context = self.view.context(self.clock(), critic=True)
         return self._ask("critic", self.prompts.critic(context, candidate, evidence, spec.prompt, spec.history), check)
 
@@ -249,7 +239,7 @@ class LLMRoles(Asking):
             role=role,
             retry_message=lambda reason: self.prompts.retry(reason, self.space),
             temperature=s.temperature,
-            max_retries=s.reasks,
+            max_retries=s.max_llm_retries if s.on_unusable_reply == "reask" else 0,  # "rerun": no re-ask
             reading="last_vector" if s.reply_reading == "last_vector" else variant_reading,
             reject_cut_off=s.reject_cut_off_replies,
         )
@@ -274,15 +264,18 @@ def points_at_worst(text: str) -> bool:
     return bool(FIXATION_PATTERN.search(text or ""))
 
 
-def edit_size(before: Sequence[float] | np.ndarray, after: Sequence[float] | np.ndarray) -> dict[str, float]:
+Vector = Sequence[float] | np.ndarray  # a parameter vector, as a record's list or an array
+
+
+def edit_size(before: Vector, after: Vector) -> dict[str, float]:
     """Number of changed parameters, largest absolute change and L1 norm of the change."""
     delta = np.abs(np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64))
     return {"n_changed": int((delta > 1e-12).sum()), "max_change": float(delta.max(initial=0.0)), "l1": float(delta.sum())}
 
 
 def diagnose_revision(
-    before: Sequence[float] | np.ndarray,
-    after: Sequence[float] | np.ndarray,
+    before: Vector,
+    after: Vector,
     before_return: float,
     after_return: float | None,
     reply: str,
@@ -302,8 +295,7 @@ def diagnose_revision(
 
 @dataclass(frozen=True)
 class Start:
-    """What an iteration starts from: the episodes the budget pays for, K, the last entry's episodes while in memory
-    (critic_only's evidence) and ``tau_c``."""
+    """What an iteration starts from: the episodes left, K, the last entry's episodes (in memory) and ``tau_c``."""
 
     episodes_left: float
     n_eval_episodes: int
@@ -321,8 +313,7 @@ class SearchPattern:
     second_role: Role | None = "critic"  # the role asked for a second candidate (the Critic: when the variant has one)
 
     def __init__(self, variant: Variant) -> None:
-        self.variant = variant
-        # the role asked for this variant's second candidate (None: one candidate per iteration)
+        self.variant = variant  # the challenger: the role asked for its second candidate (None: one per iteration)
         self.challenger = None if self.second_role == "critic" and variant.critic is None else self.second_role
 
     def propose(self, roles: LLMRoles, start: Start) -> Answer:
@@ -445,18 +436,13 @@ def ask_for_params(
 ) -> Answer:
     """Ask for a vector, re-asking up to ``max_retries`` times with the reason of the failure.
 
-    :param backend: The chat backend.
-    :param messages: The prompt.
-    :param space: The parameter space the reply must fit.
     :param role: ``"search"`` or ``"critic"`` (for the logs).
     :param retry_message: Builds the follow-up user message from a failure reason.
     :param check: Extra validation of a parsed vector: an error (cut like the parser's reasons) or ``None``.
-    :param temperature: Sampling temperature passed to the backend.
     :param max_retries: Number of re-asks after the first unusable reply.
     :param first_reply: The reply to the first attempt when it was already asked (see :func:`ask_together`).
     :param reading: Which values of a reply make the vector (:data:`~sb3_r2po.common.parameters.Reading`).
-    :param reject_cut_off: Whether a reply cut off at the token limit is unusable
-        (:func:`~sb3_r2po.common.parameters.parse_params`).
+    :param reject_cut_off: Whether a reply cut off at the token limit is unusable (``parse_params``).
     """
     conversation = [dict(m) for m in messages]
     answer = Answer(params=None)
@@ -487,7 +473,6 @@ def ask_together(
     """Ask several independent prompts: the first attempts as one batch (:func:`~sb3_r2po.llm.base.chat_batch`), the
     re-asks one by one, in order; one :class:`Answer` per prompt (the other arguments as :func:`ask_for_params`).
 
-    :param conversations: The prompts.
     :param checks: One factory per prompt: given the answers settled so far, it returns this prompt's extra check.
     """
     firsts = chat_batch(backend, conversations, temperature=temperature)
@@ -513,9 +498,11 @@ class PromptView:
         self.settings, self.history, self.policy, self.space = settings, history, policy, policy.parameter_space
         self.task = describe_task(settings.env_id, policy.observation_space, policy.action_space, type(policy).__name__)
 
-    def format(self, params: list[float] | np.ndarray) -> str:
-        """A vector in the settings' reply style."""
-        return self.space.format(np.asarray(params, dtype=np.float64), self.settings.reply_style)
+    def line(self, params: list[float] | np.ndarray, mean_return: float, n_episodes: int, **more: Any) -> HistoryLine:
+        """A prompt's line of a vector: in the settings' reply style, with its values as the reference layout writes them."""
+        vector = np.asarray(params, dtype=np.float64)
+        formatted, values = self.space.format(vector, self.settings.reply_style), tuple(vector.reshape(-1).tolist())
+        return HistoryLine(formatted, mean_return, n_episodes, values=values, **more)
 
     def context(self, clock: Clock, shown: Shown = (), critic: bool = False) -> PromptContext:
         """What a prompt shows; ``shown``: candidates evaluated earlier in this iteration; ``critic``: the Critic's."""
@@ -528,10 +515,7 @@ class PromptView:
             planned = paid if planned is None else min(planned, paid)
         shown_entries = run_state.shown_history(history, s.history_best_k, s.history_recent, s.history_slack)
         n, lines = len(history), self._history_lines(shown_entries, critic)
-        lines += [
-            HistoryLine(self.format(p), finite_mean(res.returns), len(res.episodes), index=n + j, values=self.values(p))
-            for j, (p, res) in enumerate(shown)
-        ]
+        lines += [self.line(p, finite_mean(res.returns), len(res.episodes), index=n + j) for j, (p, res) in enumerate(shown)]
         return PromptContext(
             task=self.task,
             layout=policy.layout_lines(s.actions_clipped),
@@ -554,11 +538,6 @@ class PromptView:
             extra={"policy_kind": policy.kind, "policy_summary": policy.summary_lines()},
         )
 
-    @staticmethod
-    def values(params: list[float] | np.ndarray) -> tuple[float, ...]:
-        """A vector's values as the reference layout writes them (:class:`~sb3_r2po.prompts.builder.HistoryLine`)."""
-        return tuple(np.asarray(params, dtype=np.float64).reshape(-1).tolist())
-
     def reference_trace(self) -> ReferenceTrace:
         """The reference's trajectory format for the variant, spaces and policy (step cap: ``max_episode_steps``)."""
         spec = self.settings.variant_spec.critic
@@ -574,15 +553,14 @@ class PromptView:
         excerpts = self.excerpted_entries() if critic and spec.critic is not None and spec.critic.excerpts else 0
         trajectories = not critic and spec.search_trajectories and self.space.is_discrete
         return [
-            HistoryLine(
-                self.format(r["params"]),
+            self.line(
+                r["params"],
                 r["mean_return"],
                 r["n_episodes"],
-                r["kind"] == "warmup",
+                warmup=r["kind"] == "warmup",
                 excerpt=r.get("rollout_excerpt") if n - position[id(r)] <= excerpts else None,
                 trajectory=tuple(r["first_episode"]) if trajectories and r.get("first_episode") else None,
                 index=position[id(r)],
-                values=self.values(r["params"]),
             )
             for r in shown
         ]

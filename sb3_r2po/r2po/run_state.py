@@ -1,6 +1,5 @@
-"""The records of a run (``R2PO.history``'s dicts: :meth:`HistoryEntry.to_dict` alone defines their keys and order),
-the state as of the last history entry (:class:`RunState`: what a save mid-iteration writes and an exception rolls back
-to) and the run directory that holds it (the Usage page's "Runs that survive crashes")."""
+"""A run's records (``R2PO.history``'s dicts, keyed by :meth:`HistoryEntry.to_dict`), its state as of the last entry
+(:class:`RunState`) and its run directory (the Usage page's "Runs that survive crashes")."""
 
 from __future__ import annotations
 
@@ -56,10 +55,6 @@ class RunDirectoryInUseError(RunDirectoryError):
     """Another run (another process, or another model in this process) holds the run directory's lock."""
 
 
-def _present(path: Path) -> bool:
-    return path.exists() or path.is_symlink()
-
-
 def _special(path: Path) -> str | None:
     """Why ``path`` is not a file to read (a folder, a pipe, ...); ``None``: it is one."""
     if path.is_dir():
@@ -99,7 +94,7 @@ def _read_model(path: Path) -> tuple[list[Record] | None, str]:
 
 
 def _is_run_directory(directory: Path) -> bool:
-    return _present(directory / HISTORY) or _present(directory / TRANSCRIPT)
+    return os.path.lexists(directory / HISTORY) or os.path.lexists(directory / TRANSCRIPT)
 
 
 def _zip_path(path: str | os.PathLike[str]) -> Path:
@@ -120,10 +115,9 @@ def _lost_run(model_zip: Path, problem: str) -> str:
 
 
 def check_model_file(path: str | os.PathLike[str]) -> Path:
-    """Check that ``path`` (given to ``R2PO.load``; ``".zip"`` appended when only that exists) is a readable model zip,
-    instead of SB3's ``BadZipFile``: the error names the file and the way to recover.
+    """The file SB3 will read for ``R2PO.load(path)`` (``path``, or ``path + ".zip"`` when only that exists), checked to
+    be a readable model zip: instead of SB3's ``BadZipFile``, the error names the file and the way to recover.
 
-    :return: The file that SB3 will read.
     :raises FileNotFoundError: when the file does not exist.
     :raises RunDirectoryError: when it is not a readable model zip.
     """
@@ -139,9 +133,8 @@ def check_model_file(path: str | os.PathLike[str]) -> Path:
 
 
 def loaded_checkpoint_dir(path: Any, saved: str | None) -> str | None:
-    """The ``checkpoint_dir`` of a model loaded from ``path`` (a path or a file object) whose zip saved ``saved``: the
-    directory of a run directory's ``model.zip``, so that a copied or moved run directory resumes into itself (with a
-    warning); otherwise ``saved``."""
+    """The ``checkpoint_dir`` of a model loaded from ``path`` whose zip saved ``saved``: the folder of a run directory's
+    ``model.zip`` (a copied or moved run directory resumes into itself, with a warning), otherwise ``saved``."""
     if saved is None or not isinstance(path, (str, os.PathLike)):
         return saved
     target = _zip_path(path)
@@ -165,8 +158,7 @@ def _same_directory(a: Path, b: Path) -> bool:
 
 
 class RunState:
-    """The snapshot of a model's :data:`COMMITTED_STATE` at its last history entry, and its run directory (``None``:
-    no files), locked by :meth:`open` and :meth:`acquire`, unlocked by :meth:`close`."""
+    """A model's :data:`COMMITTED_STATE` at its last history entry, and its run directory (``None``: no files)."""
 
     def __init__(self) -> None:
         self.directory: Path | None = None
@@ -209,8 +201,7 @@ class RunState:
         return self.transcript
 
     def acquire(self, history: list[Record]) -> None:
-        """Lock the run directory of :meth:`open` again (the next ``learn()``), check it and count its transcript's calls
-        again; nothing happens without a directory or while locked (errors as :meth:`open`)."""
+        """Lock, check and count the run directory of :meth:`open` again (the next ``learn()``), unless none or locked."""
         if self.directory is not None and not self.locked:
             self._enter(history, None)
 
@@ -277,7 +268,7 @@ class RunState:
         ``history.json``) or holds a run ``history`` does not continue, or ``history.json`` is a folder."""
         assert self.directory is not None
         model_zip = self.directory / MODEL
-        if not _present(model_zip) and not _present(self.directory / HISTORY):
+        if not os.path.lexists(model_zip) and not os.path.lexists(self.directory / HISTORY):
             return  # a new directory, or the transcript of a run cut before its first entry
         saved, problem = _read_model(model_zip)
         if saved is None:
@@ -370,9 +361,8 @@ class Candidate:
 
 @dataclass
 class Revision:
-    """An iteration's second step (a Critic revision or a second Search proposal): the role asked (``None``: none), its
-    status, its candidate (``None``: no usable reply), whether it equals the first, and whether its record lists its own
-    episodes (not critic_only's, which is the entry itself)."""
+    """An iteration's second step: the role asked (``None``: none), its status, its candidate (``None``: no usable reply),
+    whether it equals the first, and whether its record lists its own episodes (not critic_only's: the entry's)."""
 
     role: Role | None = None
     status: RevisionStatus = "none"
@@ -422,9 +412,8 @@ class DiscardedAttempt:
 
 @dataclass
 class HistoryEntry:
-    """One history entry: the kept candidate of a warm-up draw (iteration 0), a given vector or an iteration, what later
-    prompts show of its episodes, the iteration's two steps (``None``: warm-up), diagnostics, discarded attempts and the
-    episodes and steps run when it was committed."""
+    """One history entry: the kept candidate (a warm-up draw, a given vector or an iteration's), what later prompts show
+    of its episodes, the iteration's two steps (``None``: warm-up), diagnostics, discarded attempts, episodes and steps."""
 
     iteration: int
     kept: Candidate
@@ -533,15 +522,8 @@ def reached(history: list[Record], target: float, n_episodes: int) -> bool:
 
 @dataclass
 class LLMCall:
-    """One call to the LLM, as logged (the token counts as the backend reported them:
-    :class:`~sb3_r2po.llm.base.ChatReply`).
-
-    :param role: ``"search"`` or ``"critic"``.
-    :param messages: The messages sent.
-    :param reply: The reply text.
-    :param error: Why the reply could not be used (cut), or ``None``.
-    :param seconds: The call's latency.
-    """
+    """One call to the LLM, as logged: its role, the messages sent, the reply, why it is unusable (``None``: usable), its
+    latency and the token counts the backend reported (:class:`~sb3_r2po.llm.base.ChatReply`)."""
 
     role: str
     messages: list[Message]
@@ -555,12 +537,8 @@ class LLMCall:
 
 @dataclass
 class Answer:
-    """The outcome of :func:`ask_for_params`.
-
-    :param params: The legal vector, or ``None`` when every attempt failed.
-    :param calls: Every call made, in order.
-    :param notes: Values that were clipped or rounded in the accepted reply.
-    """
+    """The outcome of :func:`ask_for_params`: the legal vector (``None``: every attempt failed), every call in order and
+    the values clipped or rounded in the accepted reply."""
 
     params: np.ndarray | None
     calls: list[LLMCall] = field(default_factory=list)
