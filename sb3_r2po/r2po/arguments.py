@@ -175,11 +175,6 @@ class R2POSettings:
         return searches[spec.search] + (spec.critic is not None)
 
     @property
-    def keeps_last(self) -> bool:
-        """Whether the trained policy is the last history entry's (promptpo without ``code_keep_best``), not the best's."""
-        return self.variant_spec.search == "code" and not self.code_keep_best
-
-    @property
     def target(self) -> float | None:
         """The target mean return shown to the LLM: ``target_return``, else the env's ``reward_threshold``."""
         target = self.target_return if self.target_return is not None else self.reward_threshold

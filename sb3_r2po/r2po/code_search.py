@@ -24,12 +24,10 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_r2po.common.rollouts import RolloutResult, finite_mean
 from sb3_r2po.common.sandbox import CodeSandbox, SandboxError, shorten_traceback
-from sb3_r2po.llm.base import ChatBackend
 from sb3_r2po.prompts.code import CodeTask, extract_code, find_policy_class
-from sb3_r2po.r2po.arguments import R2POSettings
-from sb3_r2po.r2po.policies import Code, CodePolicy, CompactPolicy
-from sb3_r2po.r2po.roles import Asking, LLMRoles, UnusableReply
-from sb3_r2po.r2po.run_state import Answer, Candidate, Clock, LLMCall, Record
+from sb3_r2po.r2po.policies import Code, CodePolicy
+from sb3_r2po.r2po.roles import Asking, UnusableReply
+from sb3_r2po.r2po.run_state import Answer, Candidate, LLMCall
 
 MAX_FEEDBACK_REPAIRS = 3  # PromptPO's repairs of its Feedback class
 FEEDBACK_CLASS = "Feedback"
@@ -37,58 +35,34 @@ FEEDBACK_CLASS = "Feedback"
 
 @dataclass
 class Tried:
-    """A candidate of a round: its code (``None``: no usable reply), its episodes (``None``: none, or a callback cut
-    them) and why its replies or runs failed (shortened tracebacks), in order."""
+    """A candidate of a round: its code and episodes (``None``: none), why its replies or runs failed (in order)."""
 
     code: Code | None = None
     result: RolloutResult | None = None
     failures: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        mean = None if self.result is None else finite_mean(self.result.returns)
-        return {"mean_return": mean, "failures": self.failures}
+        return {"mean_return": None if self.result is None else finite_mean(self.result.returns), "failures": self.failures}
 
 
-def make_roles(
-    settings: R2POSettings,
-    history: list[Record],
-    policy: CompactPolicy | CodePolicy,
-    env: VecEnv | None,
-    stats: dict[str, float],
-    backend: ChatBackend,
-    clock: Callable[[], Clock],
-    verbose: int,
-) -> LLMRoles | CodeRoles:
-    """The LLM roles of one ``learn()`` for ``policy``: PromptPO's (:class:`CodeRoles`, shown ``env``'s first sub-env
-    and the policy's own ``descriptions``) for a code policy, R2PO's (:class:`~sb3_r2po.r2po.roles.LLMRoles`) otherwise."""
-    if not isinstance(policy, CodePolicy):
-        return LLMRoles(settings, history, policy, stats, backend, clock, verbose)
+def code_task(env: VecEnv | None, policy: CodePolicy, horizon: int) -> CodeTask:
+    """What the prompts show of ``env``'s first sub-env (:meth:`CodeTask.for_env`), with the policy's ``descriptions``."""
     assert env is not None
-    task = CodeTask.for_env(env.get_attr("unwrapped", indices=[0])[0], settings.episode_cap)
-    task = dataclasses.replace(task, **policy.descriptions)
-    return CodeRoles(settings, history, policy, task, stats, backend, clock, verbose)
+    return dataclasses.replace(CodeTask.for_env(env.get_attr("unwrapped", indices=[0])[0], horizon), **policy.descriptions)
 
 
+@dataclass(eq=False)
 class CodeRoles(Asking):
-    """PromptPO's LLM calls of one ``learn()`` (the arguments as :class:`~sb3_r2po.r2po.roles.LLMRoles`' and the
-    :class:`CodeTask`); the Feedback class is made once per run, and kept in the record of the round that made or
-    repaired it (``feedback_source``)."""
+    """PromptPO's LLM calls of one ``learn()`` (:class:`~sb3_r2po.r2po.roles.Asking`'s fields, the policy, the task); the
+    Feedback class is made once per run and kept in the record of the round that made or repaired it (``feedback_source``)."""
 
-    def __init__(
-        self,
-        settings: R2POSettings,
-        history: list[Record],
-        policy: CodePolicy,
-        task: CodeTask,
-        stats: dict[str, float],
-        backend: ChatBackend,
-        clock: Callable[[], Clock],
-        verbose: int,
-    ) -> None:
-        super().__init__(settings, history, stats, backend, clock, verbose)
-        self.policy, self.task = policy, task
-        feedback = [r["feedback_source"] for r in history if r.get("feedback_source")]
-        self.feedback: Code | None = (feedback[-1], FEEDBACK_CLASS) if feedback else None
+    policy: CodePolicy
+    task: CodeTask
+    feedback: Code | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if feedback := [r["feedback_source"] for r in self.history if r.get("feedback_source")]:
+            self.feedback = (feedback[-1], FEEDBACK_CLASS)
 
     def round(
         self, evaluate: Callable[[Code], RolloutResult | None], stop: Callable[[], bool]
@@ -99,7 +73,8 @@ class CodeRoles(Asking):
         :raises UnusableReply: when no candidate of the round could be evaluated (the round runs again).
         """
         s, task, feedback = self.settings, self.task, self.feedback
-        self.feedback = feedback or self._feedback_class()  # asked again next round when every reply failed
+        if feedback is None:  # asked again next round when every reply failed
+            self._feedback_class(task.feedback())
         reflection = (
             self._ask("reflection", task.reflection(self._attempts("")))[1] if self.history and s.code_reflection else ""
         )
@@ -109,18 +84,16 @@ class CodeRoles(Asking):
             tried.append(self._candidate(prompt, evaluate))
             if tried[-1].code is not None and tried[-1].result is None:
                 return None  # a callback stopped training during its episodes
-        scored = [t for t in tried if t.result is not None]
-        if not scored:
-            reasons = [t.failures[-1].splitlines()[-1] for t in tried if t.failures] or ["no candidate was asked"]
-            raise UnusableReply("search", f"no candidate of the round ran: {reasons[-1]}")
+        if not (scored := [t for t in tried if t.result is not None]):
+            reason = next((t.failures[-1].splitlines()[-1] for t in reversed(tried) if t.failures), "no candidate was asked")
+            raise UnusableReply("search", f"no candidate of the round ran: {reason}")
         best = max(scored, key=lambda t: finite_mean(t.result.returns) if t.result else -np.inf)  # the earlier of equals
         assert best.code is not None and best.result is not None
         fields: dict[str, Any] = {"source": best.code[0], "policy_class": best.code[1], "reflection": reflection}
         fields |= {"feedback": self._summaries(best.result), "candidates": [t.summary() for t in tried]}
         if self.feedback is not None and self.feedback != feedback:  # a new or repaired Feedback class
             fields["feedback_source"] = self.feedback[0]
-        kept = Candidate("search", np.zeros(0), best.failures, result=best.result)
-        return kept, fields
+        return Candidate("search", np.zeros(0), best.failures, result=best.result), fields
 
     def _ask(self, role: str, content: str, expected: str | None = None) -> tuple[Code | None, str, str]:
         """One call: its code and class when ``expected`` names the class asked for, the reply's code (or the reply)
@@ -155,15 +128,13 @@ class CodeRoles(Asking):
             content, role, tried.code = self.task.repair(source, reason), "repair", None
         return tried
 
-    def _feedback_class(self) -> Code | None:
-        """The Feedback class, asked (and repaired) until it parses; ``None`` when every reply failed."""
-        content = self.task.feedback()
+    def _feedback_class(self, content: str) -> None:
+        """Ask for the Feedback class with ``content``, repaired until it parses (at most 3 times; else ``None``)."""
         for _ in range(1 + MAX_FEEDBACK_REPAIRS):
-            code, source, reason = self._ask("feedback", content, FEEDBACK_CLASS)
-            if code is not None:
-                return code
+            self.feedback, source, reason = self._ask("feedback", content, FEEDBACK_CLASS)
+            if self.feedback is not None:
+                return
             content = self.task.feedback_repair(source, reason)
-        return None
 
     def _summaries(self, result: RolloutResult) -> list[str]:
         """``Episode i: <summary>`` for each episode (the observations before each step); the Feedback class is repaired
@@ -179,7 +150,7 @@ class CodeRoles(Asking):
                     return [f"Episode {i + 1}: {box.summarize(traj)}" for i, traj in enumerate(trajectories)]
             except SandboxError as error:
                 reason = getattr(error, "traceback", "") or f"{type(error).__name__}: {error}"
-                self.feedback = self._ask("feedback", self.task.feedback_repair(source, reason), FEEDBACK_CLASS)[0]
+                self._feedback_class(self.task.feedback_repair(source, reason))
         return []
 
     def _attempts(self, reflection: str) -> list[dict[str, Any]]:

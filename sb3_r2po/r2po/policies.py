@@ -584,9 +584,8 @@ class CodePolicy(BasePolicy):
 
     def open(self, code: Code) -> CodeSandbox:
         """A sandbox running ``code`` (the caller closes it); a :class:`PolicyError` where the code cannot be loaded."""
-        source, class_name = code
         return CodeSandbox(
-            source, class_name=class_name, mode=self.sandbox, call_timeout=self.call_timeout, memory_mb=self.memory_mb
+            code[0], class_name=code[1], mode=self.sandbox, call_timeout=self.call_timeout, memory_mb=self.memory_mb
         )
 
     def actor(self, code: Code, clip: bool = True) -> Callable[[np.ndarray], np.ndarray]:
@@ -606,18 +605,10 @@ class CodePolicy(BasePolicy):
 
     def place(self, record: Mapping[str, Any]) -> None:
         """Take the code of a history record; its worker starts at the next ``predict()``."""
-        code = (record["source"], record["policy_class"])
-        if code != self.code and self._worker is not None:
+        if (code := (record["source"], record["policy_class"])) != self.code and self._worker is not None:
             self._worker.close()
             self._worker = None
         self.code = code
-
-    def get_flat(self) -> np.ndarray:
-        """No vector: an empty one."""
-        return np.zeros(0)
-
-    def forward(self, obs: PyTorchObs, deterministic: bool = True) -> th.Tensor:
-        return self._predict(obs, deterministic)
 
     def _predict(self, observation: PyTorchObs, deterministic: bool = True) -> th.Tensor:
         assert isinstance(observation, th.Tensor)

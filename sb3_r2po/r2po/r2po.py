@@ -43,7 +43,7 @@ from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
 from sb3_r2po.r2po import arguments, run_state
 from sb3_r2po.r2po.arguments import SETTINGS, check_int
-from sb3_r2po.r2po.code_search import CodeRoles, make_roles
+from sb3_r2po.r2po.code_search import CodeRoles, code_task
 from sb3_r2po.r2po.policies import POLICY_ALIASES, Code, CodePolicy, CompactPolicy, short_name
 from sb3_r2po.r2po.reporting import Progress, planned_episodes, record_metrics, warn_before_first_iteration, with_progress_bar
 from sb3_r2po.r2po.roles import Asking, LLMRoles, Start, make_llm, new_llm_stats, pattern_for
@@ -209,7 +209,7 @@ class R2PO(BaseAlgorithm):
         self._n_evaluations, self._stop_requested = 0, False
         self._last_result: RolloutResult | None = None  # the last entry's episodes (critic_only's evidence)
         self._transcript_calls: int | None = None  # calls in checkpoint_dir's transcript at the last history entry
-        self._placed: np.ndarray | None = None  # the vector _use_best left in the policy
+        self._placed: np.ndarray | None = None  # the vector run_state.place_kept left in the policy
         self._backend: ChatBackend | None = None
         self._llm: Asking | None = None
         self._run = RunState()
@@ -226,7 +226,7 @@ class R2PO(BaseAlgorithm):
         if not isinstance(self.policy, (CompactPolicy, CodePolicy)):
             raise TypeError(f"R2PO needs a CompactPolicy (linear or tabular), got {type(self.policy).__name__}")
         cap_episodes(self.env, s.episode_cap)  # Monitor files see the episodes R2PO's cap cuts
-        self._placed = _use_best(self)
+        self._placed = run_state.place_kept(self.history, self.settings, self.policy)
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """SB3's ``set_env``, refusing VecEnv wrappers that change observations or rewards."""
@@ -320,8 +320,12 @@ class R2PO(BaseAlgorithm):
                 backend = make_llm(self.llm, self.llm_confirmed, space, self.verbose)
                 self._backend = self._run.open(backend, s.checkpoint_dir, self.history)
             self._run.acquire(self.history)
-            self._llm = make_roles(s, self.history, self.policy, self.env, self.llm_stats, self._backend, clock, self.verbose)
-            iterate = self._code_round if isinstance(self._llm, CodeRoles) else self._iterate
+            shared = (self.llm_stats, self._backend, clock, self.verbose)
+            if isinstance(self.policy, CodePolicy):  # PromptPO's rounds
+                task = code_task(self.env, self.policy, s.episode_cap)
+                self._llm, iterate = CodeRoles(s, self.history, *shared, self.policy, task), self._code_round
+            else:
+                self._llm, iterate = LLMRoles(s, self.history, self.policy, *shared), self._iterate
             self._progress = Progress(s, self.history, self.llm_stats)
             calls = self._transcript_calls  # calls after the last entry are asked again
             self._run.rewind(int(self.llm_stats["calls"]) if calls is None else calls)
@@ -447,12 +451,13 @@ class R2PO(BaseAlgorithm):
     def _commit(self, entry: run_state.HistoryEntry) -> None:
         """Append a history entry, put the best candidate in the policy, and save."""
         assert entry.kept.result is not None and self._llm is not None
-        entry.shown |= self._llm.stored_fields(entry.kept.result)
+        if isinstance(self._llm, LLMRoles):  # what later prompts show of the episodes (the Critic's excerpts)
+            entry.shown = self._llm.view.stored_fields(entry.kept.result)
         entry.episodes, entry.timesteps = int(self._episode_num), int(self.num_timesteps)
         record = entry.to_dict()
         self.history.append(record)
         self._last_result = entry.kept.result
-        self._placed = _use_best(self)
+        self._placed = run_state.place_kept(self.history, self.settings, self.policy)
         if (calls := self._run.transcript_calls) is not None:
             self._transcript_calls = calls
         self._run.snapshot({name: getattr(self, name) for name in COMMITTED_STATE}, len(self.history))
@@ -467,7 +472,7 @@ class R2PO(BaseAlgorithm):
             setattr(self, name, value)
         if len(self.history) > (committed := len(self._run.saved_history(self.history))):  # cut inside _commit
             del self.history[committed:]
-            self._placed = _use_best(self)
+            self._placed = run_state.place_kept(self.history, self.settings, self.policy)
 
     def dump_logs(self) -> None:
         """Write the metrics (the documentation's Metrics page) at ``step=num_timesteps``."""
@@ -476,13 +481,6 @@ class R2PO(BaseAlgorithm):
         buffers = (self.ep_info_buffer, self.ep_success_buffer)
         record_metrics(self.logger, self.history, self.llm_stats, self._clock(), steps, buffers, exchanges)
         self.logger.dump(step=self.num_timesteps)
-
-
-def _use_best(model: R2PO) -> np.ndarray:
-    """Put the kept record's candidate (:func:`~sb3_r2po.r2po.run_state.kept_record`) in the policy; return its vector."""
-    if (record := run_state.kept_record(model.history, model.settings.keeps_last)) is not None:
-        model.policy.place(record)
-    return model.policy.get_flat()
 
 
 def _setting(name: str, derived: bool) -> property:

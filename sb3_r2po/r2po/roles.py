@@ -102,10 +102,6 @@ class Asking:
     space: ParameterSpace | None = field(default=None, init=False)  # the policy's vector, which ``verbose=2`` prints
     last_exchanges: dict[str, tuple[str, str]] = field(default_factory=dict, init=False)  # each role's last prompt and reply
 
-    def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
-        """What later prompts show of a history entry's episodes, stored in its record (here: nothing)."""
-        return {}
-
     def check_usable(self, role: Role, answer: Answer) -> None:
         """With ``on_unusable_reply="rerun"`` (the reference), an answer without a vector discards the iteration."""
         if answer.params is None and self.settings.on_unusable_reply == "rerun":
@@ -178,9 +174,6 @@ class LLMRoles(Asking):
         self.space: ParameterSpace = policy.parameter_space
         self.view = PromptView(settings, history, policy)
         self.prompts = PromptBuilder(settings.prompt_template_dir, settings.reply_style)
-
-    def stored_fields(self, result: RolloutResult) -> dict[str, Any]:
-        return self.view.stored_fields(result)
 
     def first_candidate(self, role: Role, answer: Answer, rng: np.random.Generator) -> Candidate:
         """The iteration's first candidate: the answer's vector; else, with ``on_unusable_reply="reask"``, a fallback

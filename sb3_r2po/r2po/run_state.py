@@ -23,6 +23,8 @@ from sb3_r2po.common.parameters import ParameterSpace
 from sb3_r2po.common.rollouts import RolloutResult, finite_mean, finite_std, success_tolerance
 from sb3_r2po.llm.base import ChatBackend, LLMBackendError, Message
 from sb3_r2po.llm.recording import RecordingBackend
+from sb3_r2po.r2po.arguments import R2POSettings
+from sb3_r2po.r2po.policies import CodePolicy, CompactPolicy
 
 COMMITTED_STATE = tuple(
     "num_timesteps _episode_num _n_evaluations _rng llm_stats iteration ep_info_buffer ep_success_buffer "
@@ -461,9 +463,13 @@ def best_record(history: list[Record]) -> Record | None:
     return max(evaluated, key=lambda r: r["mean_return"]) if evaluated else None
 
 
-def kept_record(history: list[Record], last: bool) -> Record | None:
-    """The record a model acts by: the last one with ``last`` (PromptPO's rule), else :func:`best_record`."""
-    return history[-1] if last and history else best_record(history)
+def place_kept(history: list[Record], settings: R2POSettings, policy: CompactPolicy | CodePolicy) -> np.ndarray | None:
+    """Put the kept record's candidate in ``policy`` (promptpo's: the last record, unless ``code_keep_best``; else
+    :func:`best_record`; none for an empty history) and return the policy's vector (``None``: code)."""
+    last = settings.variant_spec.search == "code" and not settings.code_keep_best
+    if (record := history[-1] if last and history else best_record(history)) is not None:
+        policy.place(record)
+    return policy.get_flat() if isinstance(policy, CompactPolicy) else None
 
 
 def find(history: list[Record], params: np.ndarray) -> Record | None:
