@@ -90,11 +90,12 @@ def test_a_scripted_policy_solves_cartpole_through_the_sandbox(tmp_path) -> None
 def test_promptpo_defaults_are_the_published_ones() -> None:
     model = R2PO("Code", "CartPole-v1", llm=CodeLLM(policy=[fenced(SOLVER)]), variant="promptpo")
     s = model.settings
-    assert (s.n_eval_episodes, s.warmup_episodes, s.max_iterations) == (5, 0, 10)
+    assert (s.n_eval_episodes, s.warmup_episodes, s.max_iterations, s.temperature) == (5, 0, 10, 1.0)
     assert (s.code_candidates, s.code_reflection, s.code_repairs, s.code_keep_best) == (10, True, 10, False)
     given = R2PO("Code", "CartPole-v1", llm=CodeLLM(), variant="promptpo", n_eval_episodes=3, max_iterations=4)
     assert (given.settings.n_eval_episodes, given.settings.max_iterations) == (3, 4)
-    assert R2PO("MlpLinear", "CartPole-v1", llm="example").settings.n_eval_episodes == 20
+    plain = R2PO("MlpLinear", "CartPole-v1", llm="example").settings
+    assert (plain.n_eval_episodes, plain.temperature) == (20, 0.0)
 
 
 @pytest.mark.parametrize(

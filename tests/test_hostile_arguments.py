@@ -18,7 +18,7 @@ NOT_AN_INTEGER: list[Any] = ["3", 2.5, None, True, [3], float("nan"), -1]
 NOT_A_FLAG: list[Any] = ["yes", "False", 1, 0, None, 1.0, [True]]
 
 CORPUS: list[tuple[str, Any, str]] = [
-    *[("temperature", v, "temperature") for v in [*NOT_A_NUMBER, -0.1]],
+    *[("temperature", v, "temperature") for v in [*NOT_A_NUMBER, -0.1] if v is not None],  # None: 0.0, or the variant's
     *[("step_size", v, "step_size") for v in [*NOT_A_NUMBER, 0.0, -1.0] if v is not None],  # None: the table's, else 1.0
     *[("racing_z", v, "racing_z") for v in [*NOT_A_NUMBER, -1.0]],
     *[("target_return", v, "target_return") for v in ["500", [500], True, float("nan"), float("inf")]],

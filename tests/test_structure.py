@@ -157,8 +157,8 @@ MAX_ITERATION_FILES = 8
 The backend is the optimizer the loop calls, as the env is the task it steps: which files it runs depends on the
 backend chosen (here the example LLM's one file; a transformers or HTTP backend runs its own)."""
 MAX_PACKAGE_LINES = 11_000
-"""Lines of the package's ``.py`` files: the ceiling (issue 38: 15,883 before the redesign; 10,977 with issue 40's
-sandbox and PromptPO prompts). Prompt text lives in templates and ``prompts/tasks.yml``, which are data."""
+"""Lines of the package's ``.py`` files: the ceiling (issue 38: 15,883 before the redesign; 11,000 with issue 40's
+code policies in the loop). Prompt text lives in templates and ``prompts/tasks.yml``, which are data."""
 
 
 def trace_one_iteration() -> tuple[list[str], set[str]]:

@@ -226,8 +226,8 @@ def resolve_settings(
     sources: dict[str, SettingsSource] = {}
     own = dict(ALL_VARIANTS[values["variant"]].settings) if values.get("variant") in ALL_VARIANTS else {}
     defaults = {f.name: f.default for f in dataclasses.fields(R2POSettings)} | own  # a variant's own: not the table's
-    if values.get("n_eval_episodes") is None:
-        values["n_eval_episodes"] = defaults["n_eval_episodes"]
+    for name in ("n_eval_episodes", "temperature"):  # None: the variant's own, else R2PO's default
+        values[name] = defaults[name] if values.get(name) is None else values[name]
     for name in WITHOUT_TABLE:
         if given.get(name) is not None:
             values[name], sources[name] = given[name], "given"
@@ -390,7 +390,7 @@ CODE_VARIANTS: dict[str, Variant] = {
         "PromptPO: the LLM writes a Python policy; N independent candidates a round, the best enters the history",
         "code",
         None,
-        settings=(("n_eval_episodes", 5), ("warmup_episodes", 0), ("max_iterations", 10)),
+        settings=(("n_eval_episodes", 5), ("warmup_episodes", 0), ("max_iterations", 10), ("temperature", 1.0)),
     )
 }
 """The variants of the ``"Code"`` policy (its candidates are source code), by name."""

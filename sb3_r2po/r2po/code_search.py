@@ -30,7 +30,6 @@ from sb3_r2po.r2po.roles import Asking, UnusableReply
 from sb3_r2po.r2po.run_state import Answer, Candidate, LLMCall
 
 MAX_FEEDBACK_REPAIRS = 3  # PromptPO's repairs of its Feedback class
-FEEDBACK_CLASS = "Feedback"
 
 
 @dataclass
@@ -62,7 +61,7 @@ class CodeRoles(Asking):
 
     def __post_init__(self) -> None:
         if feedback := [r["feedback_source"] for r in self.history if r.get("feedback_source")]:
-            self.feedback = (feedback[-1], FEEDBACK_CLASS)
+            self.feedback = (feedback[-1], "Feedback")
 
     def round(
         self, evaluate: Callable[[Code], RolloutResult | None], stop: Callable[[], bool]
@@ -131,7 +130,7 @@ class CodeRoles(Asking):
     def _feedback_class(self, content: str) -> None:
         """Ask for the Feedback class with ``content``, repaired until it parses (at most 3 times; else ``None``)."""
         for _ in range(1 + MAX_FEEDBACK_REPAIRS):
-            self.feedback, source, reason = self._ask("feedback", content, FEEDBACK_CLASS)
+            self.feedback, source, reason = self._ask("feedback", content, "Feedback")
             if self.feedback is not None:
                 return
             content = self.task.feedback_repair(source, reason)

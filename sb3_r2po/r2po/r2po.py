@@ -71,7 +71,7 @@ class R2PO(BaseAlgorithm):
     :param step_size: The suggested change per parameter (``None``: see below).
     :param param_bounds: Range of every parameter of a continuous policy (``None``: the policy's own).
     :param param_decimals: Precision of every parameter of a linear policy.
-    :param temperature: Sampling temperature passed to the LLM.
+    :param temperature: Sampling temperature passed to the LLM (``None``: 0.0; promptpo: 1.0, as PromptPO's Gemini client).
     :param max_episodes: A hard cap on the episodes of the run, warm-up and discarded attempts included.
     :param max_iterations: Planned completed iterations, stated in the Search prompt (``None``: see below).
     :param max_episode_steps: Length cap of an episode for envs without a time limit of their own (``None``: see below).
@@ -134,7 +134,7 @@ class R2PO(BaseAlgorithm):
         step_size: float | None = None,
         param_bounds: tuple[float, float] | None = None,
         param_decimals: int = 1,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         max_episodes: int | None = None,
         max_iterations: int | None = None,
         max_episode_steps: int | None = None,
