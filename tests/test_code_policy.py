@@ -239,3 +239,20 @@ def test_a_run_directory_resumes_with_its_feedback_class(tmp_path) -> None:
     resumed.learn(10**6, reset_num_timesteps=False)
     assert llm.kinds() == ["feedback", "policy", "reflection", "refine"]  # the Feedback class is not asked again
     assert [r["iteration"] for r in resumed.history] == [1, 2] and resumed.history[1]["feedback"][0] == "Episode 1: 500 steps"
+
+
+def test_several_sub_environments_step_through_one_worker_call(monkeypatch) -> None:
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from sb3_r2po.common.sandbox import CodeSandbox
+
+    batches: list[int] = []
+    act = CodeSandbox.act
+    monkeypatch.setattr(CodeSandbox, "act", lambda self, obs: batches.append(len(obs)) or act(self, obs))
+    env = make_vec_env("CartPole-v1", n_envs=3, seed=0)
+    llm = CodeLLM(policy=[fenced(SOLVER)])
+    model = R2PO("Code", env, llm=llm, variant="promptpo", code_candidates=1, max_iterations=1, seed=0).learn(10**6)
+    assert model.history[0]["mean_return"] == 500.0 and model.history[0]["n_episodes"] == 5
+    assert set(batches) == {3}  # every vector step: one round trip with the three observations
+    actions, _ = model.predict(env.reset())
+    assert actions.shape == (3,) and batches[-1] == 3

@@ -282,9 +282,9 @@ def test_strict_mode_off_linux_names_the_weaker_mode(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("mode", ["strict", "trusted"])
 def test_a_method_other_than_act_gets_the_batch_as_a_list(mode: str) -> None:
-    source = "class Feedback:\n    def summarize_trajectory(self, traj):\n        return f'{len(traj)} steps, last {traj[-1][0]:g}'\n"
+    source = "class Feedback:\n    def summarize_trajectory(self, t):\n        return f'{len(t)} steps, last {t[-1][0]}'"
     with CodeSandbox(source, method="summarize_trajectory", mode=mode) as box:
-        assert box.summarize(np.array([[0.0, 1.0], [2.0, 3.0]])) == "2 steps, last 2"
+        assert box.summarize(np.array([[0.0, 1.0], [2.0, 3.0]])) == "2 steps, last 2.0"
     numbers = "class Feedback:\n    def summarize_trajectory(self, traj):\n        return len(traj)\n"
     with pytest.raises(PolicyError, match="summarize_trajectory returned int, not a str"):
         CodeSandbox(numbers, method="summarize_trajectory", mode=mode).summarize(np.zeros((2, 2)))
