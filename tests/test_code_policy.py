@@ -256,3 +256,13 @@ def test_several_sub_environments_step_through_one_worker_call(monkeypatch) -> N
     assert set(batches) == {3}  # every vector step: one round trip with the three observations
     actions, _ = model.predict(env.reset())
     assert actions.shape == (3,) and batches[-1] == 3
+
+
+def test_a_slow_policy_fails_at_its_episode_timeout_and_is_repaired() -> None:
+    slow = "import time\n\nclass CartPolePolicy:\n    def act(self, obs):\n        time.sleep(0.3)\n        return 0\n"
+    llm = CodeLLM(policy=[fenced(slow)], repair=[fenced(SOLVER)])
+    model = promptpo(llm, code_candidates=1, max_iterations=1, policy_kwargs={"episode_timeout": 1.0})
+    model.learn(10**6)  # each step is within its call_timeout (1 s); the episode (about 9 steps) is not
+    assert llm.kinds() == ["feedback", "policy", "repair"]
+    assert "TimeoutError: episode 0 ran past its 1 s timeout" in llm.calls[-1][1]
+    assert model.history[0]["mean_return"] == 500.0

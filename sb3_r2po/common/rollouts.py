@@ -9,6 +9,7 @@ import functools
 import itertools
 import math
 import sys
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -235,14 +236,16 @@ def _stack(rows: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 
 
 class _Track:
-    def __init__(self, index: int, observation: Any) -> None:
-        self.index = index
+    def __init__(self, index: int, observation: Any, timeout: float | None) -> None:
+        self.index, self.started, self.timeout = index, time.monotonic(), timeout
         self.observations: list[np.ndarray] = [np.array(observation, dtype=np.float64)]
         self.actions: list[np.ndarray] = []
         self.rewards: list[float] = []
 
     def add(self, action: Any, observation: Any, reward: float, env_end: EndReason | None, cap: int) -> EndReason | None:
         """Append one step; how the episode ended with it (``env_end``, the cap or a non-finite value), else ``None``."""
+        if self.timeout is not None and time.monotonic() - self.started > self.timeout:
+            raise TimeoutError(f"episode {self.index} ran past its {self.timeout:g} s timeout")
         self.actions.append(action)
         row = np.array(observation, dtype=np.float64)
         # one comparison in the common case; NaN fails it, and so does a reward large enough to risk an overflow
@@ -293,6 +296,7 @@ def run_episodes(
     n_episodes: int,
     max_episode_steps: int,
     on_step: Callable[[VecStep], object] | None = None,
+    episode_timeout: float | None = None,
 ) -> RolloutResult:
     """Run exactly ``n_episodes`` episodes of the policy ``act`` on ``env``.
 
@@ -301,11 +305,12 @@ def run_episodes(
     :param n_episodes: Number of episodes to run (K).
     :param max_episode_steps: An episode reaching this length ends as ``"capped"``.
     :param on_step: Called after every vector step; a falsy return stops at once, as SB3's ``callback.on_step()``.
+    :param episode_timeout: Seconds (wall time) an episode may last; past them a ``TimeoutError`` ends the run.
     :return: The finished episodes; fewer than ``n_episodes`` only when ``on_step`` asked to stop.
     """
     obs = list(env.reset())
     order = itertools.count()  # the next episode's index: those from n_episodes on leave the sub-environment idle
-    tracks = [_Track(k, o) if (k := next(order)) < n_episodes else None for o in obs]
+    tracks = [_Track(k, o, episode_timeout) if (k := next(order)) < n_episodes else None for o in obs]
     finished: list[Episode] = []
     total_steps = 0
     wrapped = isinstance(env, VecEnvWrapper)  # wrappers must see every step: idle sub-environments step along
@@ -336,7 +341,7 @@ def run_episodes(
         n_steps = len(obs) if lock_step else sum(track is not None for track in tracks)
         total_steps += n_steps
         for i in ended:
-            tracks[i] = _Track(k, obs[i]) if (k := next(order)) < n_episodes else None
+            tracks[i] = _Track(k, obs[i], episode_timeout) if (k := next(order)) < n_episodes else None
         if on_step is not None:
             counted = np.zeros(len(obs), dtype=bool)
             counted[ended] = True

@@ -30,6 +30,7 @@ from sb3_r2po.r2po.roles import Asking, UnusableReply
 from sb3_r2po.r2po.run_state import Answer, Candidate, LLMCall
 
 MAX_FEEDBACK_REPAIRS = 3  # PromptPO's repairs of its Feedback class
+Evaluate = Callable[[Code], "RolloutResult | None"]  # K episodes of a candidate (None: a callback stopped training)
 
 
 @dataclass
@@ -44,33 +45,26 @@ class Tried:
         return {"mean_return": None if self.result is None else finite_mean(self.result.returns), "failures": self.failures}
 
 
-def code_task(env: VecEnv | None, policy: CodePolicy, horizon: int) -> CodeTask:
-    """What the prompts show of ``env``'s first sub-env (:meth:`CodeTask.for_env`), with the policy's ``descriptions``."""
-    assert env is not None
-    return dataclasses.replace(CodeTask.for_env(env.get_attr("unwrapped", indices=[0])[0], horizon), **policy.descriptions)
-
-
 @dataclass(eq=False)
 class CodeRoles(Asking):
-    """PromptPO's LLM calls of one ``learn()`` (:class:`~sb3_r2po.r2po.roles.Asking`'s fields, the policy, the task); the
+    """PromptPO's LLM calls of one ``learn()`` (:class:`~sb3_r2po.r2po.roles.Asking`'s fields, the policy, the env); the
     Feedback class is made once per run and kept in the record of the round that made or repaired it (``feedback_source``)."""
 
     policy: CodePolicy
-    task: CodeTask
+    env: VecEnv | None
     feedback: Code | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        assert self.env is not None  # what the prompts show: its first sub-env, with the policy's own descriptions
+        task = CodeTask.for_env(self.env.get_attr("unwrapped", indices=[0])[0], self.settings.episode_cap)
+        self.task = dataclasses.replace(task, **self.policy.descriptions)
         if feedback := [r["feedback_source"] for r in self.history if r.get("feedback_source")]:
             self.feedback = (feedback[-1], "Feedback")
 
-    def round(
-        self, evaluate: Callable[[Code], RolloutResult | None], stop: Callable[[], bool]
-    ) -> tuple[Candidate, dict[str, Any]] | None:
-        """One round; ``evaluate`` runs K episodes of a candidate (``None``: a callback stopped training), ``stop``: whether
-        a callback asked to stop. The kept candidate and its record's fields, or ``None`` when training must stop.
-
-        :raises UnusableReply: when no candidate of the round could be evaluated (the round runs again).
-        """
+    def round(self, evaluate: Evaluate, stop: Callable[[], bool]) -> tuple[Candidate, dict[str, Any]] | None:
+        """One round: the kept candidate and its record's fields, or ``None`` when a callback stopped training during
+        ``evaluate`` (K episodes of a candidate); ``stop``: whether a callback asked to stop. An :class:`UnusableReply`
+        when no candidate ran (the round runs again)."""
         s, task, feedback = self.settings, self.task, self.feedback
         if feedback is None:  # asked again next round when every reply failed
             self._feedback_class(task.feedback())
@@ -109,7 +103,7 @@ class CodeRoles(Asking):
         self._account(role, Answer(None, [call]))
         return (None if name is None else (source, name)), source, reason
 
-    def _candidate(self, prompt: str, evaluate: Callable[[Code], RolloutResult | None]) -> Tried:
+    def _candidate(self, prompt: str, evaluate: Evaluate) -> Tried:
         """A candidate asked with ``prompt``, repaired until it runs its K episodes or ``code_repairs`` run out."""
         tried, content, role = Tried(), prompt, "search"
         for _ in range(1 + self.settings.code_repairs):
@@ -121,7 +115,7 @@ class CodeRoles(Asking):
                 try:
                     tried.result = evaluate(tried.code)
                     return tried
-                except SandboxError as error:
+                except (SandboxError, TimeoutError) as error:  # a crash, a timeout (a call's, an episode's), a dead worker
                     reason = getattr(error, "traceback", "") or f"{type(error).__name__}: {error}"
             tried.failures.append(shorten_traceback(reason))
             content, role, tried.code = self.task.repair(source, reason), "repair", None

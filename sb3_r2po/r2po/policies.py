@@ -555,9 +555,9 @@ class CodePolicy(BasePolicy):
     :param action_space: The action space of the environment.
     :param sandbox: ``"strict"`` (a hardened worker process, Linux only) or ``"trusted"`` (this process, no protection).
     :param call_timeout: Seconds one batch of observations may take (strict); past it the candidate fails.
+    :param episode_timeout: Seconds (wall time, the env's steps included) an episode of training may last; past them too.
     :param memory_mb: The worker's memory limit in MiB (strict).
-    :param descriptions: Prompt texts in place of the generated ones, by :class:`~sb3_r2po.prompts.code.CodeTask`
-        field: ``observation``, ``implementation``, ``reward``.
+    :param descriptions: Prompt texts replacing the generated ``observation``, ``implementation`` and ``reward`` (CodeTask's).
     """
 
     def __init__(
@@ -566,17 +566,19 @@ class CodePolicy(BasePolicy):
         action_space: spaces.Space,
         sandbox: str = "strict",
         call_timeout: float = 1.0,
+        episode_timeout: float = 60.0,
         memory_mb: int = 1024,
         descriptions: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(observation_space, action_space)
-        self.sandbox, self.call_timeout, self.memory_mb = sandbox, float(call_timeout), int(memory_mb)
+        self.sandbox, self.memory_mb = sandbox, int(memory_mb)
+        self.call_timeout, self.episode_timeout = float(call_timeout), float(episode_timeout)
         self.descriptions: dict[str, Any] = dict(descriptions or {})
         self.code: Code | None = None  # the placed candidate (a history record's)
         self._worker: CodeSandbox | None = None
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        names = ("observation_space", "action_space", "sandbox", "call_timeout", "memory_mb", "descriptions")
+        names = "observation_space action_space sandbox call_timeout episode_timeout memory_mb descriptions".split()
         return {name: getattr(self, name) for name in names}
 
     def __getstate__(self) -> dict[str, Any]:

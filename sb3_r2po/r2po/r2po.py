@@ -43,7 +43,7 @@ from sb3_r2po.llm.resolve import check_llm_spec, imports_a_module
 from sb3_r2po.prompts.builder import PromptLayout
 from sb3_r2po.r2po import arguments, run_state
 from sb3_r2po.r2po.arguments import SETTINGS, check_int
-from sb3_r2po.r2po.code_search import CodeRoles, code_task
+from sb3_r2po.r2po.code_search import CodeRoles
 from sb3_r2po.r2po.policies import POLICY_ALIASES, Code, CodePolicy, CompactPolicy, short_name
 from sb3_r2po.r2po.reporting import Progress, planned_episodes, record_metrics, warn_before_first_iteration, with_progress_bar
 from sb3_r2po.r2po.roles import Asking, LLMRoles, Start, make_llm, new_llm_stats, pattern_for
@@ -322,8 +322,7 @@ class R2PO(BaseAlgorithm):
             self._run.acquire(self.history)
             shared = (self.llm_stats, self._backend, clock, self.verbose)
             if isinstance(self.policy, CodePolicy):  # PromptPO's rounds
-                task = code_task(self.env, self.policy, s.episode_cap)
-                self._llm, iterate = CodeRoles(s, self.history, *shared, self.policy, task), self._code_round
+                self._llm, iterate = CodeRoles(s, self.history, *shared, self.policy, self.env), self._code_round
             else:
                 self._llm, iterate = LLMRoles(s, self.history, self.policy, *shared), self._iterate
             self._progress = Progress(s, self.history, self.llm_stats)
@@ -440,7 +439,8 @@ class R2PO(BaseAlgorithm):
             callback.update_locals({**step._asdict(), "env": env, "params": params})
             return callback.on_step()
 
-        result = run_episodes(env, self.policy.actor(params, s.actions_clipped), n_episodes, s.episode_cap, on_step)  # type: ignore[arg-type]
+        actor, timeout = self.policy.actor(params, s.actions_clipped), getattr(self.policy, "episode_timeout", None)  # type: ignore[arg-type]
+        result = run_episodes(env, actor, n_episodes, s.episode_cap, on_step, timeout)
         self.ep_info_buffer.extend({"r": ep.total_return, "l": ep.length} for ep in result.episodes)  # type: ignore[union-attr]
         if broken := [ep.index for ep in result.episodes if ep.end == "non-finite"]:
             self.logger.warn(f"R2PO: the env returned NaN/inf in episode(s) {broken} of a candidate; they were cut there")
