@@ -64,7 +64,7 @@ class CodeLLM:
 
 
 def promptpo(llm: CodeLLM, **kwargs: Any) -> R2PO:
-    settings: dict[str, Any] = dict(variant="promptpo", code_candidates=2, max_iterations=2, seed=0)
+    settings: dict[str, Any] = dict(variant="promptpo", code_candidates=2, max_iterations=2, n_eval_episodes=2, seed=0)
     return R2PO("Code", "CartPole-v1", llm=llm, **{**settings, **kwargs})
 
 
@@ -163,11 +163,11 @@ def test_feedback_and_reflection_reach_the_next_round() -> None:
     llm = CodeLLM(policy=[fenced(SOLVER)])
     model = promptpo(llm, code_candidates=1).learn(10**6)
     assert llm.kinds() == ["feedback", "policy", "reflection", "refine"]
-    assert model.history[0]["feedback"] == [f"Episode {i}: 500 steps" for i in range(1, 6)]
+    assert model.history[0]["feedback"] == [f"Episode {i}: 500 steps" for i in range(1, 3)]
     assert model.history[0]["feedback_source"] == FEEDBACK.strip()
     assert model.history[1]["reflection"] == REFLECTION
     refine = llm.calls[-1][1]
-    assert REFLECTION in refine and "Episode 5: 500 steps" in refine and SOLVER.strip() in refine
+    assert REFLECTION in refine and "Episode 2: 500 steps" in refine and SOLVER.strip() in refine
     quiet = CodeLLM(policy=[fenced(SOLVER)])
     promptpo(quiet, code_candidates=1, code_reflection=False).learn(10**6)
     assert quiet.kinds() == ["feedback", "policy", "refine"]
