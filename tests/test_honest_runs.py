@@ -43,14 +43,14 @@ def _first_warning(caught: list[warnings.WarningMessage]) -> list[str]:
 # -- 1. independent seeds --------------------------------------------------------------------------------------------
 
 
-def _reset_seeds(seed: int, n_envs: int = 1) -> tuple[list[int], R2PO]:
-    """The seeds of the resets of a run's first 200 evaluation episodes, and the run."""
+def _reset_seeds(seed: int, n_envs: int = 1, episodes: int = 200) -> tuple[list[int], R2PO]:
+    """The seeds of the resets of a run's first ``episodes`` evaluation episodes, and the run."""
     seeds: list[int] = []
     vec = make_vec_env(lambda: ResetSeeds(gym.make("CartPole-v1"), seeds), n_envs=n_envs)
-    model = R2PO("MlpLinear", vec, llm="example", seed=seed, n_eval_episodes=2, warmup_episodes=20, max_episodes=200)
+    model = R2PO("MlpLinear", vec, llm="example", seed=seed, n_eval_episodes=2, warmup_episodes=20, max_episodes=episodes)
     seeds.clear()
     model.learn(UNTIL_BUDGET)
-    assert model.episodes_used == 200
+    assert model.episodes_used == episodes
     setup = [seed + i for i in range(n_envs)]  # SB3's reset in _setup_learn (set_random_seed): no episode starts there
     assert seeds[:n_envs] == setup
     return seeds[n_envs:], model
@@ -58,18 +58,19 @@ def _reset_seeds(seed: int, n_envs: int = 1) -> tuple[list[int], R2PO]:
 
 @pytest.mark.parametrize("n_envs", [1, 3])
 def test_runs_of_seeds_0_to_9_share_no_reset_seed(n_envs: int) -> None:
-    """The first 200 evaluation episodes of seeds 0-9: every seed an env was reset with belongs to one run only (the
-    old scheme, seed + evaluation index, gave seed s + 1's evaluation j the seed of seed s's evaluation j + 1)."""
-    runs = {seed: _reset_seeds(seed, n_envs)[0] for seed in range(10)}
+    """The first 40 evaluation episodes of seeds 0-9 (the 20 warm-up episodes and five iterations): every seed an env
+    was reset with belongs to one run only (the old scheme, seed + evaluation index, gave seed s + 1's evaluation j the
+    seed of seed s's evaluation j + 1: a collision from a run's 2nd evaluation on, well inside 40 episodes)."""
+    runs = {seed: _reset_seeds(seed, n_envs, episodes=40)[0] for seed in range(10)}
     for seeds in runs.values():
-        assert len(seeds) >= 20 + 90 * 1  # one seeded reset per sub-environment and evaluation, at least
+        assert len(seeds) >= 20 + 10 * 1  # one seeded reset per sub-environment and evaluation, at least
     for (a, seeds_a), (b, seeds_b) in itertools.combinations(runs.items(), 2):
         assert not set(seeds_a) & set(seeds_b), (a, b)
 
 
 def test_a_seed_reproduces_its_reset_seeds_and_history() -> None:
-    first, model = _reset_seeds(3)
-    again, twin = _reset_seeds(3)
+    first, model = _reset_seeds(3, episodes=40)  # the warm-up and five iterations
+    again, twin = _reset_seeds(3, episodes=40)
     assert first == again and model.history == twin.history
     assert first[0] == evaluation_seed(3, 0)  # the stream starts at evaluation 0 (the first warm-up episode)
 
@@ -81,10 +82,10 @@ def test_evaluation_seeds_are_the_children_of_the_runs_seed_sequence() -> None:
 
 
 def test_a_run_continued_by_learn_draws_the_seeds_of_the_uninterrupted_run() -> None:
-    whole, _ = _reset_seeds(5)
+    whole, _ = _reset_seeds(5, episodes=40)  # the warm-up and five iterations
     seeds: list[int] = []
     env = ResetSeeds(gym.make("CartPole-v1"), seeds)
-    model = R2PO("MlpLinear", env, llm="example", seed=5, n_eval_episodes=2, warmup_episodes=20, max_episodes=200)
+    model = R2PO("MlpLinear", env, llm="example", seed=5, n_eval_episodes=2, warmup_episodes=20, max_episodes=40)
     seeds.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -53,6 +53,14 @@ def run(run_dir, crash_at: int, llm: str = "example:3") -> int:
     return subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir), str(crash_at), llm], env=env, timeout=120).returncode
 
 
+def finish(run_dir, llm: str) -> None:
+    """:data:`SCRIPT` with no crash, run to its end in this process (the same code without an interpreter's start): it
+    resumes the run in ``run_dir`` and raises on any failure."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["-c", str(run_dir), "0", llm])
+        exec(compile(SCRIPT, "<resume script>", "exec"), {"__name__": "__main__"})
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run's directory (run once; the tests only read it)."""
@@ -76,7 +84,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_run(tmp_path, reference
         # the run directory is valid after every crash
         if (resumed / "model.zip").exists():
             R2PO.load(resumed / "model.zip", env=gym.make("CartPole-v1"))
-    assert run(resumed, 0, replay) == 0
+    finish(resumed, replay)  # the resumed run to its end, after the last kill
     assert json.loads((resumed / "history.json").read_text()) == expected
     assert not list(resumed.glob("*.tmp"))
     # the resumed run's own transcript reads as the uninterrupted run's: the calls a crash cut short were set aside

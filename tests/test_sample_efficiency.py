@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -54,9 +56,9 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     del cut["rows"]
     path.write_text(json.dumps(cut))
     store = tmp_path / "store"  # an empty store: the runs missing from the file run again
-    again = run(*ARGS, "--json", str(path), "--store", str(store))
-    assert "1 run(s) already there" in again.stdout
-    assert [line.split(":")[0] for line in again.stdout.splitlines() if " seed " in line and ": to " in line] == [
+    again = command(*ARGS, "--json", str(path), "--store", str(store))  # the later commands run in this process
+    assert "1 run(s) already there" in again
+    assert [line.split(":")[0] for line in again.splitlines() if " seed " in line and ": to " in line] == [
         "ppo seed 0",
         "r2po seed 0",
     ]
@@ -68,9 +70,9 @@ def test_runs_are_kept_and_a_cut_command_continues_where_it_stopped(tmp_path: Pa
     assert len(list((store / "runs").iterdir())) == 2  # the two runs this command ran
     # cut again: the runs the store finished are read back, not run again (their lines say so, as from the file)
     path.write_text(json.dumps(cut))
-    third = run(*ARGS, "--json", str(path), "--store", str(store))
+    third = command(*ARGS, "--json", str(path), "--store", str(store))
     assert json.loads(path.read_text())["runs"] == continued["runs"]
-    assert "ppo seed 0: to 475" in third.stdout and len(list((store / "runs").iterdir())) == 2
+    assert "ppo seed 0: to 475" in third and len(list((store / "runs").iterdir())) == 2
 
 
 @pytest.mark.slow
@@ -78,19 +80,17 @@ def test_a_file_of_other_settings_is_refused_and_left_as_it_is(tmp_path: Path, f
     path = tmp_path / "se.json"
     path.write_text(first_command[1])
     before = path.read_text()
-    refused = run(*ARGS, "--r2po-budget", "40", "--json", str(path), check=False)
-    assert refused.returncode != 0 and "written with other settings (budget)" in refused.stderr
+    assert "written with other settings (budget)" in refusal(*ARGS, "--r2po-budget", "40", "--json", str(path))
     assert path.read_text() == before
     path.write_text(json.dumps({"settings": {}, "rows": []}))  # the format of the script before it kept runs
-    old = run(*ARGS, "--json", str(path), check=False)
-    assert old.returncode != 0 and "holds no per-run data" in old.stderr
+    assert "holds no per-run data" in refusal(*ARGS, "--json", str(path))
     # a preset counts by its parameters: a file of lean as it was before history_slack is not continued by today's lean
     written = json.loads(first_command[1])
     lean_before = {key: value for key, value in prompt_preset("lean").items() if key != "history_slack"}
     written["settings"].update(prompts="lean", prompt_parameters=lean_before)
     path.write_text(json.dumps(written))
-    redefined = run(*ARGS, "--prompts", "lean", "--json", str(path), check=False)
-    assert redefined.returncode != 0 and "written with other settings (prompt_parameters)" in redefined.stderr
+    redefined = refusal(*ARGS, "--prompts", "lean", "--json", str(path))
+    assert "written with other settings (prompt_parameters)" in redefined
 
 
 def _script() -> Any:
@@ -100,6 +100,29 @@ def _script() -> Any:
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     return script
+
+
+def command(*args: str) -> str:
+    """What the script's ``main()`` prints for the command line ``args``, run in this process (the first command is
+    a real ``python benchmarks/sample_efficiency.py``; the later ones skip the interpreter's start and imports)."""
+    import torch as th
+
+    script, threads, out = _script(), th.get_num_threads(), io.StringIO()
+    try:
+        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out):
+            patch.setattr(sys, "argv", [str(SCRIPT), *args])
+            script.main()
+    finally:
+        th.set_num_threads(threads)  # main() sets 1 thread for its runs
+    return out.getvalue()
+
+
+def refusal(*args: str) -> str:
+    """The message of the error the command ``args`` is refused with, before anything runs (an error out of
+    ``main()`` is the command's non-zero exit with the message on stderr)."""
+    with pytest.raises(ValueError) as refused:
+        command(*args)
+    return str(refused.value)
 
 
 def test_the_table_gives_each_figure_its_iqm_and_interval(capsys: pytest.CaptureFixture[str]) -> None:
